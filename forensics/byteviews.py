@@ -1,0 +1,52 @@
+"""Zero-copy slices of a byte buffer as an Arrow/polars Binary column.
+
+Parsers find field boundaries with numpy; this turns (start, end) arrays into a `BinaryView`
+column whose long values point into the original buffer (often a memory map) instead of copying
+every value into a Python object. Values of up to 12 bytes are stored inline, as the Arrow
+BinaryView layout requires.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+SLACK = 16  # bytes read past a value's start to fill the inline part of its view
+
+
+def _words(buf: np.ndarray) -> np.ndarray:
+    """Every little-endian 8-byte word of `buf`, one per starting byte (an overlapping view)."""
+    return np.ndarray((buf.shape[0] - 7,), dtype="<u8", buffer=buf, strides=(1,))
+
+
+def binary_views(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pl.Series:
+    """A Binary series whose i-th value is buf[starts[i]:ends[i]], without copying long values.
+
+    Reads up to `SLACK` bytes from each start; where `buf` is shorter than that it is copied with
+    zero padding (callers avoid it by passing a view that runs on past the region they parse).
+    """
+    n = len(starts)
+    lengths = (ends - starts).astype(np.int64)
+    views = np.zeros((n, 4), np.uint32)
+    views[:, 0] = lengths
+    if n:
+        if int(starts.max()) + SLACK > buf.shape[0]:
+            padded = np.zeros(buf.shape[0] + SLACK, np.uint8)
+            padded[:buf.shape[0]] = buf
+            buf = padded
+        words = _words(buf)
+        first8 = words[starts]
+        next4 = words[starts + 8] & np.uint64(0xFFFFFFFF)
+        inline = lengths <= 12
+        nbytes_lo = np.minimum(lengths, 8).astype(np.uint64)
+        mask_lo = np.where(nbytes_lo >= 8, _ALL, (np.uint64(1) << (nbytes_lo * np.uint64(8))) - np.uint64(1))
+        nbytes_hi = np.clip(lengths - 8, 0, 4).astype(np.uint64)
+        mask_hi = (np.uint64(1) << (nbytes_hi * np.uint64(8))) - np.uint64(1)
+        lo = first8 & mask_lo
+        views[:, 1] = lo.astype(np.uint32)  # keeps the low 4 bytes: prefix or inline bytes 0-3
+        views[:, 2] = np.where(inline, (lo >> np.uint64(32)).astype(np.uint32), 0)
+        views[:, 3] = np.where(inline, (next4 & mask_hi).astype(np.uint32), starts.astype(np.uint32))
+    array = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(buf)])
+    return pl.Series(array)

@@ -1,0 +1,178 @@
+"""The case store: an incident bundle ingested once into Parquet, reopened lazily in well under a second.
+
+Layout of a case folder (one Parquet dataset per canonical frame, named after it)::
+
+    CASE/events/part-0.parquet      one row per journal record (see `forensics.schema.EVENTS_SCHEMA`)
+    CASE/quarantine/part-0.parquet  every record that could not be read, with file, place and reason
+    CASE/manifest.json              inputs with sha256, format, records, quarantined, time span
+
+Re-ingesting a bundle rewrites the case whole (written aside, then swapped in), so running it twice
+gives the same case. Records seen in the same journal through two inputs (overlapping exports: the
+same `__CURSOR`) are kept once and counted as duplicates of the later input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from forensics import sources
+from forensics.errors import CaseError, ForensicsError, WrongFormat
+from forensics.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, empty, validate
+
+MANIFEST_VERSION = 1
+FRAMES = ("events", "quarantine")
+IGNORED_NAMES = {"incident.toml", "README.md", ".gitkeep"}
+
+
+@dataclass
+class Case:
+    """An opened case: lazy frames and the manifest."""
+
+    path: Path
+    events: pl.LazyFrame
+    quarantine: pl.LazyFrame
+    manifest: dict[str, Any]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        with open(file, "rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def discover(bundle: Path) -> tuple[list[tuple[Path, sources.Source]], list[dict[str, str]]]:
+    """The inputs of a bundle with their formats, and every other file with why it was skipped.
+    A directory that a format reads whole (a journal directory) is one input."""
+    inputs: list[tuple[Path, sources.Source]] = []
+    skipped: list[dict[str, str]] = []
+
+    def visit(folder: Path) -> None:
+        for path in sorted(folder.iterdir()):
+            if path.name in IGNORED_NAMES:
+                continue
+            if path.is_dir():
+                try:
+                    inputs.append((path, sources.detect(path)))
+                except WrongFormat:
+                    visit(path)
+                continue
+            try:
+                inputs.append((path, sources.detect(path)))
+            except WrongFormat as why:
+                skipped.append({"path": str(path.relative_to(bundle)), "reason": str(why).split(": ", 1)[-1]})
+
+    if not bundle.is_dir():
+        raise CaseError(f"{bundle}: not a directory (a bundle is a folder of evidence files)")
+    visit(bundle)
+    return inputs, skipped
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def ingest(bundle: str | Path, case_dir: str | Path,
+           progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None) -> dict[str, Any]:
+    """Read every input of `bundle` into a case at `case_dir`; returns the manifest."""
+    bundle, case_dir = Path(bundle), Path(case_dir)
+    found, skipped = discover(bundle)
+    events: list[pl.DataFrame] = []
+    quarantine: list[pl.DataFrame] = []
+    inputs: list[dict[str, Any]] = []
+    steps = progress(found) if progress else found
+    for path, source in steps:
+        entry: dict[str, Any] = {"path": str(path.relative_to(bundle)), "format": source.name,
+                                 "sha256": _sha256(path)}
+        try:
+            result = source.parse(path)
+            result.check_accounting(path)
+        except ForensicsError as error:
+            entry.update(records=0, parsed=0, quarantined=0, duplicates=0, error=str(error))
+            inputs.append(entry)
+            continue
+        rows = result.rows.with_columns(pl.lit(entry["path"]).alias("source_file"))
+        bad = result.quarantine.with_columns(pl.lit(entry["path"]).alias("source_file"))
+        entry.update(records=result.records, parsed=rows.height, quarantined=bad.height)
+        events.append(rows)
+        quarantine.append(bad)
+        inputs.append(entry)
+
+    all_events = pl.concat(events, how="diagonal_relaxed") if events else empty(EVENTS_SCHEMA)
+    # The same journal record reached through two inputs has one cursor: keep the first.
+    first = pl.col("__CURSOR").is_null() | pl.col("__CURSOR").is_first_distinct()
+    dropped = all_events.filter(~first).group_by("source_file").len()
+    duplicates = dict(dropped.iter_rows())
+    all_events = all_events.filter(first).sort("ts", maintain_order=True)
+    all_quarantine = pl.concat(quarantine) if quarantine else empty(QUARANTINE_SCHEMA)
+    validate(all_events, EVENTS_SCHEMA, "events")
+    validate(all_quarantine, QUARANTINE_SCHEMA, "quarantine", extra=None)
+
+    spans = {row[0]: row[1:] for row in all_events.group_by("source_file")
+             .agg(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).iter_rows()}
+    for entry in inputs:
+        entry.setdefault("duplicates", duplicates.get(entry["path"], 0))
+        first_ts, last_ts = spans.get(entry["path"], (None, None))
+        entry["first_ts"], entry["last_ts"] = _iso(first_ts), _iso(last_ts)
+    manifest = {
+        "version": MANIFEST_VERSION,
+        "bundle": bundle.name,
+        "inputs": inputs,
+        "skipped": skipped,
+        "totals": {
+            "records": sum(e["records"] for e in inputs),
+            "parsed": sum(e["parsed"] for e in inputs),
+            "quarantined": sum(e["quarantined"] for e in inputs),
+            "duplicates": sum(e["duplicates"] for e in inputs),
+            "events": all_events.height,
+        },
+    }
+    window = all_events.select(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).row(0)
+    manifest["first_ts"], manifest["last_ts"] = _iso(window[0]), _iso(window[1])
+
+    staging = case_dir.with_name(case_dir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    for name, frame in (("events", all_events), ("quarantine", all_quarantine)):
+        (staging / name).mkdir(parents=True)
+        frame.write_parquet(staging / name / "part-0.parquet", compression="zstd", statistics=True)
+    (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    shutil.rmtree(case_dir, ignore_errors=True)
+    staging.rename(case_dir)
+    return manifest
+
+
+def load_case(path: str | Path) -> Case:
+    """Open a case folder: lazy `events` and `quarantine` frames plus the manifest."""
+    path = Path(path)
+    manifest_path = path / "manifest.json"
+    if not manifest_path.is_file():
+        raise CaseError(f"{path}: not a case (no manifest.json); create one with `forensics ingest BUNDLE --case {path}`")
+    manifest = json.loads(manifest_path.read_text())
+    if manifest.get("version") != MANIFEST_VERSION:
+        raise CaseError(f"{manifest_path}: case version {manifest.get('version')}, this forensics reads "
+                        f"{MANIFEST_VERSION}; re-ingest the bundle")
+    frames = {}
+    for name in FRAMES:
+        dataset = path / name
+        if not dataset.is_dir():
+            raise CaseError(f"{path}: missing the {name} dataset ({dataset})")
+        frames[name] = pl.scan_parquet(dataset / "*.parquet")
+    return Case(path, frames["events"], frames["quarantine"], manifest)
+
+
+def host_unit_summary(case: Case) -> pl.DataFrame:
+    """Records per host and unit with their first and last time."""
+    return (case.events.group_by("host", "unit")
+            .agg(pl.len().alias("records"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"))
+            .sort("host", "unit", nulls_last=True).collect())

@@ -1,0 +1,223 @@
+"""What every journald loader shares: field-name rules and turning journal fields into `events`.
+
+A loader hands over a *field frame*: one row per record, one column per journal field under its
+journal name (Binary or String, first value when repeated), plus bookkeeping columns whose names
+start with '@' (never a valid journal field name):
+
+- ``@offset`` / ``@line``: where the record starts in its file (null where unknown);
+- ``@problem``: why the loader could not read the record (null when it could);
+- ``@excerpt``: the record's first bytes, for the quarantine;
+- ``@raw``: List(Struct(name, value)) of values a plain column cannot hold (repeated fields' later
+  values, JSON's null for over-size fields).
+
+`assemble_events` checks the fields a canonical column needs, decodes text, moves non-UTF-8 values
+into ``raw_fields`` (lossily decoded in their column), and splits good records from quarantined ones.
+Field rules follow systemd's Journal Export Format and `journal_field_valid()`:
+upper-case ASCII letters, digits and underscores, not starting with a digit, at most 64 bytes.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from forensics.schema import CONSUMED_FIELDS, EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD
+
+FIELD_NAME = re.compile(rb"[A-Z_][A-Z0-9_]{0,63}")
+DATA_TYPE = "journald:entry"
+BOOKKEEPING = ("@offset", "@line", "@problem", "@excerpt", "@raw")
+_TIME_AND_ADDRESS = ("__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_ID", "__CURSOR")
+
+
+def field_name_problem(name: bytes) -> str | None:
+    """Why `name` is not a valid journal field name, or None if it is."""
+    if not name:
+        return "empty field name"
+    if FIELD_NAME.fullmatch(name):
+        return None
+    shown = name[:40].decode("utf-8", "backslashreplace")
+    if len(name) > 64:
+        return f"field name {shown!r}... longer than 64 bytes"
+    if name[:1].isdigit():
+        return f"field name {shown!r} starts with a digit"
+    return f"invalid field name {shown!r} (only A-Z, 0-9 and _ allowed)"
+
+
+def excerpt_text(raw: bytes | str | None) -> str:
+    """A short, printable excerpt of a bad record for the quarantine."""
+    if raw is None:
+        return ""
+    text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
+    text = text.replace("\x00", "\\x00").replace("\n", "\\n")
+    return text[:EXCERPT_CHARS]
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _decode_text_columns(fields: pl.DataFrame) -> pl.DataFrame:
+    """Binary field columns become String; values that are not UTF-8 are decoded with U+FFFD in
+    their column and their exact bytes appended to ``@raw``."""
+    binary = [n for n, t in fields.schema.items() if not n.startswith("@") and t == pl.Binary]
+    try:
+        return fields.with_columns(pl.col(binary).cast(pl.String))  # all columns at once, in parallel
+    except pl.exceptions.ComputeError:
+        pass
+    casts = {}
+    extra_raw: list[tuple[int, str, bytes | None]] = []
+    for name in binary:
+        column = fields.get_column(name)
+        try:
+            casts[name] = column.cast(pl.String)
+        except pl.exceptions.ComputeError:
+            # Rare: some value is not UTF-8. Find which, keep their bytes, decode them lossily.
+            originals = column.to_list()
+            broken = [i for i, b in enumerate(originals) if b is not None and not _is_utf8(b)]
+            repaired = [b.decode("utf-8", "replace") if b is not None else None for b in originals]
+            casts[name] = pl.Series(name, repaired, dtype=pl.String)
+            extra_raw.extend((i, name, originals[i]) for i in broken)
+    fields = fields.with_columns(**casts)
+    return _append_raw(fields, extra_raw) if extra_raw else fields
+
+
+def _append_raw(fields: pl.DataFrame, items: list[tuple[int, str, bytes | None]]) -> pl.DataFrame:
+    """Add (row, name, value) items to the ``@raw`` list column."""
+    additions = (
+        pl.DataFrame({"row": [i[0] for i in items], "name": [i[1] for i in items], "value": [i[2] for i in items]},
+                     schema={"row": pl.UInt32, "name": pl.String, "value": pl.Binary})
+        .group_by("row", maintain_order=True)
+        .agg(pl.struct("name", "value").alias("added"))
+    )
+    existing = fields.get_column("@raw") if "@raw" in fields.columns else pl.Series("@raw", [None] * fields.height,
+                                                                                      dtype=pl.List(RAW_FIELD))
+    merged = (
+        pl.DataFrame({"@raw": existing}).with_row_index("row")
+        .join(additions, on="row", how="left")
+        .select(pl.when(pl.col("@raw").is_null() & pl.col("added").is_null()).then(None)
+                .otherwise(pl.concat_list(pl.col("@raw").fill_null([]), pl.col("added").fill_null([])))
+                .alias("@raw"))
+    )
+    return fields.with_columns(merged.get_column("@raw"))
+
+
+def _column(fields: pl.DataFrame, name: str) -> pl.Expr:
+    return pl.col(name) if name in fields.columns else pl.lit(None, dtype=pl.String)
+
+
+def _integer(fields: pl.DataFrame, name: str) -> pl.Expr:
+    return _column(fields, name).str.strip_chars().cast(pl.Int64, strict=False)
+
+
+def _problems(fields: pl.DataFrame) -> pl.Expr:
+    """The first reason a record cannot go into `events` (led by its line where known), or null."""
+    checks: list[tuple[pl.Expr, pl.Expr]] = [
+        (_column(fields, "__REALTIME_TIMESTAMP").is_null(), pl.lit("missing __REALTIME_TIMESTAMP")),
+    ]
+    for name in ("__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_PID"):
+        value = _column(fields, name)
+        checks.append((value.is_not_null() & _integer(fields, name).is_null(),
+                       pl.format("{} {} is not an integer", pl.lit(name), value.str.slice(0, 40))))
+    priority = _integer(fields, "PRIORITY")
+    checks.append((_column(fields, "PRIORITY").is_not_null() & (priority.is_null() | ~priority.is_between(0, 7)),
+                   pl.format("PRIORITY {} is not 0-7", _column(fields, "PRIORITY").str.slice(0, 40))))
+    expr = pl.when(checks[0][0]).then(checks[0][1])
+    for condition, reason in checks[1:]:
+        expr = expr.when(condition).then(reason)
+    found = expr.otherwise(None)
+    line = _column(fields, "@line")
+    located = pl.when(line.is_not_null()).then(pl.format("line {}: {}", line, found)).otherwise(found)
+    return pl.coalesce(_column(fields, "@problem"), located)
+
+
+def assemble_events(fields: pl.DataFrame, *, source_file: str, fmt: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split a field frame into canonical `events` rows and `quarantine` rows."""
+    fields = _decode_text_columns(fields)
+    fields = fields.with_columns(_problems(fields).alias("@why"))
+    bad = fields.filter(pl.col("@why").is_not_null())
+    good = fields.filter(pl.col("@why").is_null())
+
+    excerpts = bad.get_column("@excerpt").to_list() if "@excerpt" in bad.columns else [None] * bad.height
+    quarantine = pl.DataFrame(
+        {
+            "source_file": [source_file] * bad.height,
+            "format": [fmt] * bad.height,
+            "offset": bad.get_column("@offset") if "@offset" in bad.columns else [None] * bad.height,
+            "line": bad.get_column("@line") if "@line" in bad.columns else [None] * bad.height,
+            "reason": bad.get_column("@why"),
+            "excerpt": [excerpt_text(e) for e in excerpts],
+        },
+        schema=dict(QUARANTINE_SCHEMA),
+    )
+
+    realtime = _integer(good, "__REALTIME_TIMESTAMP")
+    canonical = {
+        "ts": realtime.cast(EVENTS_SCHEMA["ts"]),
+        "__REALTIME_TIMESTAMP": realtime,
+        "__MONOTONIC_TIMESTAMP": _integer(good, "__MONOTONIC_TIMESTAMP"),
+        "_BOOT_ID": _column(good, "_BOOT_ID"),
+        "__CURSOR": _column(good, "__CURSOR"),
+        # systemd's own messages about a unit carry UNIT/USER_UNIT; everything else its own unit.
+        "unit": pl.coalesce(_column(good, "UNIT"), _column(good, "USER_UNIT"), _column(good, "_SYSTEMD_UNIT"),
+                            _column(good, "_SYSTEMD_USER_UNIT")),
+        "data_type": pl.lit(DATA_TYPE),
+        "format": pl.lit(fmt),
+        "source_file": pl.lit(source_file),
+        "source_offset": _column(good, "@offset").cast(pl.Int64),
+        "source_line": _column(good, "@line").cast(pl.Int64),
+        "raw_fields": _column(good, "@raw").cast(pl.List(RAW_FIELD)) if "@raw" in good.columns
+        else pl.lit(None, dtype=pl.List(RAW_FIELD)),
+    }
+    for field, target in CONSUMED_FIELDS.items():
+        if target == "pid":
+            canonical[target] = _integer(good, field)
+        elif target == "priority":
+            canonical[target] = _integer(good, field).cast(pl.Int8)
+        else:
+            canonical[target] = _column(good, field)
+    consumed = set(CONSUMED_FIELDS) | set(_TIME_AND_ADDRESS)
+    others = sorted(c for c in good.columns if not c.startswith("@") and c not in consumed)
+    events = good.select(
+        *[canonical[name].cast(dtype).alias(name) for name, dtype in EVENTS_SCHEMA.items()],
+        *[pl.col(name).cast(pl.String) for name in others],
+    )
+    return events, quarantine
+
+
+JournalValue = bytes | str | None
+
+
+def field_frame(records: list[dict[str, list[JournalValue]]], *, offsets: list[int | None],
+                lines: list[int | None], problems: list[str | None], excerpts: list[JournalValue]) -> pl.DataFrame:
+    """A field frame from records already split into fields (each name mapped to its values in
+    order), as the JSON and native loaders produce them. The first value of a field goes to its
+    column; later values, and None values (journalctl's "too large to show"), go to ``@raw``."""
+    names = sorted({name for record in records for name in record})
+    columns: dict[str, list[JournalValue]] = {name: [None] * len(records) for name in names}
+    raw: list[tuple[int, str, bytes | None]] = []
+    for row, record in enumerate(records):
+        for name, values in record.items():
+            first = values[0]
+            columns[name][row] = first
+            if first is None:
+                raw.append((row, name, None))
+            for later in values[1:]:
+                raw.append((row, name, later.encode() if isinstance(later, str) else later))
+    series = []
+    for name, values in columns.items():
+        if any(isinstance(v, bytes) for v in values):
+            series.append(pl.Series(name, [v.encode() if isinstance(v, str) else v for v in values], dtype=pl.Binary))
+        else:
+            series.append(pl.Series(name, values, dtype=pl.String))
+    frame = pl.DataFrame(series, height=len(records)).with_columns(
+        pl.Series("@offset", offsets, dtype=pl.Int64),
+        pl.Series("@line", lines, dtype=pl.Int64),
+        pl.Series("@problem", problems, dtype=pl.String),
+        pl.Series("@excerpt", [e.encode() if isinstance(e, str) else e for e in excerpts], dtype=pl.Binary),
+    )
+    return _append_raw(frame, raw) if raw else frame

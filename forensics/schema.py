@@ -1,0 +1,100 @@
+"""Declared, timezone-aware schemas of the canonical frames, and one check that lists every problem.
+
+Parsers keep every raw time field; only `align` (a later stage) may decide a different `ts`.
+Until then `ts` is `__REALTIME_TIMESTAMP` read as UTC microseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import polars as pl
+
+from forensics.errors import SchemaError
+
+UTC_US = pl.Datetime("us", time_zone="UTC")
+
+RAW_FIELD = pl.Struct({"name": pl.String, "value": pl.Binary})
+
+#: One row per journal record. Columns after these are the record's other journal fields,
+#: each under its own journal name as a String, sorted by name.
+EVENTS_SCHEMA: Mapping[str, pl.DataType] = {
+    "ts": UTC_US,
+    "__REALTIME_TIMESTAMP": pl.Int64(),
+    "__MONOTONIC_TIMESTAMP": pl.Int64(),
+    "_BOOT_ID": pl.String(),
+    "__CURSOR": pl.String(),
+    "host": pl.String(),
+    "unit": pl.String(),
+    "identifier": pl.String(),
+    "pid": pl.Int64(),
+    "priority": pl.Int8(),
+    "message_id": pl.String(),
+    "invocation_id": pl.String(),
+    "message": pl.String(),
+    "data_type": pl.String(),
+    "format": pl.String(),
+    "source_file": pl.String(),
+    "source_offset": pl.Int64(),
+    "source_line": pl.Int64(),
+    # Values a plain column cannot hold exactly: a repeated field's 2nd and later values, the
+    # original bytes of a value that is not UTF-8, and a field journalctl left out as too large
+    # (value null). Null when the record has none.
+    "raw_fields": pl.List(RAW_FIELD),
+}
+
+#: Journal fields that become a canonical column (and so are not kept twice).
+CONSUMED_FIELDS: Mapping[str, str] = {
+    "_HOSTNAME": "host",
+    "SYSLOG_IDENTIFIER": "identifier",
+    "_PID": "pid",
+    "PRIORITY": "priority",
+    "MESSAGE_ID": "message_id",
+    "_SYSTEMD_INVOCATION_ID": "invocation_id",
+    "MESSAGE": "message",
+}
+
+#: One row per record that could not be read.
+QUARANTINE_SCHEMA: Mapping[str, pl.DataType] = {
+    "source_file": pl.String(),
+    "format": pl.String(),
+    "offset": pl.Int64(),
+    "line": pl.Int64(),
+    "reason": pl.String(),
+    "excerpt": pl.String(),
+}
+
+EXCERPT_CHARS = 80
+
+
+def schema_problems(frame: pl.DataFrame | pl.LazyFrame, schema: Mapping[str, pl.DataType],
+                    *, extra: type[pl.DataType] | None = pl.String) -> list[str]:
+    """Every way `frame` departs from `schema`: missing columns, wrong types, disallowed extras."""
+    actual = frame.collect_schema() if isinstance(frame, pl.LazyFrame) else frame.schema
+    problems = []
+    for name, dtype in schema.items():
+        if name not in actual:
+            problems.append(f"missing column {name!r} ({dtype})")
+        elif actual[name] != dtype:
+            problems.append(f"column {name!r} is {actual[name]}, expected {dtype}")
+    for name, dtype in actual.items():
+        if name in schema:
+            continue
+        if extra is None:
+            problems.append(f"unexpected column {name!r}")
+        elif not isinstance(dtype, extra):
+            problems.append(f"extra column {name!r} is {dtype}, expected {extra.__name__}")
+    return problems
+
+
+def validate(frame: pl.DataFrame | pl.LazyFrame, schema: Mapping[str, pl.DataType], name: str,
+             *, extra: type[pl.DataType] | None = pl.String) -> None:
+    """Raise `SchemaError` listing every problem if `frame` does not match `schema`."""
+    problems = schema_problems(frame, schema, extra=extra)
+    if problems:
+        raise SchemaError(name, problems)
+
+
+def empty(schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    """An empty frame with exactly `schema`."""
+    return pl.DataFrame(schema=dict(schema))

@@ -1,0 +1,75 @@
+"""Native journal files (`*.journal`, rotated `*.journal~`) and whole journal directories.
+
+Read with python-systemd's `systemd.journal._Reader` (the raw interface: field values as bytes,
+repeated fields as lists), so the bytes are exactly those stored. The on-disk format is
+https://systemd.io/JOURNAL_FILE_FORMAT/; journal files start with the magic "LPKSHHRH".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from forensics.errors import MissingSystemDependency, ParseError
+from forensics.journal import JournalValue, assemble_events, field_frame
+from forensics.sources import ParseResult, register
+
+NAME = "journal_native"
+MAGIC = b"LPKSHHRH"
+SUFFIXES = (".journal", ".journal~")
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """A journal file by its magic, or a directory holding journal files."""
+    if path.is_dir():
+        return any(p.name.endswith(SUFFIXES) for p in path.rglob("*"))
+    return head.startswith(MAGIC)
+
+
+def _reader(path: Path):  # noqa: ANN202 - systemd's reader type
+    try:
+        from systemd import journal
+    except ImportError as error:
+        raise MissingSystemDependency(
+            f"{path}: reading .journal files needs python-systemd (pip install systemd-python; "
+            f"Debian packages libsystemd-dev and pkg-config to build it)") from error
+    try:
+        if path.is_dir():
+            return journal._Reader(flags=0, path=str(path))
+        return journal._Reader(flags=0, files=[str(path)])
+    except (OSError, ValueError) as error:
+        raise ParseError(str(path), f"systemd cannot open it as a journal: {error}") from error
+
+
+def parse(path: Path) -> ParseResult:
+    """Read every entry of a journal file or directory into `events` and `quarantine` rows."""
+    records: list[dict[str, list[JournalValue]]] = []
+    problems: list[str | None] = []
+    excerpts: list[JournalValue] = []
+    with _reader(path) as reader:
+        while True:
+            try:
+                if not reader._next():
+                    break
+            except OSError as error:  # a corrupt region: systemd cannot step past it
+                records.append({})
+                problems.append(f"entry after #{len(records) - 1}: systemd stopped reading: {error}")
+                excerpts.append(None)
+                break
+            record: dict[str, list[JournalValue]] = {}
+            for name, value in reader._get_all().items():
+                record[name] = list(value) if isinstance(value, list) else [value]
+            monotonic, boot_id = reader._get_monotonic()
+            record["__CURSOR"] = [reader._get_cursor()]
+            record["__REALTIME_TIMESTAMP"] = [str(reader._get_realtime())]
+            record["__MONOTONIC_TIMESTAMP"] = [str(monotonic)]
+            record.setdefault("_BOOT_ID", [boot_id.hex()])
+            records.append(record)
+            problems.append(None)
+            excerpts.append(record.get("MESSAGE", [None])[0])
+    n = len(records)
+    fields = field_frame(records, offsets=[None] * n, lines=[None] * n, problems=problems, excerpts=excerpts)
+    events, quarantine = assemble_events(fields, source_file=str(path), fmt=NAME)
+    return ParseResult("events", events, quarantine, records=fields.height)
+
+
+register(NAME, sniff, parse, module=__name__)
