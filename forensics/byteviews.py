@@ -21,13 +21,17 @@ def _words(buf: np.ndarray) -> np.ndarray:
     return np.ndarray((buf.shape[0] - 7,), dtype="<u8", buffer=buf, strides=(1,))
 
 
-def binary_views(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pl.Series:
-    """A Binary series whose i-th value is buf[starts[i]:ends[i]], without copying long values.
+def binary_views(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid: np.ndarray | None = None) -> pl.Series:
+    """A Binary series whose i-th value is buf[starts[i]:ends[i]] (null where `valid` is False),
+    without copying long values.
 
     Reads up to `SLACK` bytes from each start; where `buf` is shorter than that it is copied with
     zero padding (callers avoid it by passing a view that runs on past the region they parse).
     """
     n = len(starts)
+    if valid is not None:
+        starts = np.where(valid, starts, 0)
+        ends = np.where(valid, ends, 0)
     lengths = (ends - starts).astype(np.int64)
     views = np.zeros((n, 4), np.uint32)
     views[:, 0] = lengths
@@ -48,5 +52,6 @@ def binary_views(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pl.Se
         views[:, 1] = lo.astype(np.uint32)  # keeps the low 4 bytes: prefix or inline bytes 0-3
         views[:, 2] = np.where(inline, (lo >> np.uint64(32)).astype(np.uint32), 0)
         views[:, 3] = np.where(inline, (next4 & mask_hi).astype(np.uint32), starts.astype(np.uint32))
-    array = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(buf)])
+    validity = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    array = pa.Array.from_buffers(pa.binary_view(), n, [validity, pa.py_buffer(views), pa.py_buffer(buf)])
     return pl.Series(array)

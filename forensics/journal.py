@@ -83,11 +83,12 @@ def _decode_text_columns(fields: pl.DataFrame) -> pl.DataFrame:
             casts[name] = pl.Series(name, repaired, dtype=pl.String)
             extra_raw.extend((i, name, originals[i]) for i in broken)
     fields = fields.with_columns(**casts)
-    return _append_raw(fields, extra_raw) if extra_raw else fields
+    return _append_raw(fields, extra_raw, before=True) if extra_raw else fields
 
 
-def _append_raw(fields: pl.DataFrame, items: list[tuple[int, str, bytes | None]]) -> pl.DataFrame:
-    """Add (row, name, value) items to the ``@raw`` list column."""
+def _append_raw(fields: pl.DataFrame, items: list[tuple[int, str, bytes | None]], *,
+                before: bool = False) -> pl.DataFrame:
+    """Add (row, name, value) items to the ``@raw`` list column (`before` what is there already)."""
     additions = (
         pl.DataFrame({"row": [i[0] for i in items], "name": [i[1] for i in items], "value": [i[2] for i in items]},
                      schema={"row": pl.UInt32, "name": pl.String, "value": pl.Binary})
@@ -96,12 +97,14 @@ def _append_raw(fields: pl.DataFrame, items: list[tuple[int, str, bytes | None]]
     )
     existing = fields.get_column("@raw") if "@raw" in fields.columns else pl.Series("@raw", [None] * fields.height,
                                                                                       dtype=pl.List(RAW_FIELD))
+    parts = [pl.col("@raw").fill_null([]), pl.col("added").fill_null([])]
+    if before:
+        parts.reverse()
     merged = (
         pl.DataFrame({"@raw": existing}).with_row_index("row")
         .join(additions, on="row", how="left")
         .select(pl.when(pl.col("@raw").is_null() & pl.col("added").is_null()).then(None)
-                .otherwise(pl.concat_list(pl.col("@raw").fill_null([]), pl.col("added").fill_null([])))
-                .alias("@raw"))
+                .otherwise(pl.concat_list(parts)).alias("@raw"))
     )
     return fields.with_columns(merged.get_column("@raw"))
 
@@ -170,8 +173,10 @@ def assemble_events(fields: pl.DataFrame, *, source_file: str, fmt: str) -> tupl
         "source_file": pl.lit(source_file),
         "source_offset": _column(good, "@offset").cast(pl.Int64),
         "source_line": _column(good, "@line").cast(pl.Int64),
-        "raw_fields": _column(good, "@raw").cast(pl.List(RAW_FIELD)) if "@raw" in good.columns
-        else pl.lit(None, dtype=pl.List(RAW_FIELD)),
+        # One order whatever the loader: by field name, each field's values in the order read.
+        "raw_fields": pl.col("@raw").cast(pl.List(RAW_FIELD)).list.eval(
+            pl.element().sort_by(pl.element().struct.field("name"), maintain_order=True))
+        if "@raw" in good.columns else pl.lit(None, dtype=pl.List(RAW_FIELD)),
     }
     for field, target in CONSUMED_FIELDS.items():
         if target == "pid":
@@ -190,6 +195,42 @@ def assemble_events(fields: pl.DataFrame, *, source_file: str, fmt: str) -> tupl
 
 
 JournalValue = bytes | str | None
+BATCH_RECORDS = 50_000
+
+
+class FieldFrameBuilder:
+    """Collects records split into fields (name -> values in order) and turns every
+    `BATCH_RECORDS` of them into a field frame, so Python objects never pile up for a whole file."""
+
+    def __init__(self) -> None:
+        self.frames: list[pl.DataFrame] = []
+        self._records: list[dict[str, list[JournalValue]]] = []
+        self._offsets: list[int | None] = []
+        self._lines: list[int | None] = []
+        self._problems: list[str | None] = []
+        self._excerpts: list[JournalValue] = []
+
+    def add(self, record: dict[str, list[JournalValue]], *, offset: int | None = None, line: int | None = None,
+            problem: str | None = None, excerpt: JournalValue = None) -> None:
+        """Add one record (empty and with a `problem` when it could not be read)."""
+        self._records.append(record)
+        self._offsets.append(offset)
+        self._lines.append(line)
+        self._problems.append(problem)
+        self._excerpts.append(excerpt)
+        if len(self._records) >= BATCH_RECORDS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._records:
+            self.frames.append(field_frame(self._records, offsets=self._offsets, lines=self._lines,
+                                           problems=self._problems, excerpts=self._excerpts))
+        self._records, self._offsets, self._lines, self._problems, self._excerpts = [], [], [], [], []
+
+    def build(self) -> pl.DataFrame:
+        """All records added so far as one field frame."""
+        self._flush()
+        return pl.concat(self.frames, how="diagonal_relaxed") if self.frames else pl.DataFrame()
 
 
 def field_frame(records: list[dict[str, list[JournalValue]]], *, offsets: list[int | None],

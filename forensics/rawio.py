@@ -61,6 +61,8 @@ def read_all(path: str | os.PathLike[str]) -> bytes | mmap.mmap:
         if kind is None:
             if os.fstat(f.fileno()).st_size == 0:
                 return b""
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            # MAP_POPULATE maps every page in one go: far fewer page faults than touching them later.
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            return mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
     with _open_decompressed(path, kind) as f:
         return f.read()

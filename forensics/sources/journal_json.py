@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from forensics.journal import JournalValue, assemble_events, field_frame, field_name_problem
+from forensics.journal import FieldFrameBuilder, JournalValue, assemble_events, field_name_problem
 from forensics.rawio import read_all
 from forensics.sources import ParseResult, register
 
@@ -52,11 +52,7 @@ def _record(obj: object) -> dict[str, list[JournalValue]]:
 def parse(path: Path) -> ParseResult:
     """Read a JSON (or json-seq) journal export into `events` and `quarantine` rows."""
     data = bytes(read_all(path))
-    records: list[dict[str, list[JournalValue]]] = []
-    offsets: list[int | None] = []
-    lines: list[int | None] = []
-    problems: list[str | None] = []
-    excerpts: list[JournalValue] = []
+    builder = FieldFrameBuilder()
     offset = 0
     for number, raw in enumerate(data.split(b"\n"), start=1):
         at = offset
@@ -70,15 +66,11 @@ def parse(path: Path) -> ParseResult:
         except UnicodeDecodeError as error:
             record, problem = {}, f"line {number}: not UTF-8 at byte {error.start}"
         except json.JSONDecodeError as error:
-            record, problem = {}, f"line {number}: invalid JSON: {error.msg} at column {error.colno}"
+            record, problem = {}, f"line {number}: invalid JSON: {error.msg} (column {error.colno})"
         except ValueError as error:
             record, problem = {}, f"line {number}: {error}"
-        records.append(record)
-        offsets.append(at)
-        lines.append(number)
-        problems.append(problem)
-        excerpts.append(raw[:80])
-    fields = field_frame(records, offsets=offsets, lines=lines, problems=problems, excerpts=excerpts)
+        builder.add(record, offset=at, line=number, problem=problem, excerpt=raw[:80])
+    fields = builder.build()
     events, quarantine = assemble_events(fields, source_file=str(path), fmt=NAME)
     return ParseResult("events", events, quarantine, records=fields.height)
 

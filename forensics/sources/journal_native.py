@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forensics.errors import MissingSystemDependency, ParseError
-from forensics.journal import JournalValue, assemble_events, field_frame
+from forensics.journal import FieldFrameBuilder, JournalValue, assemble_events
 from forensics.sources import ParseResult, register
 
 NAME = "journal_native"
@@ -42,18 +42,15 @@ def _reader(path: Path):  # noqa: ANN202 - systemd's reader type
 
 def parse(path: Path) -> ParseResult:
     """Read every entry of a journal file or directory into `events` and `quarantine` rows."""
-    records: list[dict[str, list[JournalValue]]] = []
-    problems: list[str | None] = []
-    excerpts: list[JournalValue] = []
+    builder = FieldFrameBuilder()
+    read = 0
     with _reader(path) as reader:
         while True:
             try:
                 if not reader._next():
                     break
             except OSError as error:  # a corrupt region: systemd cannot step past it
-                records.append({})
-                problems.append(f"entry after #{len(records) - 1}: systemd stopped reading: {error}")
-                excerpts.append(None)
+                builder.add({}, problem=f"entry after #{read}: systemd stopped reading: {error}")
                 break
             record: dict[str, list[JournalValue]] = {}
             for name, value in reader._get_all().items():
@@ -63,11 +60,9 @@ def parse(path: Path) -> ParseResult:
             record["__REALTIME_TIMESTAMP"] = [str(reader._get_realtime())]
             record["__MONOTONIC_TIMESTAMP"] = [str(monotonic)]
             record.setdefault("_BOOT_ID", [boot_id.hex()])
-            records.append(record)
-            problems.append(None)
-            excerpts.append(record.get("MESSAGE", [None])[0])
-    n = len(records)
-    fields = field_frame(records, offsets=[None] * n, lines=[None] * n, problems=problems, excerpts=excerpts)
+            builder.add(record, excerpt=record.get("MESSAGE", [None])[0])
+            read += 1
+    fields = builder.build()
     events, quarantine = assemble_events(fields, source_file=str(path), fmt=NAME)
     return ParseResult("events", events, quarantine, records=fields.height)
 

@@ -1,0 +1,1 @@
+"""Benchmarks: ratios against the tools a user would otherwise use, measured in one run."""

@@ -1,0 +1,24 @@
+"""`python -m bench [NAME…]`: run the named benchmarks (default: all) and print their tables."""
+
+from __future__ import annotations
+
+import sys
+
+from bench import journal_ingest
+
+BENCHMARKS = {"journal_ingest": journal_ingest.main}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        print(f"unknown benchmark(s) {unknown}; known: {sorted(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    for name in names:
+        BENCHMARKS[name]()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

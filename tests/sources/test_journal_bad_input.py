@@ -1,0 +1,123 @@
+"""Bad journal input: every record ends in events or in quarantine with file, place and reason.
+
+Table-driven, with the exact messages; parsing goes on past each bad record.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from polars.testing import assert_frame_equal
+
+from forensics.sources import journal_export, journal_json
+from tests.conftest import export_entry
+
+GOOD = export_entry(("__REALTIME_TIMESTAMP", "1781818487000000"), ("MESSAGE", "good"))
+EXPORT_CASES = [
+    # (name, bytes, records, parsed, [(line, reason)])
+    ("truncated entry at end of file", GOOD + b"__REALTIME_TIMESTAMP=1781818488000000\nMESSAGE=cut sh", 2, 1,
+     [(4, "line 4: entry at end of file is not closed by a blank line (file truncated?)")]),
+    ("last entry without its blank line", GOOD + b"__REALTIME_TIMESTAMP=1781818488000000\n", 2, 1,
+     [(4, "line 4: entry at end of file is not closed by a blank line (file truncated?)")]),
+    ("binary length past end of file", GOOD + b"__REALTIME_TIMESTAMP=1\nMESSAGE\n" + struct.pack("<Q", 99) + b"abc",
+     2, 1, [(4, "line 5: binary field MESSAGE: length 99 runs past end of file (3 bytes left)")]),
+    ("binary length cut off", GOOD + b"__REALTIME_TIMESTAMP=1\nMESSAGE\n\x05\x00", 2, 1,
+     [(4, "line 5: binary field MESSAGE: length cut off by end of file")]),
+    ("binary value not followed by newline",
+     b"__REALTIME_TIMESTAMP=1\nMESSAGE\n" + struct.pack("<Q", 3) + b"abcX\n\n" + GOOD, 2, 1,
+     [(1, "line 2: binary field MESSAGE: 3-byte value not followed by a newline")]),
+    ("empty field name", b"__REALTIME_TIMESTAMP=1\n=value\n\n" + GOOD, 2, 1, [(1, "line 2: empty field name")]),
+    ("lower-case field name", b"__REALTIME_TIMESTAMP=1\nmessage=hi\n\n" + GOOD, 2, 1,
+     [(1, "line 2: invalid field name 'message' (only A-Z, 0-9 and _ allowed)")]),
+    ("field name starting with a digit", GOOD + b"__REALTIME_TIMESTAMP=1\n1ABC=x\n\n", 2, 1,
+     [(4, "line 5: field name '1ABC' starts with a digit")]),
+    ("field name too long", GOOD + b"__REALTIME_TIMESTAMP=1\n" + b"A" * 65 + b"=x\n\n", 2, 1,
+     [(4, "line 5: field name '" + "A" * 40 + "'... longer than 64 bytes")]),
+    ("a line that is not a field", b"__REALTIME_TIMESTAMP=1\nhello world\n\n" + GOOD, 2, 1,
+     [(1, "line 2: no '=' and invalid field name 'hello world' (only A-Z, 0-9 and _ allowed)")]),
+    ("missing __REALTIME_TIMESTAMP", b"MESSAGE=when?\n\n" + GOOD, 2, 1, [(1, "line 1: missing __REALTIME_TIMESTAMP")]),
+    ("timestamp that is not a number", GOOD + b"__REALTIME_TIMESTAMP=17818181OO\nMESSAGE=x\n\n", 2, 1,
+     [(4, "line 4: __REALTIME_TIMESTAMP 17818181OO is not an integer")]),
+    ("priority out of range", GOOD + b"__REALTIME_TIMESTAMP=1\nPRIORITY=9\n\n", 2, 1,
+     [(4, "line 4: PRIORITY 9 is not 0-7")]),
+    ("pid that is not a number", GOOD + b"__REALTIME_TIMESTAMP=1\n_PID=abc\n\n", 2, 1,
+     [(4, "line 4: _PID abc is not an integer")]),
+    ("invalid UTF-8 in a text line is kept, not quarantined", b"__REALTIME_TIMESTAMP=1\nMESSAGE=caf\xe9\n\n", 1, 1, []),
+    ("NUL bytes in a text line are kept", b"__REALTIME_TIMESTAMP=1\nMESSAGE=a\x00b\n\n", 1, 1, []),
+    ("extra blank lines between entries", b"\n\n" + GOOD + b"\n\n\n" + GOOD, 2, 2, []),
+]
+
+
+@pytest.mark.parametrize(("data", "records", "parsed", "quarantined"),
+                         [c[1:] for c in EXPORT_CASES], ids=[c[0] for c in EXPORT_CASES])
+def test_export_bad_input(tmp_path: Path, data: bytes, records: int, parsed: int,
+                          quarantined: list[tuple[int, str]]) -> None:
+    path = tmp_path / "bad.export"
+    path.write_bytes(data)
+    result = journal_export.parse(path)
+    result.check_accounting(path)
+    assert (result.records, result.rows.height) == (records, parsed)
+    assert result.quarantine.select("line", "reason").rows() == quarantined
+    assert set(result.quarantine.get_column("source_file")) <= {str(path)}
+    for excerpt in result.quarantine.get_column("excerpt"):
+        assert 0 < len(excerpt) <= 80
+
+
+def test_non_utf8_and_nul_values_survive_exactly(tmp_path: Path) -> None:
+    path = tmp_path / "odd.export"
+    path.write_bytes(b"__REALTIME_TIMESTAMP=1\nMESSAGE=caf\xe9\nNOTE=a\x00b\n\n")
+    row = journal_export.parse(path).rows.row(0, named=True)
+    assert row["message"] == "caf\ufffd" and row["raw_fields"] == [{"name": "MESSAGE", "value": b"caf\xe9"}]
+    assert row["NOTE"] == "a\x00b"
+
+
+JSON_CASES = [
+    ("invalid JSON", b'{"__REALTIME_TIMESTAMP": "1", "MESSAGE": "x"\n', "line 1: invalid JSON: Expecting ',' delimiter (column 45)"),
+    ("not an object", b'["__REALTIME_TIMESTAMP"]\n', "line 1: expected a JSON object, found list"),
+    ("a number value", b'{"__REALTIME_TIMESTAMP": "1", "N": 5}\n',
+     "line 1: field N has a value that is neither a string, a byte array nor null"),
+    ("bad field name", b'{"__REALTIME_TIMESTAMP": "1", "lower": "x"}\n',
+     "line 1: invalid field name 'lower' (only A-Z, 0-9 and _ allowed)"),
+    ("not UTF-8", b'{"__REALTIME_TIMESTAMP": "1", "M": "\xff"}\n', "line 1: not UTF-8 at byte 36"),
+    ("no timestamp", b'{"MESSAGE": "x"}\n', "line 1: missing __REALTIME_TIMESTAMP"),
+    ("cut mid-object", b'{"__REALTIME_TIMESTAMP": "1", "MESS', "line 1: invalid JSON: Unterminated string starting at (column 31)"),
+]
+
+
+@pytest.mark.parametrize(("data", "reason"), [c[1:] for c in JSON_CASES], ids=[c[0] for c in JSON_CASES])
+def test_json_bad_input(tmp_path: Path, data: bytes, reason: str) -> None:
+    good = b'{"__REALTIME_TIMESTAMP": "1781818487000000", "MESSAGE": "good"}\n'
+    path = tmp_path / "bad.json"
+    path.write_bytes(good + data + (b"" if data.endswith(b"\n") else b"\n") + good)
+    result = journal_json.parse(path)
+    result.check_accounting(path)
+    assert (result.records, result.rows.height) == (3, 2)
+    assert result.quarantine.select("line", "reason").rows() == [(2, reason.replace("line 1", "line 2"))]
+
+
+@pytest.mark.parametrize("chunk", [64, 97, 150, 4096])
+def test_chunked_parse_equals_whole_parse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Binary values holding blank lines must not be cut at a chunk boundary."""
+    rng = np.random.default_rng(3)
+    parts = []
+    for i in range(60):
+        payload = rng.integers(0, 256, size=int(rng.integers(0, 40)), dtype=np.uint8).tobytes()
+        payload = payload[:5] + b"\n\n" + payload[5:] if i % 3 == 0 else payload
+        parts.append(export_entry(("__REALTIME_TIMESTAMP", str(1781818487000000 + i)), ("MESSAGE", payload),
+                                  ("I", str(i))))
+    parts.append(b"__REALTIME_TIMESTAMP=1\nbad line\n\n")
+    path = tmp_path / "many.export"
+    path.write_bytes(b"".join(parts))
+    whole = journal_export.parse(path)
+    monkeypatch.setattr(journal_export, "CHUNK_BYTES", chunk)
+    chunked = journal_export.parse(path)
+    assert_frame_equal(chunked.rows, whole.rows)
+    assert_frame_equal(chunked.quarantine, whole.quarantine)
+    bad_line = b"".join(parts[:-1]).count(b"\n") + 2
+    assert whole.rows.height == 60
+    assert whole.rows.get_column("I").to_list() == [str(i) for i in range(60)]
+    assert whole.quarantine.select("line", "reason").rows() == [
+        (bad_line - 1, f"line {bad_line}: no '=' and invalid field name 'bad line' (only A-Z, 0-9 and _ allowed)")]

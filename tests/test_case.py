@@ -1,0 +1,95 @@
+"""The case store: ingest a bundle into Parquet, reopen it lazily, lose nothing, count nothing twice."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from forensics import CaseError, ingest, load_case
+from forensics.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, schema_problems
+from tests.conftest import REPO, export_entry, journalctl, to_journal
+
+SAMPLE = REPO / "data" / "incidents" / "sample-sglang"
+
+
+def test_sample_bundle_accounts_for_every_record(tmp_path: Path) -> None:
+    manifest = ingest(SAMPLE, tmp_path / "case")
+    totals = manifest["totals"]
+    assert totals["records"] == totals["parsed"] + totals["quarantined"]
+    assert totals["events"] == totals["parsed"] - totals["duplicates"]
+    by_path = {e["path"]: e for e in manifest["inputs"]}
+    assert by_path["journal/gpu-node-00.export.zst"] | {"sha256": None} == {
+        "path": "journal/gpu-node-00.export.zst", "format": "journal_export", "sha256": None, "records": 3000,
+        "parsed": 3000, "quarantined": 0, "duplicates": 0,
+        "first_ts": "2026-06-18T21:20:00.000903+00:00", "last_ts": "2026-06-18T21:20:11.997214+00:00"}
+    # The tail export repeats records of the full one: all of them are duplicates.
+    assert by_path["journal/gpu-node-00.tail.export"]["duplicates"] == by_path["journal/gpu-node-00.tail.export"]["parsed"]
+    assert by_path["journal/gpu-node-01.json.gz"]["format"] == "journal_json"
+    assert by_path["journal/damaged.export"]["quarantined"] == 4
+    assert manifest["skipped"] == [{"path": "notes.txt", "reason": "not a recognised input (tried journal_export, "
+                                    "journal_json, journal_native)"}]
+
+
+def test_case_reopens_lazily_with_declared_schemas(tmp_path: Path) -> None:
+    ingest(SAMPLE, tmp_path / "case")
+    case = load_case(tmp_path / "case")
+    assert isinstance(case.events, pl.LazyFrame)
+    assert schema_problems(case.events, EVENTS_SCHEMA) == []
+    assert schema_problems(case.quarantine, QUARANTINE_SCHEMA, extra=None) == []
+    events = case.events.collect()
+    assert events.height == case.manifest["totals"]["events"]
+    assert events.get_column("__CURSOR").is_duplicated().sum() == 0
+    assert events.get_column("ts").is_sorted()
+    reasons = case.quarantine.collect().sort("source_file", "line").select("source_file", "line", "reason").rows()
+    assert reasons[0] == ("journal/damaged.export", 1, "line 3: invalid field name 'message' (only A-Z, 0-9 and _ allowed)")
+
+
+def test_reingest_is_idempotent(tmp_path: Path) -> None:
+    first = ingest(SAMPLE, tmp_path / "case")
+    events = load_case(tmp_path / "case").events.collect()
+    second = ingest(SAMPLE, tmp_path / "case")
+    assert first == second
+    assert_frame_equal(load_case(tmp_path / "case").events.collect(), events)
+    assert not (tmp_path / "case.partial").exists()
+
+
+def test_overlapping_exports_of_one_journal_count_once(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    export = b"".join(export_entry(("__REALTIME_TIMESTAMP", str(1781818487000000 + i)), ("MESSAGE", f"m{i}"))
+                      for i in range(10))
+    journal = to_journal(export, tmp_path)
+    (bundle / "all.export").write_bytes(journalctl(journal, "export"))
+    (bundle / "all.json").write_bytes(journalctl(journal, "json"))
+    (bundle / "var-log-journal").mkdir()
+    shutil.copy(journal, bundle / "var-log-journal" / "system.journal")
+    manifest = ingest(bundle, tmp_path / "case")
+    assert manifest["totals"] == {"records": 30, "parsed": 30, "quarantined": 0, "duplicates": 20, "events": 10}
+    assert [e["format"] for e in manifest["inputs"]] == ["journal_export", "journal_json", "journal_native"]
+
+
+def test_an_unreadable_journal_is_reported_not_fatal(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "broken.journal").write_bytes(b"LPKSHHRH" + b"\x00" * 100)
+    (bundle / "ok.export").write_bytes(export_entry(("__REALTIME_TIMESTAMP", "1781818487000000"), ("MESSAGE", "ok")))
+    manifest = ingest(bundle, tmp_path / "case")
+    broken = manifest["inputs"][0]
+    assert broken["path"] == "broken.journal" and broken["records"] == 0
+    assert broken["error"].startswith(f"{bundle / 'broken.journal'}: systemd cannot open it as a journal")
+    assert manifest["totals"]["events"] == 1
+
+
+def test_load_case_names_what_is_missing(tmp_path: Path) -> None:
+    with pytest.raises(CaseError, match="no manifest.json"):
+        load_case(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"version": 1}))
+    with pytest.raises(CaseError, match="missing the events dataset"):
+        load_case(tmp_path)
+    with pytest.raises(CaseError, match="not a directory"):
+        ingest(tmp_path / "nope", tmp_path / "case")
