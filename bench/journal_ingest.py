@@ -35,6 +35,24 @@ assert result.rows.height + result.quarantine.height == result.records
 print(result.rows.height, time.perf_counter() - start)
 """
 
+INGEST = """
+import sys, time
+from forensics import ingest
+start = time.perf_counter()
+manifest = ingest(sys.argv[1], sys.argv[2])
+print(manifest["totals"]["events"], time.perf_counter() - start)
+"""
+
+OPEN_CASE = """
+import sys, time
+import polars as pl
+from forensics import load_case
+start = time.perf_counter()
+case = load_case(sys.argv[1])
+last = (case.events.group_by("host", "unit").agg(pl.col("ts").max(), pl.len()).collect())
+print(last.height, time.perf_counter() - start)
+"""
+
 IMPORTS_ONLY = """
 import time
 from forensics.sources import get
@@ -95,6 +113,13 @@ def main() -> None:
         run("journalctl -o json (to a file)", ["journalctl", "-D", str(paths["journal"]), "-o", "json"])[0],
         python("python-systemd Reader iteration", BARE_READER, str(paths["journal"]), note="no frame built"),
     ]
+    bundle = CACHE / f"bundle-{ENTRIES}"
+    bundle.mkdir(exist_ok=True)
+    if not (bundle / paths["export"].name).exists():
+        (bundle / paths["export"].name).symlink_to(paths["export"])
+    case = CACHE / f"case-{ENTRIES}"
+    rows.append(python("forensics ingest (export -> Parquet case)", INGEST, str(bundle), str(case)))
+    rows.append(python("load_case + last record per host/unit", OPEN_CASE, str(case), note="a notebook's first cell"))
     rows.append(baseline)
     if shutil.which("lnav"):
         rows.append(run("lnav indexing the JSON", ["lnav", "-n", "-c", ";SELECT count(*) FROM all_logs",
@@ -105,12 +130,13 @@ def main() -> None:
     ours = rows[0]
     print(f"\n## journald ingestion, {ENTRIES:,} entries (export {size_mib:,.0f} MiB, "
           f"JSON {paths['json'].stat().st_size / 2**20:,.0f} MiB), {os.cpu_count()} cores\n")
-    print("| what | seconds | peak RSS MiB | export loader is N× faster | note |")
-    print("|---|---:|---:|---:|---|")
+    print("| what | seconds | peak RSS MiB | peak private MiB | export loader is N× faster | note |")
+    print("|---|---:|---:|---:|---:|---|")
     for m in rows:
-        ratio = f"{m.seconds / ours.seconds:.1f}" if m.seconds == m.seconds and m is not baseline else ""
-        print(f"| {m.label} | {m.seconds:.2f} | {m.peak_mib:,.0f} | {ratio} | {m.note} |")
+        comparable = m.seconds == m.seconds and m is not baseline and "load_case" not in m.label
+        ratio = f"{m.seconds / ours.seconds:.1f}" if comparable else ""
+        print(f"| {m.label} | {m.seconds:.2f} | {m.peak_mib:,.0f} | {m.peak_anon_mib:,.0f} | {ratio} | {m.note} |")
     print(f"\ntargets: export -> events <= 2 s (measured {ours.seconds:.2f} s); peak memory <= export size "
           f"({size_mib:,.0f} MiB; measured {ours.peak_mib:,.0f} MiB incl. the mapped file, "
-          f"{ours.peak_mib - baseline.peak_mib:,.0f} MiB above the import floor); >= 2x faster than "
+          f"{ours.peak_anon_mib:,.0f} MiB private); >= 2x faster than "
           f"bare python-systemd iteration (measured {rows[4].seconds / ours.seconds:.1f}x)")

@@ -17,9 +17,13 @@ def _names(requirements: list[str]) -> dict[str, str]:
     return out
 
 
-def test_environment_yml_lists_the_same_dependencies_as_pyproject() -> None:
+def _all_requirements() -> list[str]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    wanted = _names(project["dependencies"] + project["optional-dependencies"]["dev"])
+    return project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+
+
+def test_environment_yml_lists_the_same_dependencies_as_pyproject() -> None:
+    wanted = _names(_all_requirements())
     lines = (REPO / "environment.yml").read_text().splitlines()
     start = lines.index("dependencies:") + 1
     conda = [line.strip()[2:] for line in lines[start:] if re.match(r"^  - [A-Za-z]", line)]
@@ -28,8 +32,7 @@ def test_environment_yml_lists_the_same_dependencies_as_pyproject() -> None:
 
 
 def test_constraints_pin_every_dependency() -> None:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    wanted = set(_names(project["dependencies"] + project["optional-dependencies"]["dev"]))
+    wanted = set(_names(_all_requirements()))
     pinned = {line.split("==")[0].lower() for line in (REPO / "constraints.txt").read_text().split()}
     assert wanted <= pinned, wanted - pinned
 

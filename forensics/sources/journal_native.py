@@ -30,8 +30,8 @@ def _reader(path: Path):  # noqa: ANN202 - systemd's reader type
         from systemd import journal
     except ImportError as error:
         raise MissingSystemDependency(
-            f"{path}: reading .journal files needs python-systemd (pip install systemd-python; "
-            f"Debian packages libsystemd-dev and pkg-config to build it)") from error
+            f"{path}: reading .journal files needs the 'journal' extra: pip install 'forensics[journal]' "
+            f"(it builds python-systemd, which needs Debian's libsystemd-dev and pkg-config)") from error
     try:
         if path.is_dir():
             return journal._Reader(flags=0, path=str(path))
