@@ -157,7 +157,8 @@ def load_case(path: str | Path) -> Case:
     path = Path(path)
     manifest_path = path / "manifest.json"
     if not manifest_path.is_file():
-        raise CaseError(f"{path}: not a case (no manifest.json); create one with `forensics ingest BUNDLE --case {path}`")
+        raise CaseError(f"{path}: not a case (no manifest.json); "
+                        f"create one with `forensics ingest BUNDLE --case {path}`")
     manifest = json.loads(manifest_path.read_text())
     if manifest.get("version") != MANIFEST_VERSION:
         raise CaseError(f"{manifest_path}: case version {manifest.get('version')}, this forensics reads "

@@ -15,6 +15,7 @@ class ParseError(ForensicsError):
     """An input cannot be read at all; names the file and, where known, the line or byte offset."""
 
     def __init__(self, path: str, msg: str, *, line: int | None = None, offset: int | None = None) -> None:
+        """Name the file, and the line or byte offset where known."""
         self.path = path
         self.line = line
         self.offset = offset
@@ -31,6 +32,7 @@ class SchemaError(ForensicsError):
     """A frame does not match its declared schema; lists every problem at once."""
 
     def __init__(self, frame: str, problems: list[str]) -> None:
+        """Name the frame and list every problem."""
         self.frame = frame
         self.problems = problems
         super().__init__(f"{frame}: " + "; ".join(problems))

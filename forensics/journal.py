@@ -129,10 +129,9 @@ def _problems(fields: pl.DataFrame) -> pl.Expr:
     priority = _integer(fields, "PRIORITY")
     checks.append((_column(fields, "PRIORITY").is_not_null() & (priority.is_null() | ~priority.is_between(0, 7)),
                    pl.format("PRIORITY {} is not 0-7", _column(fields, "PRIORITY").str.slice(0, 40))))
-    expr = pl.when(checks[0][0]).then(checks[0][1])
-    for condition, reason in checks[1:]:
-        expr = expr.when(condition).then(reason)
-    found = expr.otherwise(None)
+    found: pl.Expr = pl.lit(None, dtype=pl.String)
+    for condition, reason in reversed(checks):  # the first check that fails wins
+        found = pl.when(condition).then(reason).otherwise(found)
     line = _column(fields, "@line")
     located = pl.when(line.is_not_null()).then(pl.format("line {}: {}", line, found)).otherwise(found)
     return pl.coalesce(_column(fields, "@problem"), located)
@@ -203,6 +202,7 @@ class FieldFrameBuilder:
     `BATCH_RECORDS` of them into a field frame, so Python objects never pile up for a whole file."""
 
     def __init__(self) -> None:
+        """Start with no records."""
         self.frames: list[pl.DataFrame] = []
         self._records: list[dict[str, list[JournalValue]]] = []
         self._offsets: list[int | None] = []
