@@ -255,10 +255,10 @@ def field_frame(records: list[dict[str, list[JournalValue]]], *, offsets: list[i
             series.append(pl.Series(name, [v.encode() if isinstance(v, str) else v for v in values], dtype=pl.Binary))
         else:
             series.append(pl.Series(name, values, dtype=pl.String))
-    frame = pl.DataFrame(series, height=len(records)).with_columns(
+    frame = pl.DataFrame([
         pl.Series("@offset", offsets, dtype=pl.Int64),
         pl.Series("@line", lines, dtype=pl.Int64),
         pl.Series("@problem", problems, dtype=pl.String),
         pl.Series("@excerpt", [e.encode() if isinstance(e, str) else e for e in excerpts], dtype=pl.Binary),
-    )
+    ]).with_columns(series)
     return _append_raw(frame, raw) if raw else frame

@@ -3,19 +3,31 @@
 Spec: https://systemd.io/JOURNAL_EXPORT_FORMATS/#journal-json-format — values are strings;
 a value that is not valid UTF-8 (or is binary) is an array of byte values; a field that occurs
 more than once is an array of such values; a value larger than journalctl's limit is `null`.
+
+Most lines hold only string values: those go through polars' JSON reader in one vectorised call.
+A line that may hold an array or a null (it contains `":[` or `":null`), a key the reader was not
+told about, or anything polars cannot read goes through Python's json module record by record,
+which handles every shape exactly; the two halves are merged back in line order.
 """
 
 from __future__ import annotations
 
 import json
+import mmap
 from pathlib import Path
 
+import numpy as np
+import polars as pl
+
+from forensics.byteviews import binary_views
 from forensics.journal import FieldFrameBuilder, JournalValue, assemble_events, field_name_problem
 from forensics.rawio import read_all
+from forensics.schema import EXCERPT_CHARS
 from forensics.sources import ParseResult, register
 
 NAME = "journal_json"
-_RS = b"\x1e"
+_SLOW_MARKERS = ('":[', '": [', '":null', '": null')
+_SCHEMA_SAMPLE_LINES = 2000
 
 
 def sniff(head: bytes, path: Path) -> bool:
@@ -49,28 +61,104 @@ def _record(obj: object) -> dict[str, list[JournalValue]]:
     return record
 
 
-def parse(path: Path) -> ParseResult:
-    """Read a JSON (or json-seq) journal export into `events` and `quarantine` rows."""
-    data = bytes(read_all(path))
+def _slow(lines: list[tuple[int, int, bytes]]) -> pl.DataFrame:
+    """Field frame of (line number, offset, text) lines read one by one with Python's json."""
     builder = FieldFrameBuilder()
-    offset = 0
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        at = offset
-        offset += len(raw) + 1
+    for number, offset, raw in lines:
         text = raw.strip(b"\x1e \t\r")
-        if not text:
-            continue
         try:
-            record = _record(json.loads(text))
-            problem = None
+            record, problem = _record(json.loads(text)), None
         except UnicodeDecodeError as error:
             record, problem = {}, f"line {number}: not UTF-8 at byte {error.start}"
         except json.JSONDecodeError as error:
             record, problem = {}, f"line {number}: invalid JSON: {error.msg} (column {error.colno})"
         except ValueError as error:
             record, problem = {}, f"line {number}: {error}"
-        builder.add(record, offset=at, line=number, problem=problem, excerpt=raw[:80])
-    fields = builder.build()
+        builder.add(record, offset=offset, line=number, problem=problem, excerpt=raw[:EXCERPT_CHARS])
+    return builder.build()
+
+
+def _fast(path: Path, data: bytes | mmap.mmap, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+          numbers: np.ndarray) -> tuple[pl.DataFrame, np.ndarray]:
+    """Field frame of the lines polars can read exactly, and a mask of the lines it cannot."""
+    everything_slow = (pl.DataFrame(), np.ones(len(starts), bool))
+    try:
+        text = binary_views(buf, starts, ends).cast(pl.String)
+    except pl.exceptions.ComputeError:  # some line is not UTF-8: let Python name the byte
+        return everything_slow
+    slow = pl.select(pl.any_horizontal(*[text.str.contains(m, literal=True) for m in _SLOW_MARKERS])
+                     ).to_series().to_numpy().copy()
+    fast_rows = np.flatnonzero(~slow)
+    if len(fast_rows) == 0:
+        return pl.DataFrame(), slow
+    fast_text = text.gather(pl.Series(fast_rows))
+    keys: set[str] = set()
+    for line in fast_text.head(_SCHEMA_SAMPLE_LINES).to_list():
+        try:
+            keys.update(json.loads(line))
+        except ValueError:
+            pass
+    if not keys or any(field_name_problem(k.encode()) for k in keys):
+        return everything_slow
+    if slow.any():
+        # Blank out the lines Python will read, so polars' rows are exactly the fast lines.
+        source: bytes | Path = bytearray(data)
+        for i in np.flatnonzero(slow).tolist():
+            source[starts[i]:ends[i]] = b" " * int(ends[i] - starts[i])
+        source = bytes(source)
+    else:
+        source = path if isinstance(data, mmap.mmap) else bytes(data)
+    try:
+        frame = pl.read_ndjson(source, schema={k: pl.String for k in sorted(keys)})
+    except pl.exceptions.PolarsError:
+        return everything_slow
+    if frame.height != len(fast_rows):
+        return everything_slow
+    # A line with a key outside the schema lost it, and one with a number or boolean value had it
+    # turned into text: count its keys and string values, and send any mismatch back to Python.
+    seen = frame.select(pl.sum_horizontal(pl.all().is_not_null())).to_series()
+    written = fast_text.str.count_matches('":', literal=True)
+    strings = fast_text.str.count_matches('":"', literal=True) + fast_text.str.count_matches('": "', literal=True)
+    lost = ((written != seen) | (written != strings)).to_numpy()
+    if lost.any():
+        slow[fast_rows[lost]] = True
+        fast_rows = fast_rows[~lost]
+        frame = frame.filter(pl.Series(~lost))
+    frame = frame.with_columns(
+        pl.Series("@offset", starts[fast_rows], dtype=pl.Int64),
+        pl.Series("@line", numbers[fast_rows], dtype=pl.Int64),
+        pl.Series("@problem", [None] * len(fast_rows), dtype=pl.String),
+        binary_views(buf, starts[fast_rows], np.minimum(ends[fast_rows], starts[fast_rows] + EXCERPT_CHARS))
+        .alias("@excerpt"),
+    )
+    return frame, slow
+
+
+def parse(path: Path) -> ParseResult:
+    """Read a JSON (or json-seq) journal export into `events` and `quarantine` rows."""
+    data = read_all(path)
+    buf = np.frombuffer(data, np.uint8) if len(data) else np.zeros(0, np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    if len(buf) and buf[-1] != 10:
+        ends = np.append(ends, len(buf))
+    starts = np.concatenate(([0], ends[:-1] + 1)) if len(ends) else ends
+    numbers = np.arange(1, len(ends) + 1)
+    # Records are the lines holding anything but white space and json-seq's record separators.
+    short = np.flatnonzero(ends - starts <= 8).tolist()
+    blank = [i for i in short if not bytes(buf[starts[i]:ends[i]]).strip(b"\x1e \t\r")]
+    keep = np.ones(len(starts), bool)
+    keep[blank] = False
+    starts, ends, numbers = starts[keep], ends[keep], numbers[keep]
+    if b"\x1e" in bytes(data[:4096]):
+        fast, slow = pl.DataFrame(), np.ones(len(starts), bool)  # json-seq: read record by record
+    else:
+        fast, slow = _fast(path, data, buf, starts, ends, numbers)
+    rows = np.flatnonzero(slow).tolist()
+    slow_frame = _slow([(int(numbers[i]), int(starts[i]), bytes(buf[starts[i]:ends[i]])) for i in rows])
+    frames = [f for f in (fast, slow_frame) if f.width]
+    fields = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+    if len(frames) == 2:
+        fields = fields.sort("@line")
     events, quarantine = assemble_events(fields, source_file=str(path), fmt=NAME)
     return ParseResult("events", events, quarantine, records=fields.height)
 

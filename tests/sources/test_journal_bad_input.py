@@ -5,10 +5,12 @@ Table-driven, with the exact messages; parsing goes on past each bad record.
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -121,3 +123,36 @@ def test_chunked_parse_equals_whole_parse(tmp_path: Path, monkeypatch: pytest.Mo
     assert whole.rows.get_column("I").to_list() == [str(i) for i in range(60)]
     assert whole.quarantine.select("line", "reason").rows() == [
         (bad_line - 1, f"line {bad_line}: no '=' and invalid field name 'bad line' (only A-Z, 0-9 and _ allowed)")]
+
+
+def test_json_fast_and_record_by_record_paths_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lines polars reads and lines Python reads merge back exactly, in line order."""
+    lines = []
+    for i in range(40):
+        record = {"__REALTIME_TIMESTAMP": str(1781818487000000 + i), "MESSAGE": f"[2026-06-18 21:34:{i:02d}] m\\"}
+        if i % 5 == 1:
+            record["BLOB"] = [1, 2, 255]                  # bytes: an array
+        if i % 7 == 2:
+            record["TAGS"] = ["a", "b"]                   # repeated: an array
+        if i % 9 == 3:
+            record["HUGE"] = None                         # too large for journalctl
+        if i == 30:
+            record["LATE_KEY"] = "not in the first lines"  # outside the sampled schema
+        if i == 33:
+            record["MESSAGE"] = 'text with "quotes": [and brackets]'
+        lines.append(json.dumps(record, separators=(",", ":")).encode())
+    lines.insert(20, b"")
+    lines.insert(25, b'{"__REALTIME_TIMESTAMP":"1","N":5}')
+    path = tmp_path / "mixed.json"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    monkeypatch.setattr(journal_json, "_SCHEMA_SAMPLE_LINES", 3)
+    mixed = journal_json.parse(path)
+    monkeypatch.setattr(journal_json, "_fast", lambda path, data, buf, starts, *rest: (
+        pl.DataFrame(), np.ones(len(starts), bool)))
+    python_only = journal_json.parse(path)
+    assert_frame_equal(mixed.rows, python_only.rows)
+    assert_frame_equal(mixed.quarantine, python_only.quarantine)
+    assert mixed.rows.height == 40 and mixed.records == 41
+    assert mixed.rows.filter(pl.col("LATE_KEY").is_not_null()).height == 1
+    assert mixed.quarantine.select("line", "reason").rows() == [
+        (26, "line 26: field N has a value that is neither a string, a byte array nor null")]
