@@ -26,7 +26,6 @@ from forensics.schema import CONSUMED_FIELDS, EVENTS_SCHEMA, EXCERPT_CHARS, QUAR
 
 FIELD_NAME = re.compile(rb"[A-Z_][A-Z0-9_]{0,63}")
 DATA_TYPE = "journald:entry"
-BOOKKEEPING = ("@offset", "@line", "@problem", "@excerpt", "@raw")
 _TIME_AND_ADDRESS = ("__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_ID", "__CURSOR")
 
 

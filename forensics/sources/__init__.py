@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -28,7 +28,6 @@ class ParseResult:
     rows: pl.DataFrame
     quarantine: pl.DataFrame
     records: int  # records seen = len(rows) + len(quarantine), checked by `check_accounting`
-    notes: list[str] = field(default_factory=list)
 
     def check_accounting(self, path: Path) -> None:
         """Raise if a record vanished: seen must equal parsed + quarantined."""
