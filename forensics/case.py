@@ -3,6 +3,7 @@
 Layout of a case folder (one Parquet dataset per canonical frame, named after it)::
 
     CASE/events/part-0.parquet      one row per journal record (see `forensics.schema.EVENTS_SCHEMA`)
+    CASE/stacks/part-0.parquet      one row per py-spy stack frame (`forensics.schema.STACKS_SCHEMA`)
     CASE/quarantine/part-0.parquet  every record that could not be read, with file, place and reason
     CASE/manifest.json              inputs with sha256, format, records, quarantined, time span
 
@@ -25,10 +26,12 @@ import polars as pl
 
 from forensics import sources
 from forensics.errors import CaseError, ForensicsError, WrongFormat
-from forensics.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, empty, validate
+from forensics.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, STACKS_SCHEMA, empty, validate
 
-MANIFEST_VERSION = 1
-FRAMES = ("events", "quarantine")
+MANIFEST_VERSION = 2
+#: The canonical frames a case holds, with their schemas (columns beyond them must be String).
+SCHEMAS = {"events": EVENTS_SCHEMA, "stacks": STACKS_SCHEMA}
+FRAMES = (*SCHEMAS, "quarantine")
 IGNORED_NAMES = {"incident.toml", "README.md", ".gitkeep"}
 
 
@@ -38,6 +41,7 @@ class Case:
 
     path: Path
     events: pl.LazyFrame
+    stacks: pl.LazyFrame
     quarantine: pl.LazyFrame
     manifest: dict[str, Any]
 
@@ -88,7 +92,7 @@ def ingest(bundle: str | Path, case_dir: str | Path,
     """Read every input of `bundle` into a case at `case_dir`; returns the manifest."""
     bundle, case_dir = Path(bundle), Path(case_dir)
     found, skipped = discover(bundle)
-    events: list[pl.DataFrame] = []
+    rows_by_frame: dict[str, list[pl.DataFrame]] = {name: [] for name in SCHEMAS}
     quarantine: list[pl.DataFrame] = []
     inputs: list[dict[str, Any]] = []
     steps = progress(found) if progress else found
@@ -104,11 +108,12 @@ def ingest(bundle: str | Path, case_dir: str | Path,
             continue
         rows = result.rows.with_columns(pl.lit(entry["path"]).alias("source_file"))
         bad = result.quarantine.with_columns(pl.lit(entry["path"]).alias("source_file"))
-        entry.update(records=result.records, parsed=rows.height, quarantined=bad.height)
-        events.append(rows)
+        entry.update(records=result.records, parsed=result.parsed, quarantined=bad.height)
+        rows_by_frame[result.frame].append(rows)
         quarantine.append(bad)
         inputs.append(entry)
 
+    events = rows_by_frame["events"]
     all_events = pl.concat(events, how="diagonal_relaxed") if events else empty(EVENTS_SCHEMA)
     # The same journal record reached through two inputs has one cursor: keep the first.
     first = pl.col("__CURSOR").is_null() | pl.col("__CURSOR").is_first_distinct()
@@ -116,10 +121,14 @@ def ingest(bundle: str | Path, case_dir: str | Path,
     duplicates = dict(dropped.iter_rows())
     all_events = all_events.filter(first).sort("ts", maintain_order=True)
     all_quarantine = pl.concat(quarantine) if quarantine else empty(QUARANTINE_SCHEMA)
+    all_stacks = pl.concat(rows_by_frame["stacks"]) if rows_by_frame["stacks"] else empty(STACKS_SCHEMA)
+    all_stacks = all_stacks.sort("ts", "source_file", "source_line", maintain_order=True)
     validate(all_events, EVENTS_SCHEMA, "events")
+    validate(all_stacks, STACKS_SCHEMA, "stacks", extra=None)
     validate(all_quarantine, QUARANTINE_SCHEMA, "quarantine", extra=None)
 
-    spans = {row[0]: row[1:] for row in all_events.group_by("source_file")
+    timed = pl.concat([f.select("source_file", "ts") for f in (all_events, all_stacks)])
+    spans = {row[0]: row[1:] for row in timed.group_by("source_file")
              .agg(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).iter_rows()}
     for entry in inputs:
         entry.setdefault("duplicates", duplicates.get(entry["path"], 0))
@@ -136,14 +145,16 @@ def ingest(bundle: str | Path, case_dir: str | Path,
             "quarantined": sum(e["quarantined"] for e in inputs),
             "duplicates": sum(e["duplicates"] for e in inputs),
             "events": all_events.height,
+            "stack_frames": all_stacks.height,
+            "stack_dumps": all_stacks.select("source_file", "dump").n_unique(),
         },
     }
-    window = all_events.select(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).row(0)
+    window = timed.select(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).row(0)
     manifest["first_ts"], manifest["last_ts"] = _iso(window[0]), _iso(window[1])
 
     staging = case_dir.with_name(case_dir.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    for name, frame in (("events", all_events), ("quarantine", all_quarantine)):
+    for name, frame in (("events", all_events), ("stacks", all_stacks), ("quarantine", all_quarantine)):
         (staging / name).mkdir(parents=True)
         frame.write_parquet(staging / name / "part-0.parquet", compression="zstd", statistics=True)
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -153,7 +164,7 @@ def ingest(bundle: str | Path, case_dir: str | Path,
 
 
 def load_case(path: str | Path) -> Case:
-    """Open a case folder: lazy `events` and `quarantine` frames plus the manifest."""
+    """Open a case folder: lazy `events`, `stacks` and `quarantine` frames plus the manifest."""
     path = Path(path)
     manifest_path = path / "manifest.json"
     if not manifest_path.is_file():
@@ -169,7 +180,7 @@ def load_case(path: str | Path) -> Case:
         if not dataset.is_dir():
             raise CaseError(f"{path}: missing the {name} dataset ({dataset})")
         frames[name] = pl.scan_parquet(dataset / "*.parquet")
-    return Case(path, frames["events"], frames["quarantine"], manifest)
+    return Case(path, frames["events"], frames["stacks"], frames["quarantine"], manifest)
 
 
 def host_unit_summary(case: Case) -> pl.DataFrame:

@@ -22,7 +22,7 @@ import re
 
 import polars as pl
 
-from forensics.schema import CONSUMED_FIELDS, EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD
+from forensics.schema import CONSUMED_FIELDS, EVENTS_SCHEMA, QUARANTINE_SCHEMA, RAW_FIELD, excerpt_text
 
 FIELD_NAME = re.compile(rb"[A-Z_][A-Z0-9_]{0,63}")
 DATA_TYPE = "journald:entry"
@@ -41,15 +41,6 @@ def field_name_problem(name: bytes) -> str | None:
     if name[:1].isdigit():
         return f"field name {shown!r} starts with a digit"
     return f"invalid field name {shown!r} (only A-Z, 0-9 and _ allowed)"
-
-
-def excerpt_text(raw: bytes | str | None) -> str:
-    """A short, printable excerpt of a bad record for the quarantine."""
-    if raw is None:
-        return ""
-    text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
-    text = text.replace("\x00", "\\x00").replace("\n", "\\n")
-    return text[:EXCERPT_CHARS]
 
 
 def _is_utf8(value: bytes) -> bool:
@@ -152,6 +143,7 @@ def assemble_events(fields: pl.DataFrame, *, source_file: str, fmt: str) -> tupl
             "line": bad.get_column("@line") if "@line" in bad.columns else [None] * bad.height,
             "reason": bad.get_column("@why"),
             "excerpt": [excerpt_text(e) for e in excerpts],
+            "subject": [None] * bad.height,
         },
         schema=dict(QUARANTINE_SCHEMA),
     )

@@ -62,9 +62,51 @@ QUARANTINE_SCHEMA: Mapping[str, pl.DataType] = {
     "line": pl.Int64(),
     "reason": pl.String(),
     "excerpt": pl.String(),
+    # What the record was about when the reader knows it without reading it, as `key=value`
+    # words (e.g. a failed py-spy dump's `pid=4242 group=decode` from its capture header).
+    "subject": pl.String(),
 }
 
 EXCERPT_CHARS = 80
+
+
+def excerpt_text(raw: bytes | str | None) -> str:
+    """A short, printable excerpt of a bad record for the quarantine."""
+    if raw is None:
+        return ""
+    text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
+    text = text.replace("\x00", "\\x00").replace("\n", "\\n")
+    return text[:EXCERPT_CHARS]
+
+#: One row per stack frame of a py-spy dump (depth 0 = innermost); a thread with no frames is one
+#: row with null depth. Time and context come from the bundle (`forensics.capture`), not the dump.
+STACKS_SCHEMA: Mapping[str, pl.DataType] = {
+    "ts": UTC_US,
+    "ts_source": pl.String(),
+    "ts_confidence": pl.String(),
+    "host": pl.String(),
+    "group": pl.String(),  # the engine the process belongs to, when the bundle says
+    "pid": pl.Int64(),
+    "title": pl.String(),  # py-spy's "Process N:" text: the command line, or the title set by setproctitle
+    "python": pl.String(),
+    "dp": pl.Int32(),
+    "tp": pl.Int32(),
+    "pp": pl.Int32(),
+    "ep": pl.Int32(),
+    "thread_id": pl.Int64(),
+    "thread_name": pl.String(),
+    "status": pl.String(),  # idle, active, active+gil; "gil" or null in core-dump mode
+    "depth": pl.Int32(),
+    "function": pl.String(),
+    "file": pl.String(),
+    "line": pl.Int32(),  # null for native frames without line information
+    "locals": pl.List(pl.Struct({"name": pl.String, "value": pl.String, "arg": pl.Boolean})),
+    "format": pl.String(),
+    "data_type": pl.String(),
+    "source_file": pl.String(),
+    "source_line": pl.Int64(),
+    "dump": pl.Int32(),  # which dump of the file: one process at one capture
+}
 
 
 def schema_problems(frame: pl.DataFrame | pl.LazyFrame, schema: Mapping[str, pl.DataType],

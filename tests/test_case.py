@@ -10,7 +10,8 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from forensics import CaseError, ingest, load_case
+from forensics import CaseError, ingest, load_case, sources
+from forensics.case import MANIFEST_VERSION
 from forensics.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, schema_problems
 from tests.conftest import REPO, export_entry, journalctl, to_journal
 
@@ -31,8 +32,8 @@ def test_sample_bundle_accounts_for_every_record(tmp_path: Path) -> None:
     assert by_path["journal/gpu-node-00.tail.export"]["duplicates"] == by_path["journal/gpu-node-00.tail.export"]["parsed"]
     assert by_path["journal/gpu-node-01.json.gz"]["format"] == "journal_json"
     assert by_path["journal/damaged.export"]["quarantined"] == 4
-    assert manifest["skipped"] == [{"path": "notes.txt", "reason": "not a recognised input (tried journal_export, "
-                                    "journal_json, journal_native)"}]
+    tried = ", ".join(sorted(sources.registered()))
+    assert manifest["skipped"] == [{"path": "notes.txt", "reason": f"not a recognised input (tried {tried})"}]
 
 
 def test_case_reopens_lazily_with_declared_schemas(tmp_path: Path) -> None:
@@ -69,7 +70,8 @@ def test_overlapping_exports_of_one_journal_count_once(tmp_path: Path) -> None:
     (bundle / "var-log-journal").mkdir()
     shutil.copy(journal, bundle / "var-log-journal" / "system.journal")
     manifest = ingest(bundle, tmp_path / "case")
-    assert manifest["totals"] == {"records": 30, "parsed": 30, "quarantined": 0, "duplicates": 20, "events": 10}
+    assert manifest["totals"] == {"records": 30, "parsed": 30, "quarantined": 0, "duplicates": 20, "events": 10,
+                                    "stack_frames": 0, "stack_dumps": 0}
     assert [e["format"] for e in manifest["inputs"]] == ["journal_export", "journal_json", "journal_native"]
 
 
@@ -89,6 +91,9 @@ def test_load_case_names_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(CaseError, match="no manifest.json"):
         load_case(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({"version": 1}))
+    with pytest.raises(CaseError, match="case version 1, this forensics reads 2; re-ingest"):
+        load_case(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"version": MANIFEST_VERSION}))
     with pytest.raises(CaseError, match="missing the events dataset"):
         load_case(tmp_path)
     with pytest.raises(CaseError, match="not a directory"):

@@ -27,13 +27,21 @@ class ParseResult:
     frame: str  # which canonical frame the rows belong to, e.g. "events"
     rows: pl.DataFrame
     quarantine: pl.DataFrame
-    records: int  # records seen = len(rows) + len(quarantine), checked by `check_accounting`
+    records: int  # records seen = parsed + len(quarantine), checked by `check_accounting`
+    # Records read into `rows`; None when each record is one row (a journal entry). A py-spy dump
+    # (the record) is many rows (its frames).
+    parsed_records: int | None = None
+
+    @property
+    def parsed(self) -> int:
+        """How many records were read into `rows`."""
+        return self.rows.height if self.parsed_records is None else self.parsed_records
 
     def check_accounting(self, path: Path) -> None:
         """Raise if a record vanished: seen must equal parsed + quarantined."""
-        if self.records != self.rows.height + self.quarantine.height:
+        if self.records != self.parsed + self.quarantine.height:
             raise ForensicsError(
-                f"{path}: {self.records} records seen but {self.rows.height} parsed + "
+                f"{path}: {self.records} records seen but {self.parsed} parsed + "
                 f"{self.quarantine.height} quarantined"
             )
 
