@@ -26,7 +26,13 @@ import polars as pl
 
 from forensics import sources
 from forensics.errors import CaseError, ForensicsError, WrongFormat
-from forensics.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, STACKS_SCHEMA, empty, validate
+from forensics.schema import (
+    EVENTS_SCHEMA,
+    QUARANTINE_SCHEMA,
+    STACKS_SCHEMA,
+    empty,
+    validate,
+)
 
 MANIFEST_VERSION = 2
 #: The canonical frames a case holds, with their schemas (columns beyond them must be String).

@@ -1,11 +1,14 @@
-"""The `forensics` command: `ingest` a bundle into a case, `summary` of a case, `synth` test data."""
+"""The `forensics` command: `ingest` a bundle into a case, `summary` of a case, `stacks` verdicts,
+`synth` test data."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 import polars as pl
 from tqdm import tqdm
@@ -18,8 +21,9 @@ def _default_case(bundle: Path) -> Path:
     return Path("exports") / bundle.resolve().name / "case"
 
 
-def print_summary(case_dir: Path, out=sys.stdout) -> None:  # noqa: ANN001 - a text stream
+def print_summary(case_dir: Path, out: TextIO | None = None) -> None:
     """Print what a case holds: inputs, records seen = parsed + quarantined, hosts and units."""
+    out = out or sys.stdout
     case = load_case(case_dir)
     m = case.manifest
     t = m["totals"]
@@ -44,6 +48,51 @@ def print_summary(case_dir: Path, out=sys.stdout) -> None:  # noqa: ANN001 - a t
             print(reasons, file=out)
 
 
+def _case_for(path: Path) -> Path:
+    """A case folder as given, or the default case of a bundle, ingested now."""
+    if (path / "manifest.json").is_file():
+        return path
+    case_dir = _default_case(path)
+    ingest(path, case_dir, progress=lambda items: tqdm(items, desc="ingest", unit="input", file=sys.stderr))
+    sys.stderr.flush()
+    return case_dir
+
+
+def print_stacks(case_dir: Path, profile: str, expected: dict[str, int], every_round: bool,
+                 out: TextIO | None = None) -> None:
+    """Print each group's stack verdict with its explanation and the phase of every rank."""
+    out = out or sys.stdout
+    from forensics.detect.stacks import judge, latest
+    from forensics.profiles import load_profile
+
+    case = load_case(case_dir)
+    verdicts = judge(case.stacks, case.quarantine, load_profile(profile), expected)
+    if not verdicts:
+        print(f"no py-spy dumps in {case_dir}", file=out)
+        return
+    for v in verdicts if every_round else latest(verdicts):
+        rounds = f" (round {v.round + 1})" if every_round else ""
+        print(f"== {v.group}{rounds}: {v.verdict}", file=out)
+        print(textwrap.fill(v.explanation, width=110), file=out)
+        for r in sorted(v.ranks, key=lambda r: r.rank):
+            frame = str(r.phase.frame) if r.phase.frame else "-"
+            moved = v.progress.get(r.rank, "")
+            print(f"   {r.label:<8} pid {r.pid or '-':<8} {r.phase.phase:<11} {frame:<70} {moved}", file=out)
+        for m in v.missing:
+            print(f"   {m.label:<8} MISSING  {m.reason}", file=out)
+        print(file=out)
+
+
+def _expected(pairs: list[str]) -> dict[str, int]:
+    expected = {}
+    for pair in pairs:
+        group, sep, size = pair.partition("=")
+        if not sep or not size.isdigit():
+            raise ForensicsError(f"--expect {pair!r}: write GROUP=RANKS, e.g. decode=4")
+        expected[group] = int(size)
+    return expected
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `forensics` console script."""
     parser = argparse.ArgumentParser(prog="forensics", description=__doc__)
@@ -53,6 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_ingest.add_argument("--case", type=Path, help="case folder (default: exports/<bundle name>/case)")
     p_summary = sub.add_parser("summary", help="print what a case holds")
     p_summary.add_argument("case", type=Path)
+    p_stacks = sub.add_parser("stacks", help="judge the py-spy dumps of a bundle or case: TP desync and friends")
+    p_stacks.add_argument("path", type=Path, help="a bundle folder (ingested first) or a case folder")
+    p_stacks.add_argument("--profile", default="sglang", help="profile name or .toml path (default: sglang)")
+    p_stacks.add_argument("--expect", action="append", default=[], metavar="GROUP=RANKS",
+                          help="how many ranks a group has, when the highest may be missing (e.g. decode=4)")
+    p_stacks.add_argument("--all-rounds", action="store_true", help="a verdict per dump round, not just the last")
     p_synth = sub.add_parser("synth", help="write a generated SGLang-shaped journal export")
     p_synth.add_argument("out", type=Path)
     p_synth.add_argument("--entries", type=int, default=10_000)
@@ -68,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_summary(case_dir)
         elif args.command == "summary":
             print_summary(args.case)
+        elif args.command == "stacks":
+            print_stacks(_case_for(args.path), args.profile, _expected(args.expect), args.all_rounds)
         elif args.command == "synth":
             from forensics.synth import write_export
             write_export(args.out, args.entries, hosts=args.hosts, seed=args.seed)

@@ -22,7 +22,13 @@ import re
 
 import polars as pl
 
-from forensics.schema import CONSUMED_FIELDS, EVENTS_SCHEMA, QUARANTINE_SCHEMA, RAW_FIELD, excerpt_text
+from forensics.schema import (
+    CONSUMED_FIELDS,
+    EVENTS_SCHEMA,
+    QUARANTINE_SCHEMA,
+    RAW_FIELD,
+    excerpt_text,
+)
 
 FIELD_NAME = re.compile(rb"[A-Z_][A-Z0-9_]{0,63}")
 DATA_TYPE = "journald:entry"

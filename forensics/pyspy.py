@@ -17,7 +17,8 @@ from pathlib import Path
 import polars as pl
 
 from forensics.capture import Capture, from_header, from_path, parse_header
-from forensics.schema import QUARANTINE_SCHEMA, STACKS_SCHEMA, excerpt_text
+from forensics.schema import QUARANTINE_SCHEMA, STACKS_SCHEMA, empty, excerpt_text
+from forensics.sources import ParseResult
 
 RANK_KINDS = ("dp", "tp", "pp", "ep")
 DATA_TYPE = "pyspy:frame"
@@ -80,6 +81,18 @@ def finish_stacks(frames: pl.DataFrame, contexts: pl.DataFrame, fmt: str) -> pl.
                if name not in joined.columns]
     return joined.with_columns(missing).select(
         [pl.col(name).cast(dtype) for name, dtype in STACKS_SCHEMA.items()])
+
+
+def result(source_file: str, fmt: str, frames: pl.DataFrame | None, contexts: list[DumpContext],
+           bad: list[tuple[int | None, str, str, str | None]]) -> ParseResult:
+    """What a py-spy reader returns: the good dumps' frames (joined to their context) and a
+    quarantine row per bad dump; records = good dumps + bad dumps."""
+    quarantine = quarantine_rows(source_file, fmt, bad)
+    records = len(contexts) + len(bad)
+    if frames is None or not contexts:
+        return ParseResult("stacks", empty(STACKS_SCHEMA), quarantine, records, parsed_records=0)
+    stacks = finish_stacks(frames, context_frame(contexts), fmt).with_columns(pl.lit(source_file).alias("source_file"))
+    return ParseResult("stacks", stacks, quarantine, records, parsed_records=len(contexts))
 
 
 def quarantine_rows(source_file: str, fmt: str, rows: list[tuple[int | None, str, str, str | None]]

@@ -28,7 +28,7 @@ def compression_of(head: bytes) -> str | None:
     return None
 
 
-def _open_decompressed(path: Path, kind: str):  # noqa: ANN202 - a binary file object
+def _open_decompressed(path: Path, kind: str):
     if kind == "gzip":
         return gzip.open(path, "rb")
     if kind == "xz":

@@ -14,11 +14,11 @@ import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-REFERENCE_START = datetime(2026, 6, 18, 21, 20, 0, tzinfo=timezone.utc)
+REFERENCE_START = datetime(2026, 6, 18, 21, 20, 0, tzinfo=UTC)
 
 _UNITS = {
     "sglang-dsv4-prefill.service": ("prefill", 30000),
@@ -92,7 +92,7 @@ def entries(count: int, *, hosts: int = 1, seed: int = 0, start: datetime = REFE
         tp = rng.randrange(4)
         realtime = start_us + n * step_us // hosts * hosts + rng.randrange(step_us)
         monotonic = 86_400_000_000 + (realtime - start_us)
-        when = datetime.fromtimestamp(realtime / 1_000_000, tz=timezone.utc)
+        when = datetime.fromtimestamp(realtime / 1_000_000, tz=UTC)
         message, priority = _message(rng, role, tp, when, n)
         pid = plan.pids[unit] + (tp if role != "router" else 0)
         cursor_hash = hashlib.blake2b(f"{plan.seqnum_id}{seqnums[h]}".encode(), digest_size=8).hexdigest()

@@ -47,3 +47,10 @@ def _systemd_tools() -> None:
     missing += [t for t in ("journalctl",) if shutil.which(t) is None]
     if missing:
         pytest.exit(f"missing systemd tools {missing}: run the tests through ./run test, which installs them", 2)
+
+
+def write_file(folder: Path, name: str, text: str) -> Path:
+    """Write `text` to `folder/name` and return the path."""
+    path = folder / name
+    path.write_text(text)
+    return path

@@ -10,7 +10,8 @@ from tests.conftest import REPO
 
 
 def _forensics(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "forensics.cli", *args], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "forensics.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          check=False)
 
 
 def test_ingest_prints_the_accounting_and_skips_by_name(tmp_path: Path) -> None:

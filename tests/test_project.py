@@ -26,7 +26,7 @@ def test_environment_yml_lists_the_same_dependencies_as_pyproject() -> None:
     wanted = _names(_all_requirements())
     lines = (REPO / "environment.yml").read_text().splitlines()
     start = lines.index("dependencies:") + 1
-    conda = [line.strip()[2:] for line in lines[start:] if re.match(r"^  - [A-Za-z]", line)]
+    conda = [line.strip()[2:] for line in lines[start:] if re.match(r"^ +- [A-Za-z]", line)]
     listed = {k: v for k, v in _names(conda).items() if k not in {"python", "pip"}}
     assert listed == wanted
 

@@ -20,7 +20,12 @@ import numpy as np
 import polars as pl
 
 from forensics.byteviews import binary_views
-from forensics.journal import FieldFrameBuilder, JournalValue, assemble_events, field_name_problem
+from forensics.journal import (
+    FieldFrameBuilder,
+    JournalValue,
+    assemble_events,
+    field_name_problem,
+)
 from forensics.rawio import read_all
 from forensics.schema import EXCERPT_CHARS
 from forensics.sources import ParseResult, register

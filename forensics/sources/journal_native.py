@@ -25,7 +25,7 @@ def sniff(head: bytes, path: Path) -> bool:
     return head.startswith(MAGIC)
 
 
-def _reader(path: Path):  # noqa: ANN202 - systemd's reader type
+def _reader(path: Path):
     try:
         from systemd import journal
     except ImportError as error:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import polars as pl
 
+from forensics import pyspy
 from forensics.capture import HEADER_PREFIX
-from forensics.pyspy import DumpContext, capture_of, context_frame, finish_stacks, quarantine_rows, subject_of
+from forensics.pyspy import DumpContext, capture_of, subject_of
 from forensics.rawio import read_all
-from forensics.schema import STACKS_SCHEMA, empty
 from forensics.sources import ParseResult, register
 
 NAME = "pyspy_json"
@@ -32,8 +32,9 @@ _LOCAL = pl.Struct({"name": pl.String, "addr": pl.UInt64, "arg": pl.Boolean, "re
 _FRAME = pl.Struct({"name": pl.String, "filename": pl.String, "module": pl.String,
                     "short_filename": pl.String, "line": pl.Int64, "locals": pl.List(_LOCAL),
                     "is_entry": pl.Boolean})
-_THREAD = {"pid": pl.Int64, "thread_id": pl.UInt64, "thread_name": pl.String, "os_thread_id": pl.Int64,
-           "active": pl.Boolean, "owns_gil": pl.Boolean, "frames": pl.List(_FRAME)}
+_THREAD: dict[str, pl.DataType] = {"pid": pl.Int64(), "thread_id": pl.UInt64(), "thread_name": pl.String(),
+                                     "os_thread_id": pl.Int64(), "active": pl.Boolean(), "owns_gil": pl.Boolean(),
+                                     "frames": pl.List(_FRAME)}
 _HEADER = re.compile(rb"(?m)^" + re.escape(HEADER_PREFIX.encode()) + rb".*$")
 _SNIFF = re.compile(rb'^\s*\[\s*(?:\]|\{\s*"pid"\s*:)')
 
@@ -111,13 +112,11 @@ def parse(path: Path) -> ParseResult:
         threads.append(dump.with_columns(pl.lit(index, pl.Int32).alias("dump"),
                                          pl.lit(first_line).alias("source_line")))
         contexts.append(DumpContext(index, first_line, capture))
-    quarantine = quarantine_rows(source_file, FORMAT, bad)
-    records = len(contexts) + len(bad)
     if not threads:
-        return ParseResult("stacks", empty(STACKS_SCHEMA), quarantine, records, parsed_records=0)
+        return pyspy.result(source_file, FORMAT, None, contexts, bad)
     frame = pl.concat(threads).with_row_index("thread_order")
     frames = (frame.with_columns(pl.col("frames").list.len().alias("n_frames"))
-              .explode("frames")
+              .explode("frames", empty_as_null=True)  # a thread with no frames keeps one row
               .with_columns(pl.col("frames").struct.unnest())
               .with_columns(
                   pl.when(pl.col("n_frames") > 0).then(pl.int_range(pl.len()).over("thread_order"))
@@ -134,9 +133,7 @@ def parse(path: Path) -> ParseResult:
                                                        pl.element().struct.field("repr").alias("value"),
                                                        pl.element().struct.field("arg"))).alias("locals"),
               ))
-    stacks = finish_stacks(frames, context_frame(contexts), FORMAT).with_columns(
-        pl.lit(source_file).alias("source_file"))
-    return ParseResult("stacks", stacks, quarantine, records, parsed_records=records - len(bad))
+    return pyspy.result(source_file, FORMAT, frames, contexts, bad)
 
 
 register(NAME, sniff, parse, module=__name__)

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import polars as pl
 
+from forensics import pyspy
 from forensics.capture import HEADER_PREFIX
-from forensics.pyspy import DumpContext, capture_of, context_frame, finish_stacks, quarantine_rows, subject_of
+from forensics.pyspy import DumpContext, capture_of, subject_of
 from forensics.rawio import read_all
-from forensics.schema import STACKS_SCHEMA, empty
 from forensics.sources import ParseResult, register
 
 NAME = "pyspy_text"
@@ -101,7 +101,7 @@ def classify(text: str) -> pl.DataFrame:
     # "Error", or a line that separates dumps (capture header, banner).
     starts = (kind.is_in(["signal", "error", "header", "banner"])
               | ((kind == "process") & (kind.shift(1) != "signal").fill_null(True)))
-    line_if = lambda k: pl.when(kind == k).then(pl.col("line"))  # noqa: E731 - a local shorthand
+    line_if = lambda k: pl.when(kind == k).then(pl.col("line"))
     frame = frame.with_columns(
         starts.cast(pl.Int32).cum_sum().alias("segment"),
         line_if("header").forward_fill().alias("header_line"),
@@ -183,14 +183,8 @@ def parse_text(text: str, path: Path, source_file: str | None = None) -> ParseRe
             bad.append((seg["first_line"], "thread lines without a 'Process N:' line before them",
                         seg["first_text"], subject_of(capture)))
         previous_banner = seg["banner_pid"] if kind == "banner" else None
-    quarantine = quarantine_rows(source_file, FORMAT, bad)
-    records = len(good_segments) + len(bad)
-    if not good_segments:
-        return ParseResult("stacks", empty(STACKS_SCHEMA), quarantine, records, parsed_records=0)
-    rows = _frames(lines.filter(pl.col("segment").is_in(good_segments)), segments)
-    ctx = context_frame(contexts)
-    stacks = finish_stacks(rows, ctx, FORMAT).with_columns(pl.lit(source_file).alias("source_file"))
-    return ParseResult("stacks", stacks, quarantine, records, parsed_records=records - len(bad))
+    frames = _frames(lines.filter(pl.col("segment").is_in(good_segments)), segments) if good_segments else None
+    return pyspy.result(source_file, FORMAT, frames, contexts, bad)
 
 
 def _frames(lines: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:

@@ -121,7 +121,7 @@ def test_field_values_match_what_journalctl_shows(journal: Path, exported: dict[
 
 @pytest.mark.parametrize("compress", [gzip.compress, lzma.compress, zstandard.ZstdCompressor().compress],
                          ids=["gzip", "xz", "zstd"])
-def test_compressed_exports_read_the_same(exported: dict[str, Path], tmp_path: Path, compress) -> None:  # noqa: ANN001
+def test_compressed_exports_read_the_same(exported: dict[str, Path], tmp_path: Path, compress) -> None:
     for output in ("export", "json"):
         packed = tmp_path / f"journal.{output}.packed"
         packed.write_bytes(compress(exported[output].read_bytes()))

@@ -1,0 +1,426 @@
+"""The cross-rank verdict from py-spy stacks: which phase each rank is in, and whether a group desynced.
+
+For each process the main thread's frames are walked innermost first; the profile's first rule
+that matches a frame gives the process's phase (collective, idle, transfer, device_sync, compute,
+unknown). Processes are grouped into engines (the TP group: the header's `group`, else a
+component named in the file's path or the title, split by pipeline stage and, unless DP
+attention is on, by DP replica) and into rounds (one dump per rank each). Per group and round the
+stacks are merged into a prefix tree, the way LLNL's STAT merges traces, and judged:
+
+- `TP_DESYNC`: some ranks wait in a collective while others are elsewhere. A collective returns
+  only when every rank of the group has entered it, so the waiting ranks wait for ever.
+- `ALL_IN_COLLECTIVE`: every rank is in the collective: the group agrees; look at the peer engine
+  or the transport.
+- `ALL_IDLE`: every rank waits for work: no work arrives; look upstream.
+- `MIXED`: anything else.
+
+With several rounds each rank is `STUCK` (its stack did not move) or `PROGRESSING`. Ranks that
+should be there (0 … highest rank seen, or the size given) but have no readable dump are listed
+as missing, with py-spy's reason when the bundle holds a failed dump, and the verdict says whether
+it holds without them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import polars as pl
+
+from forensics.profiles import Profile, StackRules, load_profile
+
+TP_DESYNC, ALL_IN_COLLECTIVE, ALL_IDLE, MIXED = "TP_DESYNC", "ALL_IN_COLLECTIVE", "ALL_IDLE", "MIXED"
+STUCK, PROGRESSING = "STUCK", "PROGRESSING"
+_FRAME_TEXT = re.compile(r"^(?P<function>\S.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One stack frame."""
+
+    function: str
+    file: str
+    line: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Frame:
+        """A frame from py-spy's `function (file:line)` text."""
+        match = _FRAME_TEXT.match(text.strip())
+        if not match:
+            raise ValueError(f"not a frame: {text!r}")
+        line = match["line"]
+        return cls(match["function"], match["file"], int(line) if line else None)
+
+    def __str__(self) -> str:
+        return f"{self.function} ({self.file}{f':{self.line}' if self.line is not None else ''})"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """What one process was doing, and the frames that say so."""
+
+    phase: str
+    frame: Frame | None  # the frame the rule matched
+    caller: Frame | None  # nearest frame further out that is not library code
+    why: str
+
+
+def _ignored(frame: Frame, rules: StackRules) -> bool:
+    return bool(rules.ignore_files.search(frame.file) or _matches(rules.ignore_functions, frame.function))
+
+
+def _names(function: str) -> tuple[str, ...]:
+    """A function's name as py-spy prints it, and bare: Python 3.11+ qualifies methods (`Scheduler.on_idle`)."""
+    bare = function.rsplit(".", 1)[-1]
+    return (function,) if bare == function else (function, bare)
+
+
+def _matches(pattern: re.Pattern[str], function: str) -> bool:
+    return any(pattern.search(name) for name in _names(function))
+
+
+def classify(frames: Sequence[Frame], rules: StackRules) -> Phase:
+    """The phase of a stack (innermost first): the first rule matching the innermost frame it can.
+    Function patterns are tried on the name as printed and without its class (`Scheduler.`)."""
+    for depth, frame in enumerate(frames):
+        if _ignored(frame, rules):
+            continue
+        outer = frames[depth + 1:]
+        for rule in rules.phases:
+            if not _matches(rule.function, frame.function):
+                continue
+            if rule.file is not None and not rule.file.search(frame.file):
+                continue
+            if rule.under is not None and not any(_matches(rule.under, f.function) for f in outer):
+                continue
+            caller = next((f for f in outer if not _ignored(f, rules)
+                           and not rules.library_files.search(f.file)), None)
+            return Phase(rule.phase, frame, caller, rule.why)
+    return Phase("unknown", frames[0] if frames else None, None, "no rule of the profile matches its frames")
+
+
+@dataclass
+class RankStack:
+    """One process in one dump: who it is and what its main thread was doing."""
+
+    group: str
+    rank: int
+    label: str  # "TP3", or "pid 4242" when the title names no rank
+    pid: int | None
+    title: str | None
+    host: str | None
+    ts: datetime | None
+    source: str  # file and line of the dump
+    frames: tuple[Frame, ...]
+    phase: Phase
+    round: int = 0
+
+
+@dataclass
+class Missing:
+    """A rank the group should have but no readable dump shows."""
+
+    rank: int | None
+    label: str
+    reason: str
+
+
+@dataclass
+class Verdict:
+    """The judgement of one group at one round, with everything needed to show it."""
+
+    group: str
+    round: int
+    at: datetime | None
+    verdict: str
+    collective: str | None
+    called_from: str | None
+    ranks_by_phase: dict[str, list[int]]
+    ranks: list[RankStack]
+    missing: list[Missing]
+    holds_without_missing: bool
+    progress: dict[int, str] = field(default_factory=dict)  # rank -> STUCK / PROGRESSING over rounds
+    explanation: str = ""
+
+    def tree(self) -> pl.DataFrame:
+        """The merged prefix tree of the ranks' stacks (outermost first), for an icicle figure."""
+        return merge_stacks(self.ranks)
+
+    def classes(self) -> list[tuple[list[int], RankStack]]:
+        """Equivalence classes: ranks with the same stack (functions and files), with one member."""
+        seen: dict[tuple[tuple[str, str], ...], list[RankStack]] = {}
+        for r in self.ranks:
+            seen.setdefault(tuple((f.function, f.file) for f in r.frames), []).append(r)
+        return [([r.rank for r in members], members[0]) for members in seen.values()]
+
+    def as_dict(self) -> dict[str, object]:
+        """What `summary.json` keeps of a verdict."""
+        return {
+            "group": self.group, "round": self.round, "at": self.at.isoformat() if self.at else None,
+            "verdict": self.verdict, "collective": self.collective, "called_from": self.called_from,
+            "ranks_by_phase": self.ranks_by_phase,
+            "missing_ranks": [{"rank": m.rank, "reason": m.reason} for m in self.missing],
+            "holds_without_missing": self.holds_without_missing,
+            "progress": {str(k): v for k, v in self.progress.items()},
+            "explanation": self.explanation,
+        }
+
+
+@dataclass
+class _Node:
+    parent: str
+    label: str
+    ranks: list[int] = field(default_factory=list)
+    phase: str | None = None
+
+
+def merge_stacks(ranks: Sequence[RankStack]) -> pl.DataFrame:
+    """A prefix tree over stacks, outermost frame at the root: one row per node with the ranks
+    passing through it (`ids`/`parents`/`labels`/`values` for plotly's icicle)."""
+    nodes: dict[str, _Node] = {}
+    for r in ranks:
+        parent = ""
+        for frame in reversed(r.frames):
+            label = f"{frame.function} ({frame.file})"
+            node_id = f"{parent}/{label}" if parent else label
+            node = nodes.setdefault(node_id, _Node(parent, label))
+            node.ranks.append(r.rank)
+            if r.phase.frame == frame:
+                node.phase = r.phase.phase
+            parent = node_id
+    return pl.DataFrame({
+        "id": list(nodes),
+        "parent": [n.parent for n in nodes.values()],
+        "label": [n.label for n in nodes.values()],
+        "ranks": [sorted(n.ranks) for n in nodes.values()],
+        "value": [len(n.ranks) for n in nodes.values()],
+        "phase": [n.phase for n in nodes.values()],
+    }, schema={"id": pl.String, "parent": pl.String, "label": pl.String, "ranks": pl.List(pl.Int64),
+               "value": pl.Int64, "phase": pl.String})
+
+
+def _dp_attention(processes: pl.DataFrame) -> bool:
+    """SGLang with DP attention titles every rank DPn_TPn (same n): DP does not split TP groups."""
+    both = processes.filter(pl.col("dp").is_not_null() & pl.col("tp").is_not_null())
+    return both.height > 0 and both.select((pl.col("dp") == pl.col("tp")).all()).item()
+
+
+def group_of(profile: Profile, group: str | None, path: str | None, title: str | None,
+             dp: int | None, pp: int | None, *, split_dp: bool) -> str:
+    """The engine (TP group) a process belongs to: header group, else a component named in the
+    path or title, else the title without its rank tags; split by pipeline stage and DP replica."""
+    base = (group or profile.component_of(path) or profile.component_of(title)
+            or (re.sub(r"[_-]?(DP|TP|PP|EP)\d+", "", title.split()[0]) if title else "unknown"))
+    if pp is not None:
+        base += f" PP{pp}"
+    if dp is not None and split_dp:
+        base += f" DP{dp}"
+    return base
+
+
+def main_thread_stacks(stacks: pl.DataFrame | pl.LazyFrame, profile: Profile) -> pl.DataFrame:
+    """One row per dump of a judged process: its context and main-thread frames (innermost first).
+
+    The main thread is the one named as the profile says, else the one whose id is the pid, else
+    the first thread of the dump."""
+    frame = stacks.lazy() if isinstance(stacks, pl.DataFrame) else stacks
+    rules = profile.stacks
+    dump = ["source_file", "dump"]
+    score = (pl.when(pl.col("thread_name") == rules.main_thread).then(0)
+             .when(pl.col("thread_id") == pl.col("pid")).then(1).otherwise(2))
+    frame = frame.filter(pl.col("title").is_null() | pl.col("title").str.contains(rules.process_title.pattern))
+    chosen = (frame.with_columns(score.alias("_score"), pl.int_range(pl.len()).over(dump).alias("_order"))
+              .filter(pl.col("_score") == pl.col("_score").min().over(dump))
+              .filter(pl.col("thread_id") == pl.col("thread_id").sort_by("_order").first().over(dump)))
+    return (chosen.sort("depth", nulls_last=True)
+            .group_by(dump, maintain_order=True)
+            .agg(pl.col("ts", "host", "group", "pid", "title", "dp", "tp", "pp", "ep").first(),
+                 pl.col("source_line").min().alias("first_line"),
+                 pl.struct("function", "file", "line").filter(pl.col("depth").is_not_null()).alias("frames"))
+            .sort("ts", "source_file", "dump", nulls_last=True)
+            .collect())
+
+
+def _rank_stacks(processes: pl.DataFrame, profile: Profile) -> list[RankStack]:
+    split_dp = not _dp_attention(processes)
+    out = []
+    for row in processes.iter_rows(named=True):
+        frames = tuple(Frame(f["function"], f["file"], f["line"]) for f in row["frames"])
+        rank = row["tp"] if row["tp"] is not None else row["pid"]
+        label = f"TP{row['tp']}" if row["tp"] is not None else f"pid {row['pid']}"
+        out.append(RankStack(
+            group=group_of(profile, row["group"], row["source_file"], row["title"], row["dp"], row["pp"],
+                           split_dp=split_dp),
+            rank=rank, label=label, pid=row["pid"], title=row["title"], host=row["host"], ts=row["ts"],
+            source=f"{row['source_file']} line {row['first_line']}", frames=frames,
+            phase=classify(frames, profile.stacks)))
+    return out
+
+
+def _assign_rounds(ranks: list[RankStack]) -> None:
+    """A new round starts when a rank already seen in the current one shows up again."""
+    current: set[int] = set()
+    number = 0
+    for r in sorted(ranks, key=lambda r: (r.ts is None, r.ts)):
+        if r.rank in current:
+            number += 1
+            current = set()
+        current.add(r.rank)
+        r.round = number
+
+
+def _rank(title: str | None, kind: str) -> int | None:
+    """One rank from a process title, as `forensics.pyspy.rank_expressions` reads it in frames."""
+    found = re.search(rf"(?:^|[^A-Za-z]){kind.upper()}(\d+)", title or "")
+    return int(found[1]) if found else None
+
+
+def _unreadable(quarantine: pl.DataFrame | None, profile: Profile, split_dp: bool) -> list[tuple[str, Missing]]:
+    """Failed dumps from the quarantine, each placed in its group by its capture header."""
+    if quarantine is None or quarantine.is_empty():
+        return []
+    out = []
+    for row in quarantine.filter(pl.col("format").str.starts_with("pyspy")).iter_rows(named=True):
+        words = dict(w.split("=", 1) for w in (row["subject"] or "").split() if "=" in w)
+        title = words.get("title")
+        tp, dp, pp = (_rank(title, kind) for kind in ("tp", "dp", "pp"))
+        group = group_of(profile, words.get("group"), row["source_file"], title, dp, pp, split_dp=split_dp)
+        label = f"TP{tp}" if tp is not None else (f"pid {words['pid']}" if "pid" in words else row["source_file"])
+        out.append((group, Missing(tp, label, f"{row['source_file']} line {row['line']}: {row['reason']}")))
+    return out
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    ranks = sorted(ranks)
+    word = "rank" if len(ranks) == 1 else "ranks"
+    return f"{word} {', '.join(str(r) for r in ranks)}"
+
+
+def _judge(group: str, number: int, ranks: list[RankStack], expected: int | None,
+           unreadable: list[Missing]) -> Verdict:
+    by_phase: dict[str, list[int]] = {}
+    for r in sorted(ranks, key=lambda r: r.rank):
+        by_phase.setdefault(r.phase.phase, []).append(r.rank)
+    present = {r.rank for r in ranks}
+    numbered = all(r.label.startswith("TP") for r in ranks)
+    size = expected if expected is not None else (max(present) + 1 if numbered and present else len(present))
+    missing: list[Missing] = []
+    if numbered:
+        for rank in range(size):
+            if rank in present:
+                continue
+            known = [m for m in unreadable if m.rank == rank]
+            missing.append(known[0] if known else Missing(rank, f"TP{rank}", "no dump of this rank in the bundle"))
+    missing += [m for m in unreadable if m.rank is None or (not numbered and m.rank not in present)]
+
+    collective_ranks = by_phase.get("collective", [])
+    others = [r for r in ranks if r.phase.phase != "collective"]
+    collective = called_from = None
+    if collective_ranks:
+        in_collective = [r for r in ranks if r.phase.phase == "collective"]
+        names = [r.phase.frame.function for r in in_collective if r.phase.frame]
+        collective = max(set(names), key=names.count) if names else None
+        callers = [str(r.phase.caller) for r in in_collective if r.phase.caller]
+        called_from = max(set(callers), key=callers.count) if callers else None
+    if collective_ranks and others:
+        verdict, holds = TP_DESYNC, True  # the present ranks already disagree
+    elif collective_ranks:
+        verdict, holds = ALL_IN_COLLECTIVE, not missing
+    elif ranks and all(r.phase.phase == "idle" for r in ranks):
+        verdict, holds = ALL_IDLE, not missing
+    else:
+        verdict, holds = MIXED, not missing
+    at = max((r.ts for r in ranks if r.ts), default=None)
+    v = Verdict(group, number, at, verdict, collective, called_from, by_phase, ranks, missing, holds)
+    return v
+
+
+def _where(r: RankStack) -> str:
+    return f"`{r.phase.frame.function}` ({r.phase.frame.file}:{r.phase.frame.line})" if r.phase.frame else "no frame"
+
+
+def explain(v: Verdict) -> str:
+    """One paragraph naming the ranks and frames behind a verdict."""
+    when = f" at {v.at:%Y-%m-%d %H:%M:%S} UTC" if v.at else ""
+    parts = [f"{v.group}{when}: {v.verdict}."]
+    by_label = {r.rank: r for r in v.ranks}
+    for phase, ranks in sorted(v.ranks_by_phase.items(), key=lambda kv: kv[0] != "collective"):
+        sample = by_label[ranks[0]]
+        frames = sorted({_where(by_label[r]) for r in ranks})
+        verb = "wait in" if phase == "collective" else f"are {phase.replace('_', ' ')} in"
+        if len(ranks) == 1:
+            verb = "waits in" if phase == "collective" else f"is {phase.replace('_', ' ')} in"
+        caller = f", called from `{sample.phase.caller}`" if phase == "collective" and sample.phase.caller else ""
+        parts.append(f"{_ranks_text(ranks).capitalize()} {verb} {' / '.join(frames)}{caller}.")
+    if v.verdict == TP_DESYNC:
+        waiting = _ranks_text(v.ranks_by_phase["collective"])
+        away = _ranks_text([r for p, rs in v.ranks_by_phase.items() if p != "collective" for r in rs])
+        parts.append(f"A collective returns only when every rank of the group has entered it, so {waiting} "
+                     f"wait for {away}, which took another path: the group is desynchronised and will not "
+                     "make progress until it is restarted.")
+    elif v.verdict == ALL_IN_COLLECTIVE:
+        parts.append("The ranks agree with each other; if they do not move, look at the peer engine or the "
+                     "transport under the collective.")
+    elif v.verdict == ALL_IDLE:
+        parts.append("Every rank waits for work: nothing reaches this engine; look upstream (router, peer engine).")
+    else:
+        parts.append("The ranks are in different phases, none of them a collective: no desync shown by this round.")
+    if v.progress:
+        stuck = [r for r, p in v.progress.items() if p == STUCK]
+        moving = [r for r, p in v.progress.items() if p == PROGRESSING]
+        if stuck:
+            parts.append(f"Across rounds, {_ranks_text(stuck)} did not move (STUCK).")
+        if moving:
+            parts.append(f"Across rounds, {_ranks_text(moving)} moved (PROGRESSING).")
+    if v.missing:
+        listed = "; ".join(f"{m.label}: {m.reason}" for m in v.missing)
+        parts.append(f"Missing: {listed}. " + ("The verdict holds whatever the missing ranks show."
+                                              if v.holds_without_missing else
+                                              "The verdict could change with the missing ranks."))
+    return " ".join(parts)
+
+
+def judge(stacks: pl.DataFrame | pl.LazyFrame, quarantine: pl.DataFrame | pl.LazyFrame | None = None,
+          profile: Profile | None = None, expected: Mapping[str, int] | None = None) -> list[Verdict]:
+    """Every group's verdict at every round (latest round last), from a `stacks` frame and the
+    quarantine rows of failed dumps. `expected` gives a group's rank count when the highest rank
+    itself may be missing."""
+    profile = profile or load_profile()
+    processes = main_thread_stacks(stacks, profile)
+    ranks = _rank_stacks(processes, profile)
+    if isinstance(quarantine, pl.LazyFrame):
+        quarantine = quarantine.collect()
+    unreadable = _unreadable(quarantine, profile, split_dp=not _dp_attention(processes))
+    groups: dict[str, list[RankStack]] = {}
+    for r in ranks:
+        groups.setdefault(r.group, []).append(r)
+    for group, _ in unreadable:
+        groups.setdefault(group, [])
+    verdicts = []
+    for group in sorted(groups):
+        members = groups[group]
+        _assign_rounds(members)
+        lost = [m for g, m in unreadable if g == group]
+        rounds = sorted({r.round for r in members}) or [0]
+        history: dict[int, list[tuple[tuple[str, str, int | None], ...]]] = {}
+        for r in sorted(members, key=lambda r: r.round):
+            history.setdefault(r.rank, []).append(tuple((f.function, f.file, f.line) for f in r.frames))
+        for number in rounds:
+            v = _judge(group, number, [r for r in members if r.round == number],
+                       (expected or {}).get(group), lost)
+            if number == rounds[-1] and len(rounds) > 1:
+                v.progress = {rank: STUCK if len(set(seen)) == 1 else PROGRESSING
+                              for rank, seen in sorted(history.items()) if len(seen) > 1}
+            v.explanation = explain(v)
+            verdicts.append(v)
+    return verdicts
+
+
+def latest(verdicts: Sequence[Verdict]) -> list[Verdict]:
+    """The last round's verdict of each group."""
+    last: dict[str, Verdict] = {}
+    for v in verdicts:
+        last[v.group] = v
+    return list(last.values())

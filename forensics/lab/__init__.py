@@ -1,0 +1,6 @@
+"""A reproduction of the TP-desync wedge with real processes, for tests and fixtures.
+
+Needs the `lab` extra (PyTorch CPU, py-spy, setproctitle): `pip install -e '.[lab]'`.
+`forensics.lab.engine` is one scheduler rank; `forensics.lab.tp_desync` starts a prefill and a
+decode engine of four ranks each, triggers the desync and captures py-spy dumps of all of them.
+"""

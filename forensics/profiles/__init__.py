@@ -1,0 +1,159 @@
+"""Serving-stack profiles: what a stack's processes, frames and components look like, kept as data.
+
+Each `*.toml` in this folder is one profile, loaded by name (`load_profile("sglang")`) or by path
+(a user's own file). A profile says which frames mean which phase (collective, idle, transfer,
+device_sync, compute), which frames to skip, and which words name components; its
+`[[stacks.sample]]` entries are checked by the tests, the way lnav checks a format's samples.
+Errors name the file and the key at fault.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import ForensicsError
+
+PHASES = ("collective", "idle", "transfer", "device_sync", "compute", "unknown")
+PROFILE_DIR = Path(__file__).parent
+DEFAULT_PROFILE = "sglang"
+
+
+class ProfileError(ForensicsError):
+    """A profile file is missing, not TOML, or holds a key or pattern that cannot be used."""
+
+
+@dataclass(frozen=True)
+class PhaseRule:
+    """One frame-matching rule: the phase it gives, and why, in words for the explanation."""
+
+    phase: str
+    function: re.Pattern[str]
+    file: re.Pattern[str] | None
+    under: re.Pattern[str] | None
+    why: str
+
+
+@dataclass(frozen=True)
+class StackSample:
+    """A stack (innermost first, "function (file:line)") and the phase the rules must give it."""
+
+    phase: str
+    stack: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StackRules:
+    """How to read a serving stack's py-spy dumps."""
+
+    process_title: re.Pattern[str]
+    main_thread: str
+    ignore_files: re.Pattern[str]
+    ignore_functions: re.Pattern[str]
+    library_files: re.Pattern[str]
+    phases: tuple[PhaseRule, ...]
+    samples: tuple[StackSample, ...]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A serving stack as data."""
+
+    name: str
+    description: str
+    path: Path
+    components: dict[str, re.Pattern[str]]
+    stacks: StackRules
+
+    def component_of(self, text: str | None) -> str | None:
+        """The first component whose word appears in `text` (a unit, title, group or path)."""
+        if not text:
+            return None
+        for name, pattern in self.components.items():
+            if pattern.search(text):
+                return name
+        return None
+
+
+def available() -> list[str]:
+    """Names of the profiles shipped in this folder."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+
+
+def _pattern(path: Path, key: str, value: Any) -> re.Pattern[str]:
+    if not isinstance(value, str):
+        raise ProfileError(f"{path}: {key} must be a string (a regular expression), not {type(value).__name__}")
+    try:
+        return re.compile(value)
+    except re.error as error:
+        raise ProfileError(f"{path}: {key}: bad regular expression {value!r}: {error}") from None
+
+
+def _table(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key)
+    if not isinstance(value, dict):
+        raise ProfileError(f"{path}: missing table [{key}]")
+    return value
+
+
+def _required(path: Path, table: dict[str, Any], key: str, where: str) -> Any:
+    if key not in table:
+        raise ProfileError(f"{path}: {where} has no {key!r}")
+    return table[key]
+
+
+def _rule(path: Path, index: int, rule: dict[str, Any]) -> PhaseRule:
+    where = f"[[stacks.phase]] #{index + 1}"
+    phase = _required(path, rule, "phase", where)
+    if phase not in PHASES:
+        raise ProfileError(f"{path}: {where}: phase {phase!r} is not one of {', '.join(PHASES)}")
+    unknown = set(rule) - {"phase", "function", "file", "under", "why"}
+    if unknown:
+        raise ProfileError(f"{path}: {where}: unknown key(s) {', '.join(sorted(unknown))}")
+    return PhaseRule(
+        phase=phase,
+        function=_pattern(path, f"{where} function", _required(path, rule, "function", where)),
+        file=_pattern(path, f"{where} file", rule["file"]) if "file" in rule else None,
+        under=_pattern(path, f"{where} under", rule["under"]) if "under" in rule else None,
+        why=str(rule.get("why", "")),
+    )
+
+
+def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
+    """A shipped profile by name, or a profile file by path."""
+    path = Path(name_or_path)
+    if path.suffix != ".toml":
+        path = PROFILE_DIR / f"{name_or_path}.toml"
+        if not path.is_file():
+            raise ProfileError(f"no profile named {name_or_path!r}; shipped: {', '.join(available())}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ProfileError(f"{path}: no such profile file") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ProfileError(f"{path}: {error}") from None
+    meta = _table(path, data, "profile")
+    stacks = _table(path, data, "stacks")
+    components = {name: _pattern(path, f"[components] {name}", word)
+                  for name, word in data.get("components", {}).items()}
+    samples = []
+    for index, sample in enumerate(stacks.get("sample", [])):
+        where = f"[[stacks.sample]] #{index + 1}"
+        phase = _required(path, sample, "phase", where)
+        if phase not in PHASES:
+            raise ProfileError(f"{path}: {where}: phase {phase!r} is not one of {', '.join(PHASES)}")
+        samples.append(StackSample(phase, tuple(_required(path, sample, "stack", where))))
+    rules = StackRules(
+        process_title=_pattern(path, "[stacks] process_title", stacks.get("process_title", ".")),
+        main_thread=str(stacks.get("main_thread", "MainThread")),
+        ignore_files=_pattern(path, "[stacks] ignore_files", stacks.get("ignore_files", "$^")),
+        ignore_functions=_pattern(path, "[stacks] ignore_functions", stacks.get("ignore_functions", "$^")),
+        library_files=_pattern(path, "[stacks] library_files", stacks.get("library_files", "$^")),
+        phases=tuple(_rule(path, i, r) for i, r in enumerate(stacks.get("phase", []))),
+        samples=tuple(samples),
+    )
+    return Profile(name=str(meta.get("name", path.stem)), description=str(meta.get("description", "")),
+                   path=path, components=components, stacks=rules)

@@ -1,0 +1,56 @@
+"""Profiles are data: every shipped profile loads, its samples get the phase they claim, and a
+broken profile is named with the key at fault."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from forensics.detect.stacks import Frame, classify
+from forensics.profiles import ProfileError, available, load_profile
+
+
+@pytest.mark.parametrize("name", available())
+def test_every_sample_of_every_profile_gets_its_phase(name: str) -> None:
+    profile = load_profile(name)
+    assert profile.stacks.samples, f"{name} has no [[stacks.sample]]"
+    for sample in profile.stacks.samples:
+        frames = [Frame.parse(text) for text in sample.stack]
+        assert classify(frames, profile.stacks).phase == sample.phase, sample.stack
+
+
+def test_a_user_rule_changes_the_phase_without_code(tmp_path: Path) -> None:
+    shipped = load_profile("sglang").path.read_text()
+    own = tmp_path / "mine.toml"
+    rule = '[[stacks.phase]]\nphase = "transfer"\nfunction = "^wait_for_kv$"\n\n'
+    own.write_text(shipped.replace("[[stacks.phase]]", rule + "[[stacks.phase]]", 1))
+    frames = [Frame.parse("wait_for_kv (mine/kv.py:3)"), Frame.parse("event_loop (mine/loop.py:9)")]
+    assert classify(frames, load_profile("sglang").stacks).phase == "unknown"
+    assert classify(frames, load_profile(own).stacks).phase == "transfer"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[stacks]\n", "missing table [profile]"),
+    ("[profile]\n", "missing table [stacks]"),
+    ('[profile]\n[stacks]\n[[stacks.phase]]\nphase = "sleeping"\nfunction = "x"\n',
+     "[[stacks.phase]] #1: phase 'sleeping' is not one of collective, idle, transfer"),
+    ('[profile]\n[stacks]\n[[stacks.phase]]\nphase = "idle"\nfunction = "(x"\n',
+     "[[stacks.phase]] #1 function: bad regular expression '(x'"),
+    ('[profile]\n[stacks]\n[[stacks.phase]]\nphase = "idle"\n', "[[stacks.phase]] #1 has no 'function'"),
+    ('[profile]\n[stacks]\n[[stacks.phase]]\nphase = "idle"\nfunction = "x"\nfuncton = "y"\n',
+     "[[stacks.phase]] #1: unknown key(s) funct"),
+    ("[profile\n", "Expected ']'"),
+])
+def test_bad_profiles_name_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ProfileError) as caught:
+        load_profile(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert message in str(caught.value)
+
+
+def test_unknown_profile_names_the_shipped_ones() -> None:
+    with pytest.raises(ProfileError, match="no profile named 'vllm2'; shipped: sglang"):
+        load_profile("vllm2")
