@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from bench import journal_ingest
+from bench import journal_ingest, pyspy_parse
 
-BENCHMARKS = {"journal_ingest": journal_ingest.main}
+BENCHMARKS = {"journal_ingest": journal_ingest.main, "pyspy_parse": pyspy_parse.main}
 
 
 def main(argv: list[str]) -> int:

@@ -12,11 +12,10 @@ digits and not preceded by a letter is a rank.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import polars as pl
 
-from forensics.capture import Capture, from_header, from_path, parse_header
+from forensics.capture import Capture, from_header, parse_header
 from forensics.schema import QUARANTINE_SCHEMA, STACKS_SCHEMA, empty, excerpt_text
 from forensics.sources import ParseResult
 
@@ -39,9 +38,8 @@ def rank_expressions(title: pl.Expr) -> list[pl.Expr]:
             for kind in RANK_KINDS]
 
 
-def capture_of(path: Path, header_line: str | None) -> Capture:
-    """The capture a dump carries: its header's, else what the file's path or mtime gives."""
-    fallback = from_path(path)
+def capture_of(fallback: Capture, header_line: str | None) -> Capture:
+    """The capture a dump carries: its header's, else `fallback` (what the file's path or mtime gives)."""
     labels = parse_header(header_line) if header_line is not None else None
     return from_header(labels, fallback) if labels is not None else fallback
 

@@ -9,6 +9,7 @@ Later stages grow this into the full reference incident; here it provides journa
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import re
 import struct
@@ -149,3 +150,66 @@ def write_export(path: Path, count: int, *, hosts: int = 1, seed: int = 0) -> Pa
         for fields in entries(count, hosts=hosts, seed=seed):
             write_export_entry(out, fields)
     return path
+
+
+_PYSPY_FRAMES = [
+    ("all_reduce", "torch/distributed/distributed_c10d.py"), ("broadcast", "torch/distributed/distributed_c10d.py"),
+    ("_exception_logger.<locals>.wrapper", "torch/distributed/c10d_logger.py"),
+    ("Scheduler.run_batch", "sglang/srt/managers/scheduler.py"),
+    ("Scheduler.recv_requests", "sglang/srt/managers/scheduler.py"),
+    ("Scheduler.on_idle", "sglang/srt/disaggregation/decode.py"),
+    ("DeepseekV2Model.forward", "sglang/srt/models/deepseek_v2.py"),
+    ("Module._call_impl", "torch/nn/modules/module.py"), ("Thread.wait", "threading.py"),
+    ("Condition.wait", "threading.py"), ("poll", "sglang/srt/disaggregation/mooncake/conn.py"),
+    ("pthread_cond_timedwait", "libc.so.6"),
+]
+
+
+def pyspy_threads(rng: random.Random, pid: int, threads: int, frames: int) -> list[dict]:
+    """One process's threads shaped as `py-spy dump --json` writes them (innermost frame first)."""
+    out = []
+    for t in range(threads):
+        stack = []
+        for _ in range(frames):
+            name, file = rng.choice(_PYSPY_FRAMES)
+            native = file.endswith(".so.6")
+            stack.append({"name": name, "filename": f"/opt/venv/lib/python3.11/site-packages/{file}",
+                          "module": None, "short_filename": file, "line": 0 if native else rng.randint(1, 4000),
+                          "locals": None, "is_entry": False, "is_shim_entry": False})
+        out.append({"pid": pid, "thread_id": 0x7F0000000000 + t * 0x1000,
+                    "thread_name": "MainThread" if t == 0 else (f"worker-{t}" if t % 3 else None),
+                    "os_thread_id": pid + t, "active": t % 5 == 0, "owns_gil": t == 0, "frames": stack,
+                    "process_info": None})
+    return out
+
+
+def pyspy_text(threads: list[dict], title: str, python: str = "3.11.7") -> str:
+    """The same threads as `py-spy dump` prints them."""
+    pid = threads[0]["pid"]
+    lines = [f"Process {pid}: {title}", f"Python v{python} (/usr/bin/python3.11)", ""]
+    for t in threads:
+        status = "idle" if not t["active"] else ("active+gil" if t["owns_gil"] else "active")
+        name = f': "{t["thread_name"]}"' if t["thread_name"] else ""
+        lines.append(f"Thread {t['os_thread_id']} ({status}){name}")
+        for f in t["frames"]:
+            where = f"{f['short_filename']}:{f['line']}" if f["line"] else f["short_filename"]
+            lines.append(f"    {f['name']} ({where})")
+    return "\n".join(lines) + "\n"
+
+
+def write_pyspy_dumps(text_path: Path, json_path: Path, count: int, *, threads: int = 64, frames: int = 40,
+                      seed: int = 0) -> int:
+    """Write `count` dumps of 8-rank rounds, each after a capture header, in both py-spy forms;
+    returns the number of frames written."""
+    rng = random.Random(seed)
+    total = 0
+    with open(text_path, "w") as text_out, open(json_path, "w") as json_out:
+        for n in range(count):
+            pid, tp = 5000 + n % 8, n % 4
+            header = (f"# capture ts={REFERENCE_START.isoformat().replace('+00:00', 'Z')} host=gpu-node-00 "
+                      f"pid={pid} group={'prefill' if n % 8 < 4 else 'decode'} title=sglang::scheduler_TP{tp}\n")
+            dump = pyspy_threads(rng, pid, threads, frames)
+            total += threads * frames
+            text_out.write(header + pyspy_text(dump, f"sglang::scheduler_TP{tp}"))
+            json_out.write(header + json.dumps(dump, indent=2) + "\n")
+    return total

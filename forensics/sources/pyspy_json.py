@@ -20,7 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics import pyspy
-from forensics.capture import HEADER_PREFIX
+from forensics.capture import HEADER_PREFIX, from_path
 from forensics.pyspy import DumpContext, capture_of, subject_of
 from forensics.rawio import read_all
 from forensics.sources import ParseResult, register
@@ -77,18 +77,37 @@ def _problem(stripped: str) -> str:
     return "array items are not py-spy threads (no 'frames')"
 
 
+def _header_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every capture header line; str.find, because a regex scan of a JSON file
+    of hundreds of MB is slow."""
+    spans = []
+    marker = "\n" + HEADER_PREFIX
+    found = -1 if text.startswith(HEADER_PREFIX) else text.find(marker)
+    at = None if found < 0 and not text.startswith(HEADER_PREFIX) else found + 1
+    while at is not None:
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        spans.append((at, end))
+        found = text.find(marker, end)
+        at = None if found < 0 else found + 1
+    return spans
+
+
 def _split(text: str) -> list[tuple[int, str | None, str]]:
     """(first line, header line or None, body) of each dump in the file."""
     parts: list[tuple[int, str | None, str]] = []
     header: str | None = None
     start_line, start_char = 1, 0
-    for match in re.finditer(r"(?m)^" + re.escape(HEADER_PREFIX) + r".*$", text):
-        body = text[start_char:match.start()]
+    counted_to, line = 0, 1  # lines are counted incrementally: the file may be hundreds of MB
+    for begin, end in _header_spans(text):
+        body = text[start_char:begin]
         if body.strip():
             parts.append((start_line, header, body))
-        header = match.group(0)
-        start_line = text.count("\n", 0, match.end()) + 2
-        start_char = match.end() + 1
+        header = text[begin:end]
+        line += text.count("\n", counted_to, end)
+        counted_to = end
+        start_line = line + 1
+        start_char = end + 1
     body = text[start_char:]
     if body.strip() or not parts:
         parts.append((start_line, header, body))
@@ -99,11 +118,12 @@ def parse(path: Path) -> ParseResult:
     """Read one py-spy JSON file (one or more dumps)."""
     text = bytes(read_all(path)).decode("utf-8", "replace")
     source_file = str(path)
+    fallback = from_path(path)
     contexts: list[DumpContext] = []
     threads: list[pl.DataFrame] = []
     bad: list[tuple[int | None, str, str, str | None]] = []
     for index, (line, header, body) in enumerate(_split(text)):
-        capture = capture_of(path, header)
+        capture = capture_of(fallback, header)
         first_line = line + body[:len(body) - len(body.lstrip())].count("\n")  # where the array starts
         dump = _read(body)
         if isinstance(dump, str):

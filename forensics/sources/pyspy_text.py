@@ -23,12 +23,13 @@ process/thread/frame each line belongs to is found by forward fill, not by a loo
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from forensics import pyspy
-from forensics.capture import HEADER_PREFIX
+from forensics.capture import HEADER_PREFIX, Capture, from_path
 from forensics.pyspy import DumpContext, capture_of, subject_of
 from forensics.rawio import read_all
 from forensics.sources import ParseResult, register
@@ -36,7 +37,11 @@ from forensics.sources import ParseResult, register
 NAME = "pyspy_text"
 FORMAT = "pyspy:text"
 
-# One alternation, one pass: which branch matched says what the line is.
+# Frame lines are ~95 % of a dump: found by one capture-free regex, then cut with string positions.
+_FRAME = r"^    \S.* \([^()]*\)$"
+_FRAME_PLACE = r" \([^()]*\)$"  # where "(file:line)" starts
+_LINE_NUMBER = r":\d+$"
+# Every other line: one alternation, one pass; which branch matched says what the line is.
 _LINE = (
     r"^(?:"
     r"Process (?P<process_pid>\d+): (?P<process_title>.*)"
@@ -45,7 +50,6 @@ _LINE = (
     r"|Signal (?P<signal>\d+): .*"
     r"|Thread (?P<thread_id>0[xX][0-9A-Fa-f]+|\d+)(?: \((?P<status>idle|active\+gil|active|gil)\))?"
     r"(?:: \"(?P<thread_name>.*)\")?"
-    r"|    (?P<function>\S.*?) \((?P<file>[^()]*?)(?::(?P<lineno>\d+))?\)"
     r"|        (?P<locals_kind>Arguments|Locals):"
     r"|            (?P<local_name>[^:\s]+): (?P<local_value>.*)"
     r"|Error: (?P<error>.*)"
@@ -68,14 +72,18 @@ def sniff(head: bytes, path: Path) -> bool:
     return bool(_SNIFF.search(head) or _SNIFF_FAILED.search(head))
 
 
+KINDS = pl.Enum(["frame", "process", "python", "parent", "signal", "thread", "locals_kind", "local", "error",
+                  "header", "banner", "blank", "damaged", "noise"])
+
+
 def _kind() -> pl.Expr:
-    g = pl.col("m").struct.field
+    """What a line that is not a frame line is, from which branch of `_LINE` matched."""
+    g = pl.col
     return (pl.when(g("process_pid").is_not_null()).then(pl.lit("process"))
             .when(g("python").is_not_null()).then(pl.lit("python"))
             .when(g("parent_pid").is_not_null()).then(pl.lit("parent"))
             .when(g("signal").is_not_null()).then(pl.lit("signal"))
             .when(g("thread_id").is_not_null()).then(pl.lit("thread"))
-            .when(g("function").is_not_null()).then(pl.lit("frame"))
             .when(g("locals_kind").is_not_null()).then(pl.lit("locals_kind"))
             .when(g("local_name").is_not_null()).then(pl.lit("local"))
             .when(g("error").is_not_null()).then(pl.lit("error"))
@@ -83,61 +91,103 @@ def _kind() -> pl.Expr:
             .when(g("banner_pid").is_not_null()).then(pl.lit("banner"))
             .when(pl.col("text").str.strip_chars() == "").then(pl.lit("blank"))
             .when(pl.col("text").str.contains(_PYSPY_START)).then(pl.lit("damaged"))
-            .otherwise(pl.lit("noise")))
+            .otherwise(pl.lit("noise"))).cast(KINDS)
 
 
-def classify(text: str) -> pl.DataFrame:
-    """Every line with its kind, the segment (dump, failure or noise) it falls in, and the line of
-    the latest capture header, thread and frame before it."""
-    lines = text.split("\n")
+@dataclass
+class Lines:
+    """A text dump file cut into lines: `spine` has every line's number, kind and place (segment,
+    latest header / thread / frame / locals heading); `frames` the frame lines' parts; `others`
+    the other lines' text and fields. Frame lines keep no text: they are most of a big file."""
+
+    spine: pl.DataFrame
+    frames: pl.DataFrame
+    others: pl.DataFrame
+
+
+def classify(text: str) -> Lines:
+    """Cut a dump file into lines and place each one."""
     cut = not text.endswith("\n")
+    lines = pl.Series("text", [text]).str.split("\n").explode().to_frame()
     if not cut:
-        lines.pop()
-    frame = pl.DataFrame({"text": lines}).with_row_index("line", offset=1)
-    frame = frame.with_columns(pl.col("text").str.extract_groups(_LINE).alias("m"))
-    frame = frame.with_columns(_kind().alias("kind"))
-    kind = pl.col("kind")
+        lines = lines.head(lines.height - 1)  # the empty string after the final newline
+    lines = lines.with_row_index("line", offset=1)
+    is_frame = pl.col("text").str.contains(_FRAME)
+    text_ = pl.col("text")
+    # str.find gives byte offsets, so the cutting is done on the bytes (every cut falls on ASCII).
+    raw, at = pl.col("_raw"), pl.col("_at")
+    frames = (lines.filter(is_frame)
+              .select("line", text_.cast(pl.Binary).alias("_raw"), text_.str.find(_FRAME_PLACE).alias("_at"),
+                      text_.str.len_bytes().alias("_n"))
+              .with_columns(raw.bin.slice(4, at - 4).cast(pl.String).alias("function"),
+                            raw.bin.slice(at + 2, pl.col("_n") - at - 3).alias("_raw"))
+              .with_columns(raw.cast(pl.String).str.find(_LINE_NUMBER).alias("_at"))
+              .with_columns(pl.when(at.is_null()).then(raw).otherwise(raw.bin.slice(0, at))
+                            .cast(pl.String).alias("file"),
+                            raw.bin.slice(at + 1).cast(pl.String).cast(pl.Int32, strict=False).alias("lineno"))
+              .drop("_raw", "_at", "_n"))
+    others = (lines.filter(~is_frame).with_columns(text_.str.extract_groups(_LINE).alias("m")).unnest("m")
+              .with_columns(_kind().alias("kind")))
+    del lines
+    spine = pl.concat([others.select("line", "kind"),
+                       frames.select("line", pl.lit("frame", KINDS).alias("kind"))]).sort("line")
+    kind, line = pl.col("kind"), pl.col("line")
     # A dump starts at "Process" (unless a core dump's "Signal" line just started it), "Signal",
     # "Error", or a line that separates dumps (capture header, banner).
     starts = (kind.is_in(["signal", "error", "header", "banner"])
               | ((kind == "process") & (kind.shift(1) != "signal").fill_null(True)))
-    line_if = lambda k: pl.when(kind == k).then(pl.col("line"))
-    frame = frame.with_columns(
-        starts.cast(pl.Int32).cum_sum().alias("segment"),
-        line_if("header").forward_fill().alias("header_line"),
-        pl.lit(cut).alias("file_cut"),
-        (pl.col("line") == pl.col("line").max()).alias("last_line"),
-    )
-    over = "segment"
-    frame = frame.with_columns(
-        line_if("thread").forward_fill().over(over).alias("thread_line"),
-        kind.first().over(over).alias("segment_kind"),
-    )
-    return frame.with_columns(
-        line_if("frame").forward_fill().over(over, "thread_line").alias("frame_line"),
-        line_if("locals_kind").forward_fill().over(over, "thread_line").alias("locals_line"),
-    )
+
+    def latest(k: str, reset: pl.Expr) -> pl.Expr:
+        # The line of the latest `k` line, null again after each `reset` line: a forward fill over
+        # contiguous runs, cheaper than a window per group.
+        marked = pl.when(kind == k).then(line).when(reset).then(pl.lit(0, pl.UInt32)).forward_fill()
+        return pl.when(marked > 0).then(marked)
+
+    spine = spine.with_columns(starts.alias("_start"))
+    start = pl.col("_start")
+    spine = spine.with_columns(
+        start.cast(pl.Int32).cum_sum().alias("segment"),
+        latest("header", pl.lit(False)).alias("header_line"),
+        latest("thread", start).alias("thread_line"),
+        latest("frame", start | (kind == "thread")).alias("frame_line"),
+        latest("locals_kind", start | kind.is_in(["thread", "frame"])).alias("locals_line"),
+        pl.when(start).then(kind).forward_fill().fill_null(kind.first()).alias("segment_kind"),
+        (pl.lit(cut) & (line == line.max())).alias("cut_line"),
+    ).drop("_start")
+    placed = ["line", "segment", "segment_kind", "thread_line", "frame_line", "locals_line"]
+    return Lines(spine, frames.join(spine.select(placed), on="line"), others.join(spine.select(placed), on="line"))
 
 
-def _segment_checks(lines: pl.DataFrame) -> pl.DataFrame:
+def _segment_checks(lines: Lines) -> pl.DataFrame:
     """Per segment: what starts it, and what would spoil it as a dump."""
     kind = pl.col("kind")
-    damaged = kind.is_in(["damaged"]) | ((kind == "frame") & pl.col("thread_line").is_null())
-    return lines.group_by("segment", maintain_order=True).agg(
+    damaged = (kind == "damaged") | ((kind == "frame") & pl.col("thread_line").is_null())
+    shape = lines.spine.group_by("segment", maintain_order=True).agg(
         pl.col("segment_kind").first().alias("kind"),
         pl.col("line").first().alias("first_line"),
-        pl.col("text").first().alias("first_text"),
         pl.col("header_line").first(),
-        pl.col("m").struct.field("process_pid").drop_nulls().first().cast(pl.Int64).alias("pid"),
-        pl.col("m").struct.field("process_title").drop_nulls().first().alias("title"),
-        pl.col("m").struct.field("python").drop_nulls().first().alias("python"),
-        pl.col("m").struct.field("banner_pid").first().alias("banner_pid"),
         (kind == "thread").sum().alias("threads"),
         pl.col("line").filter(damaged).first().alias("damaged_line"),
-        pl.col("text").filter(damaged).first().alias("damaged_text"),
-        (pl.col("last_line") & pl.col("file_cut")).any().alias("cut"),
-        pl.col("text").filter(kind != "blank").alias("error_text"),
+        pl.col("cut_line").any().alias("cut"),
     )
+    text = lines.others.group_by("segment").agg(
+        pl.col("text").first().alias("first_text"),
+        pl.col("process_pid").drop_nulls().first().cast(pl.Int64).alias("pid"),
+        pl.col("process_title").drop_nulls().first().alias("title"),
+        pl.col("python").drop_nulls().first().alias("python"),
+        pl.col("banner_pid").first().alias("banner_pid"),
+        pl.col("text").filter(kind == "damaged").first().alias("damaged_text"),
+    )
+    # py-spy's "Caused by:" lines under an Error are indented like frames: put them back as text.
+    in_error = pl.col("segment_kind") == "error"
+    frame_text = pl.concat_str(pl.col("function"), pl.lit(" ("), pl.col("file"),
+                               pl.when(pl.col("lineno").is_not_null()).then(pl.format(":{}", "lineno")).otherwise(pl.lit("")),
+                               pl.lit(")"))
+    errors = (pl.concat([lines.others.filter(in_error & (kind != "blank")).select("segment", "line", "text"),
+                         lines.frames.filter(in_error).select("segment", "line", frame_text.alias("text"))])
+              .sort("line").group_by("segment").agg(pl.col("text").alias("error_text")))
+    return shape.join(text, on="segment", how="left").join(errors, on="segment", how="left").with_columns(
+        pl.col("first_text").fill_null(""), pl.col("damaged_text").fill_null("a frame line before any thread line"))
 
 
 def _failure(seg: dict) -> str | None:
@@ -153,18 +203,18 @@ def _failure(seg: dict) -> str | None:
     return None
 
 
-def parse_text(text: str, path: Path, source_file: str | None = None) -> ParseResult:
-    """Every dump in one py-spy text file: frames of readable dumps, a quarantine row per other."""
-    source_file = source_file or str(path)
+def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
+    """Every dump in one py-spy text file: frames of readable dumps, a quarantine row per other.
+    `fallback` dates the dumps that have no capture header of their own."""
     lines = classify(text)
     segments = _segment_checks(lines)
-    header_text = dict(lines.filter(pl.col("kind") == "header").select("line", "text").iter_rows())
+    header_text = dict(lines.others.filter(pl.col("kind") == "header").select("line", "text").iter_rows())
     contexts: list[DumpContext] = []
     bad: list[tuple[int | None, str, str, str | None]] = []
     good_segments: list[int] = []
     previous_banner: str | None = None
     for seg in segments.iter_rows(named=True):
-        capture = capture_of(path, header_text.get(seg["header_line"]))
+        capture = capture_of(fallback, header_text.get(seg["header_line"]))
         kind = seg["kind"]
         if kind in ("process", "signal"):
             why = _failure(seg)
@@ -183,46 +233,44 @@ def parse_text(text: str, path: Path, source_file: str | None = None) -> ParseRe
             bad.append((seg["first_line"], "thread lines without a 'Process N:' line before them",
                         seg["first_text"], subject_of(capture)))
         previous_banner = seg["banner_pid"] if kind == "banner" else None
-    frames = _frames(lines.filter(pl.col("segment").is_in(good_segments)), segments) if good_segments else None
+    frames = _frames(lines, segments, good_segments) if good_segments else None
     return pyspy.result(source_file, FORMAT, frames, contexts, bad)
 
 
-def _frames(lines: pl.DataFrame, segments: pl.DataFrame) -> pl.DataFrame:
+def _frames(lines: Lines, segments: pl.DataFrame, good: list[int]) -> pl.DataFrame:
     """One row per frame of the good dumps (threads with no frames keep one row, depth null)."""
-    g = pl.col("m").struct.field
-    locals_ = (lines.filter(pl.col("kind") == "local")
-               .join(lines.filter(pl.col("kind") == "locals_kind")
-                     .select(pl.col("line").alias("locals_line"),
-                             (g("locals_kind") == "Arguments").alias("arg")), on="locals_line", how="left")
+    g = pl.col
+    others = lines.others.filter(g("segment").is_in(good))
+    locals_ = (others.filter(g("kind") == "local")
+               .join(others.filter(g("kind") == "locals_kind")
+                     .select(g("line").alias("locals_line"), (g("locals_kind") == "Arguments").alias("arg")),
+                     on="locals_line", how="left")
                .group_by("frame_line")
                .agg(pl.struct(g("local_name").alias("name"), g("local_value").alias("value"), "arg")
                     .alias("locals")))
-    threads = lines.filter(pl.col("kind") == "thread").select(
-        "segment", pl.col("line").alias("thread_line"),
+    threads = others.filter(g("kind") == "thread").select(
+        "segment", g("line").alias("thread_line"),
         pl.when(g("thread_id").str.starts_with("0x") | g("thread_id").str.starts_with("0X"))
         .then(g("thread_id").str.slice(2).str.to_integer(base=16, strict=False))
         .otherwise(g("thread_id").str.to_integer(strict=False)).alias("thread_id"),
-        g("thread_name").alias("thread_name"),
-        g("status").alias("status"),
+        "thread_name", "status",
     )
-    frames = lines.filter(pl.col("kind") == "frame").select(
-        "thread_line", pl.col("line").alias("frame_line"),
-        g("function").alias("function"), g("file").alias("file"),
-        g("lineno").cast(pl.Int32).alias("line"),
-    ).with_columns((pl.col("frame_line").cum_count().over("thread_line") - 1).cast(pl.Int32).alias("depth"))
-    frames = frames.join(locals_, on="frame_line", how="left")
-    per_dump = segments.select(pl.col("segment"), "pid", "title", "python")
+    frames = (lines.frames.filter(g("segment").is_in(good))
+              .select("thread_line", g("line").alias("frame_line"), "function", "file", g("lineno").alias("line"))
+              .with_columns(pl.int_range(pl.len()).over("thread_line").cast(pl.Int32).alias("depth"))
+              .join(locals_, on="frame_line", how="left"))
+    per_dump = segments.select("segment", "pid", "title", "python")
     return (threads.join(frames, on="thread_line", how="left")
             .join(per_dump, on="segment", how="left")
             .with_columns(pl.coalesce("frame_line", "thread_line").alias("source_line"),
-                          pl.col("segment").cast(pl.Int32).alias("dump"))
+                          g("segment").cast(pl.Int32).alias("dump"))
             .sort("source_line"))
 
 
 def parse(path: Path) -> ParseResult:
     """Read one py-spy text file."""
     data = read_all(path)
-    return parse_text(bytes(data).decode("utf-8", "replace"), path)
+    return parse_text(bytes(data).decode("utf-8", "replace"), str(path), from_path(path))
 
 
 register(NAME, sniff, parse, module=__name__)

@@ -182,3 +182,15 @@ def test_garbage_between_dumps_is_noise_not_records(tmp_path: Path) -> None:
 def test_sniffing_picks_the_text_reader(tmp_path: Path) -> None:
     assert sources.detect(_write(tmp_path, HEADER + DUMP)).name == "pyspy_text"
     assert sources.detect(_write(tmp_path, HEADER + "Error: No such process\n", "failed.txt")).name == "pyspy_text"
+
+
+def test_non_ascii_and_native_frames_are_cut_at_the_right_bytes(tmp_path: Path) -> None:
+    text = ("Process 1: sglang::scheduler_TP0\nPython v3.11.7 (/usr/bin/python3.11)\n\n"
+            "Thread 1 (idle): \"MainThread\"\n"
+            "    föö.bär (dïr/bär.py:33)\n"
+            "    std::function<void (int)>::operator() (libfoo.so)\n"
+            "    <module> (<string>)\n")
+    rows = parse(_write(tmp_path, text)).rows
+    assert rows.select("function", "file", "line").rows() == [
+        ("föö.bär", "dïr/bär.py", 33), ("std::function<void (int)>::operator()", "libfoo.so", None),
+        ("<module>", "<string>", None)]
