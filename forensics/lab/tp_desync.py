@@ -1,6 +1,7 @@
 """Run the TP-desync lab: 8 real ranks (prefill TP4 + decode TP4), trigger the wedge, dump every rank.
 
     python -m forensics.lab.tp_desync OUT [--rounds 2] [--interval 1] [--at 2026-06-18T21:40:10Z]
+                                          [--host gpu-node-00] [--format text|json]…
 
 writes a bundle folder OUT with `stacks/text/round-N.txt` (all 8 `py-spy dump` outputs of a round,
 each after its capture header) and `stacks/json/round-N/<role>-tp<rank>.json` (`--json`). `--at`
@@ -123,10 +124,12 @@ class TpDesyncLab:
         self._check_alive()
 
     def capture(self, bundle: Path, *, rounds: int = 2, interval: float = 1.0,
-                formats: tuple[str, ...] = ("text", "json"), at: datetime | None = None) -> list[Path]:
-        """Dump every rank with py-spy, `rounds` times; returns the files written."""
+                formats: tuple[str, ...] = ("text", "json"), at: datetime | None = None,
+                host: str | None = None) -> list[Path]:
+        """Dump every rank with py-spy, `rounds` times; returns the files written. `host` names the
+        machine in the capture headers (default: this one's hostname)."""
         spy = py_spy()
-        host = socket.gethostname()
+        host = host or socket.gethostname()
         written: list[Path] = []
         if at is not None:
             self.shift = at - datetime.now(UTC)
@@ -181,12 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--at", help="ISO-8601 UTC time to date the first round at")
     parser.add_argument("--format", action="append", choices=["text", "json"])
+    parser.add_argument("--host", help="host name for the capture headers (default: this machine's)")
     args = parser.parse_args(argv)
     at = datetime.fromisoformat(args.at) if args.at else None
     with TpDesyncLab() as lab:
         lab.trigger()
         files = lab.capture(args.out, rounds=args.rounds, interval=args.interval,
-                            formats=tuple(args.format or ("text", "json")), at=at)
+                            formats=tuple(args.format or ("text", "json")), at=at, host=args.host)
     for path in files:
         print(path)
     return 0
