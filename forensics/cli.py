@@ -59,14 +59,14 @@ def _case_for(path: Path) -> Path:
 
 
 def print_stacks(case_dir: Path, profile: str, expected: dict[str, int], every_round: bool,
-                 out: TextIO | None = None) -> None:
+                 groups_by_pid: dict[int, str] | None = None, out: TextIO | None = None) -> None:
     """Print each group's stack verdict with its explanation and the phase of every rank."""
     out = out or sys.stdout
     from forensics.detect.stacks import judge, latest
     from forensics.profiles import load_profile
 
     case = load_case(case_dir)
-    verdicts = judge(case.stacks, case.quarantine, load_profile(profile), expected)
+    verdicts = judge(case.stacks, case.quarantine, load_profile(profile), expected, groups_by_pid)
     if not verdicts:
         print(f"no py-spy dumps in {case_dir}", file=out)
         return
@@ -93,6 +93,17 @@ def _expected(pairs: list[str]) -> dict[str, int]:
     return expected
 
 
+def _groups(pairs: list[str]) -> dict[int, str]:
+    by_pid = {}
+    for pair in pairs:
+        group, sep, pids = pair.partition("=")
+        numbers = pids.split(",")
+        if not sep or not group or not all(n.strip().isdigit() for n in numbers):
+            raise ForensicsError(f"--group {pair!r}: write GROUP=PID,PID,…, e.g. decode=4242,4243")
+        by_pid.update({int(n): group for n in numbers})
+    return by_pid
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `forensics` console script."""
     parser = argparse.ArgumentParser(prog="forensics", description=__doc__)
@@ -107,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_stacks.add_argument("--profile", default="sglang", help="profile name or .toml path (default: sglang)")
     p_stacks.add_argument("--expect", action="append", default=[], metavar="GROUP=RANKS",
                           help="how many ranks a group has, when the highest may be missing (e.g. decode=4)")
+    p_stacks.add_argument("--group", action="append", default=[], metavar="GROUP=PID,PID,…",
+                          help="put these processes in this group, whatever headers and titles say")
     p_stacks.add_argument("--all-rounds", action="store_true", help="a verdict per dump round, not just the last")
     p_synth = sub.add_parser("synth", help="write a generated SGLang-shaped journal export")
     p_synth.add_argument("out", type=Path)
@@ -124,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "summary":
             print_summary(args.case)
         elif args.command == "stacks":
-            print_stacks(_case_for(args.path), args.profile, _expected(args.expect), args.all_rounds)
+            expected, by_pid = _expected(args.expect), _groups(args.group)  # bad flags fail before work
+            print_stacks(_case_for(args.path), args.profile, expected, args.all_rounds, by_pid)
         elif args.command == "synth":
             from forensics.synth import write_export
             write_export(args.out, args.entries, hosts=args.hosts, seed=args.seed)

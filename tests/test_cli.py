@@ -35,3 +35,14 @@ def test_errors_are_one_line_naming_the_place(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip() == (f"forensics: {tmp_path / 'nothing'}: not a case (no manifest.json); create one "
                                    f"with `forensics ingest BUNDLE --case {tmp_path / 'nothing'}`")
+
+
+def test_stacks_command_takes_groups_and_sizes_and_names_bad_ones(tmp_path: Path) -> None:
+    reference = REPO / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"
+    done = _forensics("stacks", str(reference), "--expect", "decode=5", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "TP4: no dump of this rank in the bundle" in done.stdout
+    assert "The verdict holds whatever the missing ranks show." in done.stdout
+    bad = _forensics("stacks", str(reference), "--group", "decode=12,x", cwd=tmp_path)
+    assert (bad.returncode, bad.stderr.strip()) == (
+        2, "forensics: --group 'decode=12,x': write GROUP=PID,PID,…, e.g. decode=4242,4243")

@@ -243,16 +243,17 @@ def main_thread_stacks(stacks: pl.DataFrame | pl.LazyFrame, profile: Profile) ->
             .collect())
 
 
-def _rank_stacks(processes: pl.DataFrame, profile: Profile) -> list[RankStack]:
+def _rank_stacks(processes: pl.DataFrame, profile: Profile, by_pid: Mapping[int, str]) -> list[RankStack]:
     split_dp = not _dp_attention(processes)
     out = []
     for row in processes.iter_rows(named=True):
+        given = by_pid.get(row["pid"])
         frames = tuple(Frame(f["function"], f["file"], f["line"]) for f in row["frames"])
         rank = row["tp"] if row["tp"] is not None else row["pid"]
         label = f"TP{row['tp']}" if row["tp"] is not None else f"pid {row['pid']}"
         out.append(RankStack(
-            group=group_of(profile, row["group"], row["source_file"], row["title"], row["dp"], row["pp"],
-                           split_dp=split_dp),
+            group=given or group_of(profile, row["group"], row["source_file"], row["title"], row["dp"],
+                                    row["pp"], split_dp=split_dp),
             rank=rank, label=label, pid=row["pid"], title=row["title"], host=row["host"], ts=row["ts"],
             source=f"{row['source_file']} line {row['first_line']}", frames=frames,
             phase=classify(frames, profile.stacks)))
@@ -383,13 +384,15 @@ def explain(v: Verdict) -> str:
 
 
 def judge(stacks: pl.DataFrame | pl.LazyFrame, quarantine: pl.DataFrame | pl.LazyFrame | None = None,
-          profile: Profile | None = None, expected: Mapping[str, int] | None = None) -> list[Verdict]:
+          profile: Profile | None = None, expected: Mapping[str, int] | None = None,
+          groups_by_pid: Mapping[int, str] | None = None) -> list[Verdict]:
     """Every group's verdict at every round (latest round last), from a `stacks` frame and the
     quarantine rows of failed dumps. `expected` gives a group's rank count when the highest rank
-    itself may be missing."""
+    itself may be missing; `groups_by_pid` puts processes in groups explicitly, overriding what
+    headers, paths and titles say."""
     profile = profile or load_profile()
     processes = main_thread_stacks(stacks, profile)
-    ranks = _rank_stacks(processes, profile)
+    ranks = _rank_stacks(processes, profile, groups_by_pid or {})
     if isinstance(quarantine, pl.LazyFrame):
         quarantine = quarantine.collect()
     unreadable = _unreadable(quarantine, profile, split_dp=not _dp_attention(processes))

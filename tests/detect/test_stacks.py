@@ -155,3 +155,9 @@ def test_the_merged_tree_counts_ranks_per_frame(tmp_path: Path) -> None:
                       ("Scheduler.on_idle (sglang/srt/disaggregation/decode.py)", [3], "idle")]
     assert tree.get_column("id").is_unique().all()
     assert set(tree.get_column("parent")) - {""} <= set(tree.get_column("id"))
+
+
+def test_groups_passed_explicitly_win(tmp_path: Path) -> None:
+    files = {"stacks/all.txt": ranks_file({0: ALL_REDUCE, 1: ON_IDLE}, group=None)}
+    bundle_verdicts = verdicts(tmp_path, files, groups_by_pid={100: "engine-a", 101: "engine-a"})
+    assert [(v.group, v.verdict) for v in bundle_verdicts] == [("engine-a", TP_DESYNC)]
