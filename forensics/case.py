@@ -3,6 +3,7 @@
 Layout of a case folder (one Parquet dataset per canonical frame, named after it)::
 
     CASE/events/part-0.parquet      one row per journal record (see `forensics.schema.EVENTS_SCHEMA`)
+    CASE/samples/part-0.parquet     one row per metric sample (`forensics.schema.SAMPLES_SCHEMA`)
     CASE/stacks/part-0.parquet      one row per py-spy stack frame (`forensics.schema.STACKS_SCHEMA`)
     CASE/quarantine/part-0.parquet  every record that could not be read, with file, place and reason
     CASE/manifest.json              inputs with sha256, format, records, quarantined, time span
@@ -29,14 +30,15 @@ from forensics.errors import CaseError, ForensicsError, WrongFormat
 from forensics.schema import (
     EVENTS_SCHEMA,
     QUARANTINE_SCHEMA,
+    SAMPLES_SCHEMA,
     STACKS_SCHEMA,
     empty,
     validate,
 )
 
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 #: The canonical frames a case holds, with their schemas (columns beyond them must be String).
-SCHEMAS = {"events": EVENTS_SCHEMA, "stacks": STACKS_SCHEMA}
+SCHEMAS = {"events": EVENTS_SCHEMA, "samples": SAMPLES_SCHEMA, "stacks": STACKS_SCHEMA}
 FRAMES = (*SCHEMAS, "quarantine")
 IGNORED_NAMES = {"incident.toml", "README.md", ".gitkeep"}
 
@@ -47,6 +49,7 @@ class Case:
 
     path: Path
     events: pl.LazyFrame
+    samples: pl.LazyFrame
     stacks: pl.LazyFrame
     quarantine: pl.LazyFrame
     manifest: dict[str, Any]
@@ -129,11 +132,14 @@ def ingest(bundle: str | Path, case_dir: str | Path,
     all_quarantine = pl.concat(quarantine) if quarantine else empty(QUARANTINE_SCHEMA)
     all_stacks = pl.concat(rows_by_frame["stacks"]) if rows_by_frame["stacks"] else empty(STACKS_SCHEMA)
     all_stacks = all_stacks.sort("ts", "source_file", "source_line", maintain_order=True)
+    all_samples = pl.concat(rows_by_frame["samples"]) if rows_by_frame["samples"] else empty(SAMPLES_SCHEMA)
+    all_samples = all_samples.sort("ts", "instance", "source_file", "source_line", maintain_order=True)
     validate(all_events, EVENTS_SCHEMA, "events")
     validate(all_stacks, STACKS_SCHEMA, "stacks", extra=None)
+    validate(all_samples, SAMPLES_SCHEMA, "samples", extra=None)
     validate(all_quarantine, QUARANTINE_SCHEMA, "quarantine", extra=None)
 
-    timed = pl.concat([f.select("source_file", "ts") for f in (all_events, all_stacks)])
+    timed = pl.concat([f.select("source_file", "ts") for f in (all_events, all_stacks, all_samples)])
     spans = {row[0]: row[1:] for row in timed.group_by("source_file")
              .agg(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).iter_rows()}
     for entry in inputs:
@@ -153,6 +159,7 @@ def ingest(bundle: str | Path, case_dir: str | Path,
             "events": all_events.height,
             "stack_frames": all_stacks.height,
             "stack_dumps": all_stacks.select("source_file", "dump").n_unique(),
+            "samples": all_samples.height,
         },
     }
     window = timed.select(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).row(0)
@@ -160,7 +167,8 @@ def ingest(bundle: str | Path, case_dir: str | Path,
 
     staging = case_dir.with_name(case_dir.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    for name, frame in (("events", all_events), ("stacks", all_stacks), ("quarantine", all_quarantine)):
+    for name, frame in (("events", all_events), ("samples", all_samples), ("stacks", all_stacks),
+                        ("quarantine", all_quarantine)):
         (staging / name).mkdir(parents=True)
         frame.write_parquet(staging / name / "part-0.parquet", compression="zstd", statistics=True)
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -170,7 +178,7 @@ def ingest(bundle: str | Path, case_dir: str | Path,
 
 
 def load_case(path: str | Path) -> Case:
-    """Open a case folder: lazy `events`, `stacks` and `quarantine` frames plus the manifest."""
+    """Open a case folder: lazy `events`, `samples`, `stacks` and `quarantine` frames plus the manifest."""
     path = Path(path)
     manifest_path = path / "manifest.json"
     if not manifest_path.is_file():
@@ -186,7 +194,7 @@ def load_case(path: str | Path) -> Case:
         if not dataset.is_dir():
             raise CaseError(f"{path}: missing the {name} dataset ({dataset})")
         frames[name] = pl.scan_parquet(dataset / "*.parquet")
-    return Case(path, frames["events"], frames["stacks"], frames["quarantine"], manifest)
+    return Case(path, frames["events"], frames["samples"], frames["stacks"], frames["quarantine"], manifest)
 
 
 def host_unit_summary(case: Case) -> pl.DataFrame:

@@ -109,6 +109,34 @@ STACKS_SCHEMA: Mapping[str, pl.DataType] = {
 }
 
 
+LABEL = pl.Struct({"name": pl.String, "value": pl.String})
+
+#: One row per metric sample of a scrape (or of a Prometheus API range result).
+SAMPLES_SCHEMA: Mapping[str, pl.DataType] = {
+    "ts": UTC_US,  # when the scrape was taken (capture header, file name or mtime)
+    "ts_source": pl.String(),
+    "ts_confidence": pl.String(),
+    "sample_ts": UTC_US,  # the sample's own timestamp, when the exposition gives one
+    "instance": pl.String(),  # host:port of the target
+    "host": pl.String(),
+    "port": pl.Int32(),
+    "family": pl.String(),  # metric family (histogram `x` for `x_bucket`, counter `x` for `x_total`)
+    "name": pl.String(),  # the sample's own name
+    "type": pl.String(),  # counter, gauge, histogram, summary, gaugehistogram, info, stateset, untyped/unknown
+    "unit": pl.String(),
+    "help": pl.String(),
+    "labels": pl.List(LABEL),  # sorted by name, without __name__
+    "series": pl.String(),  # name{a="1",b="2"}: the series' identity within an instance
+    "value": pl.Float64(),
+    "exemplar": pl.String(),  # OpenMetrics exemplar as written after "# "
+    "format": pl.String(),
+    "data_type": pl.String(),
+    "source_file": pl.String(),
+    "source_line": pl.Int64(),
+    "scrape": pl.Int32(),  # which scrape of the file
+}
+
+
 def schema_problems(frame: pl.DataFrame | pl.LazyFrame, schema: Mapping[str, pl.DataType],
                     *, extra: type[pl.DataType] | None = pl.String) -> list[str]:
     """Every way `frame` departs from `schema`: missing columns, wrong types, disallowed extras."""

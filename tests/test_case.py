@@ -71,7 +71,7 @@ def test_overlapping_exports_of_one_journal_count_once(tmp_path: Path) -> None:
     shutil.copy(journal, bundle / "var-log-journal" / "system.journal")
     manifest = ingest(bundle, tmp_path / "case")
     assert manifest["totals"] == {"records": 30, "parsed": 30, "quarantined": 0, "duplicates": 20, "events": 10,
-                                    "stack_frames": 0, "stack_dumps": 0}
+                                    "stack_frames": 0, "stack_dumps": 0, "samples": 0}
     assert [e["format"] for e in manifest["inputs"]] == ["journal_export", "journal_json", "journal_native"]
 
 
@@ -91,7 +91,7 @@ def test_load_case_names_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(CaseError, match="no manifest.json"):
         load_case(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({"version": 1}))
-    with pytest.raises(CaseError, match="case version 1, this forensics reads 2; re-ingest"):
+    with pytest.raises(CaseError, match="case version 1, this forensics reads 3; re-ingest"):
         load_case(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({"version": MANIFEST_VERSION}))
     with pytest.raises(CaseError, match="missing the events dataset"):
