@@ -1,11 +1,12 @@
 """The `forensics` command: `ingest` a bundle into a case, `summary` of a case, `stacks` verdicts,
-`synth` test data."""
+`pull` metrics from a Prometheus API into a bundle, `synth` test data."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import textwrap
+from datetime import UTC, datetime
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
@@ -104,6 +105,14 @@ def _groups(pairs: list[str]) -> dict[int, str]:
     return by_pid
 
 
+def _utc(text: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise ForensicsError(f"{text!r} is not an ISO-8601 time (e.g. 2026-06-18T21:30:00Z)") from None
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `forensics` console script."""
     parser = argparse.ArgumentParser(prog="forensics", description=__doc__)
@@ -121,6 +130,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_stacks.add_argument("--group", action="append", default=[], metavar="GROUP=PID,PID,…",
                           help="put these processes in this group, whatever headers and titles say")
     p_stacks.add_argument("--all-rounds", action="store_true", help="a verdict per dump round, not just the last")
+    p_pull = sub.add_parser("pull", help="pull the incident window from a Prometheus-compatible API into a bundle")
+    p_pull.add_argument("url", help="base URL, e.g. http://prometheus:9090")
+    p_pull.add_argument("--start", required=True, help="ISO-8601 (UTC unless it has a zone)")
+    p_pull.add_argument("--end", required=True, help="ISO-8601 (UTC unless it has a zone)")
+    p_pull.add_argument("--query", action="append", default=[], help="a PromQL range query (repeatable)")
+    p_pull.add_argument("--metric", action="append", default=[], help="all series of this metric name (repeatable)")
+    p_pull.add_argument("--step", type=float, help="seconds between points (default: from the window)")
+    p_pull.add_argument("--bundle", type=Path, default=Path("."), help="bundle folder (default: .)")
     p_synth = sub.add_parser("synth", help="write a generated SGLang-shaped journal export")
     p_synth.add_argument("out", type=Path)
     p_synth.add_argument("--entries", type=int, default=10_000)
@@ -139,6 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "stacks":
             expected, by_pid = _expected(args.expect), _groups(args.group)  # bad flags fail before work
             print_stacks(_case_for(args.path), args.profile, expected, args.all_rounds, by_pid)
+        elif args.command == "pull":
+            from forensics.pull import pull
+            files = pull(args.url, _utc(args.start), _utc(args.end), queries=args.query, metrics=args.metric,
+                         step=args.step, bundle=args.bundle)
+            for path in files:
+                print(path)
         elif args.command == "synth":
             from forensics.synth import write_export
             write_export(args.out, args.entries, hosts=args.hosts, seed=args.seed)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import polars as pl
+
 METRIC_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
 LABEL_VALUE = r'"(?:[^"\\\n]|\\[\\"n])*"'
@@ -40,12 +42,21 @@ SUFFIXES = {
     "info": ("_info",),
 }
 
+#: Every such suffix, longest first (so `_gcount` is tried before `_count`).
+METRIC_SUFFIXES = sorted({s for suffixes in SUFFIXES.values() for s in suffixes}, key=len, reverse=True)
+
 _FLOAT_RE = re.compile(rf"^(?:{FLOAT})$")
 _INTEGER_RE = re.compile(rf"^(?:{INTEGER})$")
 _NAME_START = re.compile(r"[a-zA-Z_:]")
 _NAME_CHAR = re.compile(r"[a-zA-Z0-9_:]")
 _LABEL_START = re.compile(r"[a-zA-Z_]")
 _LABEL_CHAR = re.compile(r"[a-zA-Z0-9_]")
+
+
+def name_key(name: str) -> str:
+    """A metric name as compared across sources: `:` read as `_`, since prometheus_client escapes
+    colons in what it serves Prometheus (OpenMetrics, `escaping=underscores`) but not for curl."""
+    return name.replace(":", "_")
 
 
 def go_quote(text: str) -> str:
@@ -254,3 +265,13 @@ def help_problem(text: str) -> str | None:
     if not found:
         return None
     return f"invalid escape sequence '\\{found[1] or ''}'"
+
+
+def series_key() -> pl.Expr:
+    """`name{a="1",b="2"}` from the sorted labels (values escaped as in the exposition)."""
+    pair = pl.format('{}="{}"', pl.element().struct.field("name"),
+                     pl.element().struct.field("value").str.replace_all("\\", "\\\\", literal=True)
+                     .str.replace_all('"', '\\"', literal=True).str.replace_all("\n", "\\n", literal=True))
+    inside = pl.col("label_list").list.eval(pair).list.join(",")
+    return pl.when(pl.col("label_list").list.len() > 0).then(pl.format("{}{{{}}}", "name", inside)) \
+        .otherwise(pl.col("name"))

@@ -1,10 +1,17 @@
-"""Shared fixtures: real journals written by systemd's own tools."""
+"""Shared fixtures: real journals written by systemd's own tools, real Prometheus servers."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import socket
 import struct
 import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,9 +51,9 @@ def journalctl(journal: Path, output: str) -> bytes:
 @pytest.fixture(scope="session", autouse=True)
 def _systemd_tools() -> None:
     missing = [str(t) for t in (JOURNAL_REMOTE,) if not t.exists()]
-    missing += [t for t in ("journalctl",) if shutil.which(t) is None]
+    missing += [t for t in ("journalctl", "prometheus", "promtool") if shutil.which(t) is None]
     if missing:
-        pytest.exit(f"missing systemd tools {missing}: run the tests through ./run test, which installs them", 2)
+        pytest.exit(f"missing system tools {missing}: run the tests through ./run test, which installs them", 2)
 
 
 def write_file(folder: Path, name: str, text: str) -> Path:
@@ -54,3 +61,90 @@ def write_file(folder: Path, name: str, text: str) -> Path:
     path = folder / name
     path.write_text(text)
     return path
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PrometheusServer:
+    """A real `prometheus` (Debian's package) on loopback, scraping the given targets every second."""
+
+    def __init__(self, folder: Path, targets: dict[str, list[str]], *, web_config: str | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+                  "scrape_configs": [{"job_name": job, "static_configs": [{"targets": hosts}]}
+                                     for job, hosts in targets.items()]}
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
+        argv = ["prometheus", f"--config.file={folder / 'prometheus.yml'}",
+                f"--storage.tsdb.path={folder / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}"]
+        if web_config:
+            (folder / "web.yml").write_text(web_config)
+            argv.append(f"--web.config.file={folder / 'web.yml'}")
+        self.log = open(folder / "prometheus.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2):
+                    break
+            except urllib.error.HTTPError as error:
+                if error.code == 401:  # answering, behind basic auth
+                    break
+            except OSError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"prometheus did not start: {(folder / 'prometheus.log').read_text()[-2000:]}")
+            time.sleep(0.2)
+
+        if not web_config:
+            self._wait_for_first_scrapes(len([t for hosts in targets.values() for t in hosts]))
+
+    def _wait_for_first_scrapes(self, count: int) -> None:
+        """Prometheus applies discovered targets every 5 s: wait until each has been scraped once."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"{self.url}/api/v1/targets", timeout=5) as answer:
+                active = json.loads(answer.read())["data"]["activeTargets"]
+            if len(active) == count and all(t["health"] != "unknown" for t in active):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"prometheus at {self.url} did not scrape its targets within 60 s")
+
+    def query(self, promql: str) -> list[dict]:
+        """An instant query's result (no auth)."""
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return json.loads(answer.read())["data"]["result"]
+
+    def stop(self) -> None:
+        """Stop the server and wait for it."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def prometheus_server(tmp_path: Path) -> Iterator[type[PrometheusServer]]:
+    """Start real Prometheus servers: `prometheus_server(targets={...})`; all stopped after the test."""
+    started: list[PrometheusServer] = []
+
+    def start(targets: dict[str, list[str]], **kwargs: str) -> PrometheusServer:
+        server = PrometheusServer(tmp_path / f"prometheus-{len(started)}", targets, **kwargs)
+        started.append(server)
+        return server
+
+    yield start  # type: ignore[misc]
+    for server in started:
+        server.stop()

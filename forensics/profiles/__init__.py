@@ -59,6 +59,16 @@ class StackRules:
 
 
 @dataclass(frozen=True)
+class MetricRules:
+    """Which metrics say an engine works, has work pending, and when its process started."""
+
+    progress: tuple[str, ...]
+    pending: tuple[str, ...]
+    start_time: str
+    stall_min_seconds: float
+
+
+@dataclass(frozen=True)
 class Profile:
     """A serving stack as data."""
 
@@ -67,6 +77,7 @@ class Profile:
     path: Path
     components: dict[str, re.Pattern[str]]
     stacks: StackRules
+    metrics: MetricRules
 
     def component_of(self, text: str | None) -> str | None:
         """The first component whose word appears in `text` (a unit, title, group or path)."""
@@ -155,5 +166,12 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
         phases=tuple(_rule(path, i, r) for i, r in enumerate(stacks.get("phase", []))),
         samples=tuple(samples),
     )
+    metrics = data.get("metrics", {})
+    for key in ("progress", "pending"):
+        if not isinstance(metrics.get(key, []), list):
+            raise ProfileError(f"{path}: [metrics] {key} must be a list of metric names")
+    metric_rules = MetricRules(progress=tuple(metrics.get("progress", [])), pending=tuple(metrics.get("pending", [])),
+                               start_time=str(metrics.get("start_time", "process_start_time_seconds")),
+                               stall_min_seconds=float(metrics.get("stall_min_seconds", 10.0)))
     return Profile(name=str(meta.get("name", path.stem)), description=str(meta.get("description", "")),
-                   path=path, components=components, stacks=rules)
+                   path=path, components=components, stacks=rules, metrics=metric_rules)

@@ -35,7 +35,6 @@ from forensics.sources import ParseResult, register
 NAME = "prometheus_text"
 TEXT_FORMAT, OPENMETRICS_FORMAT = "prometheus:text", "openmetrics:text"
 DATA_TYPE = "prometheus:sample"
-METRIC_SUFFIXES = sorted({s for suffixes in promtext.SUFFIXES.values() for s in suffixes}, key=len, reverse=True)
 _ALLOWED = pl.DataFrame([(t, s) for t, suffixes in promtext.SUFFIXES.items() for s in suffixes],
                         schema={"base_type": pl.String, "suffix": pl.String}, orient="row")
 _SNIFF_LINE = re.compile(rf"^(?:# (?:HELP|TYPE|UNIT) |# EOF$|{promtext.METRIC_NAME}(?:\{{.*\}})?[ \t]+(?:{promtext.FLOAT})"
@@ -55,7 +54,7 @@ def sniff(head: bytes, path: Path) -> bool:
     if path.is_dir():
         return False
     if _in_metrics_folder(path):
-        return True
+        return not head.lstrip()[:1] in (b"{", b"[")  # JSON there is an API answer, not a scrape
     for line in head.decode("utf-8", "replace").splitlines():
         if not line.strip() or line.startswith(HEADER_PREFIX):
             continue
@@ -180,8 +179,8 @@ def parse_text(text: str, source_file: str, fallback: Capture, target: dict[str,
     openmetrics = pl.col("format") == OPENMETRICS_FORMAT
     fast, slow = _split_samples(lines.filter(pl.col("kind") == "sample"))
     samples = pl.concat([fast, _read_slowly(slow)], how="diagonal")
-    base = pl.col("name").str.replace(f"({'|'.join(METRIC_SUFFIXES)})$", "")
-    suffix = pl.col("name").str.extract(f"({'|'.join(METRIC_SUFFIXES)})$")
+    base = pl.col("name").str.replace(f"({'|'.join(promtext.METRIC_SUFFIXES)})$", "")
+    suffix = pl.col("name").str.extract(f"({'|'.join(promtext.METRIC_SUFFIXES)})$")
     good = samples.filter(pl.col("reason").is_null()).with_columns(base.alias("base"), suffix.alias("suffix"))
     first_sample = (pl.concat([good.select("scrape", pl.col("name").alias("family"), "line"),
                                good.select("scrape", pl.col("base").alias("family"), "line")])
@@ -202,10 +201,10 @@ def parse_text(text: str, source_file: str, fallback: Capture, target: dict[str,
         pl.coalesce("declared_type", pl.when(openmetrics).then(pl.lit("unknown")).otherwise(pl.lit("untyped")))
         .alias("type"))
     bad_samples = _sample_problems(samples.filter(pl.col("reason").is_not_null()), good)
-    good = good.join(bad_samples.select("line"), on="line", how="anti")
-    rows = _finish(good, captures, source_file)
-    other_bad = _other_problems(lines)
-    quarantine = pl.concat([bad_samples, bad_meta, other_bad]).sort("line")
+    # One reason per line; what is wrong with the scrape's shape (after EOF, …) comes first.
+    quarantine = (pl.concat([_other_problems(lines), bad_samples, bad_meta])
+                  .unique("line", keep="first").sort("line"))
+    rows = _finish(good.join(quarantine.select("line"), on="line", how="anti"), captures, source_file)
     records = lines.filter(~pl.col("kind").is_in(["blank", "header"])).height
     fmt = OPENMETRICS_FORMAT if (captures.get_column("format") == OPENMETRICS_FORMAT).all() else TEXT_FORMAT
     return ParseResult("samples", rows, _quarantine(source_file, fmt, quarantine), records,
@@ -319,22 +318,12 @@ def _sample_problems(refused: pl.DataFrame, good: pl.DataFrame) -> pl.DataFrame:
                                   & ~value.str.contains(f"^(?:{promtext.FLOAT})$"))
                       .select("line", pl.format(f"expected float as value for '{label}' label, got \"{{}}\"", value)
                               .alias("reason"), "text"))
-    checks.append(good.with_columns(_series_expr().alias("_series"))
+    checks.append(good.with_columns(promtext.series_key().alias("_series"))
                   .with_columns(pl.col("line").min().over("scrape", "_series").alias("_first"))
                   .filter(pl.col("line") != pl.col("_first"))
                   .select("line", pl.format("duplicate series {} (first at line {})", "_series", "_first")
                           .alias("reason"), "text"))
     return pl.concat(checks).unique("line", keep="first", maintain_order=True)
-
-
-def _series_expr() -> pl.Expr:
-    """`name{a="1",b="2"}` from the sorted labels (values escaped as in the exposition)."""
-    pair = pl.format('{}="{}"', pl.element().struct.field("name"),
-                     pl.element().struct.field("value").str.replace_all("\\", "\\\\", literal=True)
-                     .str.replace_all('"', '\\"', literal=True).str.replace_all("\n", "\\n", literal=True))
-    inside = pl.col("label_list").list.eval(pair).list.join(",")
-    return pl.when(pl.col("label_list").list.len() > 0).then(pl.format("{}{{{}}}", "name", inside)) \
-        .otherwise(pl.col("name"))
 
 
 def _other_problems(lines: pl.DataFrame) -> pl.DataFrame:
@@ -343,7 +332,7 @@ def _other_problems(lines: pl.DataFrame) -> pl.DataFrame:
     after_eof = (pl.col("kind") == "eof").cast(pl.Int32).cum_sum().over("scrape") > 0
     eof_itself = pl.col("kind") == "eof"
     return lines.filter(~pl.col("kind").is_in(["blank", "header"])).with_columns(
-        pl.when(openmetrics & after_eof & ~eof_itself & (pl.col("kind") != "sample"))
+        pl.when(openmetrics & after_eof & ~eof_itself)
         .then(pl.lit("content after '# EOF'"))
         .when(openmetrics & (pl.col("kind") == "comment")).then(pl.lit("OpenMetrics allows no comments"))
         .when(pl.col("cut") & (pl.col("kind") == "meta")).then(pl.lit("scrape cut short: the last line has no newline"))
@@ -364,7 +353,7 @@ def _finish(good: pl.DataFrame, captures: pl.DataFrame, source_file: str) -> pl.
                  pl.lit(DATA_TYPE).alias("data_type"),
                  pl.lit(source_file).alias("source_file"),
                  pl.col("line").alias("source_line"))
-             .with_columns(_series_expr().alias("series"), pl.col("label_list").alias("labels")))
+             .with_columns(promtext.series_key().alias("series"), pl.col("label_list").alias("labels")))
     return frame.select([pl.col(n).cast(d) for n, d in SAMPLES_SCHEMA.items()])
 
 

@@ -1,0 +1,163 @@
+"""Series derived from the `samples` frame: counter rates with resets, restarts, histogram
+quantiles per interval, gauges as steps, and the "stalled" signal.
+
+Everything is per instance and series, between consecutive scrapes (or API points) in time order:
+
+- `counter_rates`: increase and per-second rate between scrapes. A counter that goes down has been
+  reset (the process restarted): the increase is then the new value, as Prometheus's `rate()`
+  counts it.
+- `restarts`: a change of `process_start_time_seconds`, or any counter reset, between two scrapes
+  is a restart inside that bracket (and exactly at the new start time when the gauge gives it).
+- `histogram_quantiles`: the q-quantile of what was observed in each interval, from bucket
+  increases, interpolated linearly inside the bucket as `histogram_quantile()` does.
+- `gauge_steps`: a gauge holds its value from one scrape until the next.
+- `stalled`: intervals where the profile's progress counters did not move while its pending
+  gauges were above zero, merged into windows that last long enough to matter: the engine looks
+  alive (it answers `/metrics`) but does no work.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from forensics.profiles import Profile, load_profile
+from forensics.promtext import name_key
+
+SERIES = ["instance", "series"]
+
+
+def _named(names: tuple[str, ...] | list[str] | str) -> pl.Expr:
+    """Samples whose name is one of `names`, compared with `:` read as `_` (see `promtext.name_key`)."""
+    wanted = [name_key(n) for n in ([names] if isinstance(names, str) else names)]
+    return pl.col("name").str.replace_all(":", "_", literal=True).is_in(wanted)
+
+
+def _ordered(samples: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    frame = samples.lazy() if isinstance(samples, pl.DataFrame) else samples
+    return frame.with_columns(pl.coalesce("sample_ts", "ts").alias("at")).sort("at")
+
+
+def counter_rates(samples: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """Per counter series and interval: start, end, increase, rate (per second) and reset flag.
+    Counters are the samples typed counter, and histogram/summary `_count`, `_sum`, `_bucket`."""
+    counters = pl.col("type").eq("counter") & ~pl.col("name").str.ends_with("_created") | (
+        pl.col("type").is_in(["histogram", "summary"]) & pl.col("name").str.contains(r"_(count|sum|bucket)$"))
+    previous = pl.col("value").shift(1).over(SERIES)
+    start = pl.col("at").shift(1).over(SERIES)
+    return (_ordered(samples).filter(counters)
+            .with_columns(previous.alias("previous"), start.alias("start"))
+            .filter(pl.col("start").is_not_null())
+            .with_columns((pl.col("value") < pl.col("previous")).alias("reset"))
+            .with_columns(pl.when(pl.col("reset")).then(pl.col("value"))
+                          .otherwise(pl.col("value") - pl.col("previous")).alias("increase"),
+                          ((pl.col("at") - pl.col("start")).dt.total_microseconds() / 1e6).alias("seconds"))
+            .with_columns((pl.col("increase") / pl.col("seconds")).alias("rate"))
+            .select("instance", "family", "name", "series", "labels", "start", pl.col("at").alias("end"),
+                    "previous", "value", "increase", "seconds", "rate", "reset")
+            .collect())
+
+
+def restarts(samples: pl.DataFrame | pl.LazyFrame, profile: Profile | None = None) -> pl.DataFrame:
+    """Per instance: each restart seen between two scrapes, with its time bracket and evidence."""
+    profile = profile or load_profile()
+    start_gauge = profile.metrics.start_time
+    ordered = _ordered(samples)
+    by_gauge = (ordered.filter(_named(start_gauge))
+                .with_columns(pl.col("value").shift(1).over(SERIES).alias("previous"),
+                              pl.col("at").shift(1).over(SERIES).alias("after"))
+                .filter(pl.col("previous").is_not_null() & (pl.col("value") != pl.col("previous")))
+                .select("instance", "after", pl.col("at").alias("before"),
+                        pl.from_epoch((pl.col("value") * 1e6).cast(pl.Int64), time_unit="us")
+                        .dt.replace_time_zone("UTC").alias("started_at"),
+                        pl.format("{} changed from {} to {}", pl.lit(start_gauge), "previous", "value")
+                        .alias("evidence")))
+    resets = counter_rates(samples).filter(pl.col("reset"))
+    by_reset = (resets.group_by("instance", "start", "end")
+                .agg(pl.len().alias("n"), pl.col("series").first().alias("example"))
+                .select("instance", pl.col("start").alias("after"), pl.col("end").alias("before"),
+                        pl.lit(None, by_gauge.collect_schema()["started_at"]).alias("started_at"),
+                        pl.format("{} counter series went down (e.g. {})", "n", "example").alias("evidence")))
+    both = pl.concat([by_gauge.collect(), by_reset])
+    return (both.group_by("instance", "after", "before")
+            .agg(pl.col("started_at").drop_nulls().first(), pl.col("evidence").sort().str.join("; "))
+            .sort("before", "instance"))
+
+
+def histogram_quantiles(samples: pl.DataFrame | pl.LazyFrame, q: float) -> pl.DataFrame:
+    """Per histogram series (labels without `le`) and interval: the q-quantile of the
+    observations made in that interval; null when nothing was observed."""
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantile {q} is outside [0, 1]")
+    rates = counter_rates(samples).filter(pl.col("name").str.ends_with("_bucket"))
+    le = pl.col("labels").list.eval(pl.element().filter(pl.element().struct.field("name") == "le")
+                                    .struct.field("value")).list.first()
+    others = pl.col("labels").list.eval(pl.element().filter(pl.element().struct.field("name") != "le"))
+    buckets = (rates.with_columns(le.cast(pl.Float64, strict=False).alias("le"), others.alias("group_labels"))
+               .filter(pl.col("le").is_not_null())
+               .sort("instance", "family", "start", "end", "le"))
+    key = ["instance", "family", "group_labels", "start", "end"]
+    per_interval = buckets.group_by(key, maintain_order=True).agg(pl.col("le"), pl.col("increase"))
+    rows = []
+    for row in per_interval.iter_rows(named=True):
+        rows.append({**{k: row[k] for k in key}, "q": q, "value": _quantile(q, row["le"], row["increase"]),
+                     "observations": row["increase"][-1] if row["increase"] else 0.0})
+    return pl.DataFrame(rows, schema={**{k: buckets.schema[k] for k in key}, "q": pl.Float64,
+                                      "value": pl.Float64, "observations": pl.Float64})
+
+
+def _quantile(q: float, bounds: list[float], cumulative: list[float]) -> float | None:
+    """Prometheus's histogram_quantile over one interval's cumulative bucket increases."""
+    if not cumulative or bounds[-1] != float("inf") or cumulative[-1] <= 0:
+        return None
+    rank = q * cumulative[-1]
+    below = next(i for i, count in enumerate(cumulative) if count >= rank)
+    if below == len(bounds) - 1:
+        return bounds[-2] if len(bounds) > 1 else None
+    lower = bounds[below - 1] if below > 0 else 0.0
+    count_below = cumulative[below - 1] if below > 0 else 0.0
+    in_bucket = cumulative[below] - count_below
+    return lower + (bounds[below] - lower) * ((rank - count_below) / in_bucket if in_bucket else 0.0)
+
+
+def gauge_steps(samples: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """Each gauge value with the time it holds until (the next scrape; null for the last)."""
+    return (_ordered(samples).filter(pl.col("type") == "gauge")
+            .with_columns(pl.col("at").shift(-1).over(SERIES).alias("until"))
+            .select("instance", "family", "name", "series", "labels", pl.col("at").alias("from"), "until", "value")
+            .collect())
+
+
+def stalled(samples: pl.DataFrame | pl.LazyFrame, profile: Profile | None = None,
+            min_seconds: float | None = None) -> pl.DataFrame:
+    """Windows per instance where no progress counter moved while a pending gauge was above zero,
+    lasting at least `min_seconds` (default: the profile's `stall_min_seconds`) — shorter flat
+    runs are what sampling faster than the engine's counters update looks like.
+
+    Columns: instance, start, end (scrape times bracketing the window), intervals, the pending
+    peak, and the evidence in words."""
+    profile = profile or load_profile()
+    rules = profile.metrics
+    min_seconds = rules.stall_min_seconds if min_seconds is None else min_seconds
+    rates = counter_rates(samples).filter(_named(rules.progress))
+    progress = rates.group_by("instance", "start", "end").agg(
+        pl.col("increase").sum().alias("progress"), pl.col("reset").any().alias("reset"))
+    ordered = _ordered(samples).collect()
+    pending = (ordered.filter(_named(rules.pending))
+               .group_by("instance", "at").agg(pl.col("value").max().alias("pending")))
+    intervals = progress.join(pending.rename({"at": "end"}), on=["instance", "end"], how="left")
+    flat = (intervals.with_columns(((pl.col("progress") == 0) & ~pl.col("reset")
+                                    & (pl.col("pending").fill_null(0) > 0)).alias("stalled"))
+            .sort("instance", "start"))
+    # Consecutive stalled intervals of an instance form one window.
+    windows = (flat.with_columns((pl.col("stalled") != pl.col("stalled").shift(1).over("instance"))
+                                 .fill_null(True).cum_sum().over("instance").alias("run"))
+               .filter(pl.col("stalled"))
+               .group_by("instance", "run")
+               .agg(pl.col("start").min(), pl.col("end").max(), pl.len().alias("intervals"),
+                    pl.col("pending").max().alias("pending_peak"))
+               .filter((pl.col("end") - pl.col("start")).dt.total_microseconds() >= min_seconds * 1e6)
+               .sort("instance", "start").drop("run"))
+    return windows.with_columns(pl.format(
+        "{} did not move while {} stayed above zero (peak {}) for {} interval(s)",
+        pl.lit(" / ".join(rules.progress)), pl.lit(" / ".join(rules.pending)), "pending_peak", "intervals")
+        .alias("evidence"))

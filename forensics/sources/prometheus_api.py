@@ -1,0 +1,111 @@
+"""Range-query answers of a Prometheus-compatible HTTP API, as `forensics pull` saves them.
+
+Format: the API's JSON (`{"status": "success", "data": {"resultType": "matrix", "result":
+[{"metric": {...}, "values": [[unix_seconds, "value"], ...]}]}}`,
+https://prometheus.io/docs/prometheus/latest/querying/api/#range-queries), wrapped with what was
+asked (`forensics_pull`) and the metric metadata (`metadata`: type, help, unit per family). A bare
+API answer saved with `curl` reads too (without types).
+
+Records are points; a point whose value is not a float is quarantined. Each point becomes a
+`samples` row with the evaluation time as `ts` (exact: `ts_source` "prometheus api"), `instance`
+from the series' `instance` label, and the other labels except the target's `job` and `instance`,
+so a series reads the same as in a scrape of the target itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import polars as pl
+
+from forensics import promtext
+from forensics.rawio import read_all
+from forensics.schema import QUARANTINE_SCHEMA, SAMPLES_SCHEMA, empty, excerpt_text
+from forensics.sources import ParseResult, register
+
+NAME = "prometheus_api"
+FORMAT = "prometheus:api"
+DATA_TYPE = "prometheus:sample"
+TARGET_LABELS = ("instance", "job")
+_SNIFF = re.compile(rb'"(?:forensics_pull|resultType)"\s*:')
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """A JSON object holding an API answer (`resultType`) or a `forensics pull` wrapper."""
+    return not path.is_dir() and head.lstrip().startswith(b"{") and bool(_SNIFF.search(head))
+
+
+def _family_and_type(name: str, metadata: dict[str, list[dict[str, str]]]) -> tuple[str, str | None, dict]:
+    """A sample name's family and its metadata. Names are compared with `:` read as `_`: recent
+    prometheus_client escapes `sglang:x_total` to `sglang_x_total` in the OpenMetrics it serves to
+    Prometheus but keeps `sglang:x` in the metadata."""
+    by_key = {promtext.name_key(family): (family, entries[0]) for family, entries in metadata.items() if entries}
+    key = promtext.name_key(name)
+    if key in by_key:
+        return name, by_key[key][1].get("type"), by_key[key][1]
+    for suffix in promtext.METRIC_SUFFIXES:
+        if key.endswith(suffix) and key[: -len(suffix)] in by_key:
+            family, info = by_key[key[: -len(suffix)]]
+            if suffix in promtext.SUFFIXES.get(info.get("type", ""), ()):
+                return name[: -len(suffix)], info.get("type"), info
+    return name, None, {}
+
+
+def parse(path: Path) -> ParseResult:
+    """Read one saved API answer."""
+    source_file = str(path)
+    try:
+        document = json.loads(bytes(read_all(path)))
+        result = document["data"]["result"]
+        if document["data"].get("resultType") != "matrix":
+            raise ValueError(f"resultType {document['data'].get('resultType')!r}, expected 'matrix'")
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        bad = {"source_file": [source_file], "format": [FORMAT], "offset": [None], "line": [1],
+               "reason": [f"not a range-query answer: {error}"], "excerpt": [excerpt_text(str(error))],
+               "subject": [None]}
+        return ParseResult("samples", empty(SAMPLES_SCHEMA), pl.DataFrame(bad, schema=dict(QUARANTINE_SCHEMA)), 1,
+                           parsed_records=0)
+    metadata = document.get("metadata", {})
+    rows: list[dict] = []
+    bad_rows: list[dict] = []
+    for series_index, item in enumerate(result):
+        metric = dict(item.get("metric", {}))
+        name = metric.pop("__name__", None) or document.get("forensics_pull", {}).get("query", "")
+        instance = metric.get("instance")
+        host, _, port = (instance or "").rpartition(":")
+        labels = sorted((k, v) for k, v in metric.items() if k not in TARGET_LABELS)
+        family, kind, info = _family_and_type(name, metadata)
+        for point_index, point in enumerate(item.get("values", [])):
+            value = point[1] if isinstance(point, list) and len(point) == 2 else None
+            if not isinstance(value, str) or not promtext.is_float(value):
+                bad_rows.append({"line": None, "reason": f"series {series_index} point {point_index}: "
+                                 f"expected [time, \"float\"], got {json.dumps(point)[:60]}",
+                                 "excerpt": excerpt_text(json.dumps(point))})
+                continue
+            rows.append({"at": float(point[0]), "instance": instance, "host": host or None,
+                         "port": int(port) if port.isdigit() else None, "family": family, "name": name,
+                         "type": kind or "unknown", "unit": info.get("unit") or None, "help": info.get("help"),
+                         "labels": [{"name": k, "value": v} for k, v in labels], "value": value})
+    quarantine = pl.DataFrame({
+        "source_file": [source_file] * len(bad_rows), "format": [FORMAT] * len(bad_rows),
+        "offset": [None] * len(bad_rows), "line": [r["line"] for r in bad_rows],
+        "reason": [r["reason"] for r in bad_rows], "excerpt": [r["excerpt"] for r in bad_rows],
+        "subject": [None] * len(bad_rows)}, schema=dict(QUARANTINE_SCHEMA))
+    if not rows:
+        return ParseResult("samples", empty(SAMPLES_SCHEMA), quarantine, len(bad_rows), parsed_records=0)
+    at = pl.from_epoch((pl.col("at") * 1e6).round().cast(pl.Int64), time_unit="us").dt.replace_time_zone("UTC")
+    frame = (pl.DataFrame(rows, infer_schema_length=None, schema_overrides={"labels": SAMPLES_SCHEMA["labels"]})
+             .with_columns(at.alias("ts"), at.alias("sample_ts"), pl.lit("prometheus api").alias("ts_source"),
+                           pl.lit("high").alias("ts_confidence"), pl.col("value").cast(pl.Float64),
+                           pl.lit(None, pl.String).alias("exemplar"), pl.lit(FORMAT).alias("format"),
+                           pl.lit(DATA_TYPE).alias("data_type"), pl.lit(source_file).alias("source_file"),
+                           pl.lit(None, pl.Int64).alias("source_line"), pl.lit(0, pl.Int32).alias("scrape"),
+                           pl.col("labels").alias("label_list"))
+             .with_columns(promtext.series_key().alias("series")))
+    samples = frame.select([pl.col(n).cast(d) for n, d in SAMPLES_SCHEMA.items()])
+    return ParseResult("samples", samples, quarantine, len(rows) + len(bad_rows))
+
+
+register(NAME, sniff, parse, module=__name__)
