@@ -228,7 +228,10 @@ def parse_line(text: str, family_type: str | None = None, *, openmetrics: bool =
             raise ValueError(f"expected float as timestamp, got {go_quote(stamp)}")
         if not openmetrics and not _INTEGER_RE.match(stamp):
             raise ValueError(f"expected integer as timestamp, got {go_quote(stamp)}")
+        after_stamp = line.at  # expfmt quotes what follows the timestamp, blanks included
         line.skip_blank()
+        if line.peek() != "\n" and not (line.peek() == "#" and openmetrics):
+            raise ValueError(f"spurious string after timestamp: {go_quote(text[after_stamp:])}")
     if line.peek() == "#" and openmetrics:
         exemplar = text[line.at + 1:].strip()
         _exemplar(exemplar)

@@ -73,11 +73,13 @@ def free_port() -> int:
 class PrometheusServer:
     """A real `prometheus` (Debian's package) on loopback, scraping the given targets every second."""
 
-    def __init__(self, folder: Path, targets: dict[str, list[str]], *, web_config: str | None = None) -> None:
+    def __init__(self, folder: Path, targets: dict[str, list[str]], *, web_config: str | None = None,
+                 metrics_paths: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-                  "scrape_configs": [{"job_name": job, "static_configs": [{"targets": hosts}]}
+                  "scrape_configs": [{"job_name": job, "static_configs": [{"targets": hosts}],
+                                      "metrics_path": (metrics_paths or {}).get(job, "/metrics")}
                                      for job, hosts in targets.items()]}
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
@@ -140,8 +142,8 @@ def prometheus_server(tmp_path: Path) -> Iterator[type[PrometheusServer]]:
     """Start real Prometheus servers: `prometheus_server(targets={...})`; all stopped after the test."""
     started: list[PrometheusServer] = []
 
-    def start(targets: dict[str, list[str]], **kwargs: str) -> PrometheusServer:
-        server = PrometheusServer(tmp_path / f"prometheus-{len(started)}", targets, **kwargs)
+    def start(targets: dict[str, list[str]], **kwargs: object) -> PrometheusServer:
+        server = PrometheusServer(tmp_path / f"prometheus-{len(started)}", targets, **kwargs)  # type: ignore[arg-type]
         started.append(server)
         return server
 

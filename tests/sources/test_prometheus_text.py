@@ -174,7 +174,7 @@ BAD_LINES = [
     ("a 0x1p-3", None, 'expected float as value, got "0x1p-3"'),
     ("a one", None, 'expected float as value, got "one"'),
     ("a 1 1.5", None, 'expected integer as timestamp, got "1.5"'),
-    ("a 1 2 3", None, 'spurious string after timestamp: "3"'),
+    ("a 1 2 3", None, 'spurious string after timestamp: " 3"'),
     ("1a 1", None, "invalid metric name"),
     ("a{b=\"1\"}x 1", None, 'expected float as value, got "x"'),
 ]
