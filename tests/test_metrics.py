@@ -57,7 +57,7 @@ def test_restart_bracket_and_start_time(tmp_path: Path) -> None:
     (restart,) = restarts(scrapes(tmp_path, RUN)).iter_rows(named=True)
     assert (restart["after"].strftime("%H:%M:%S"), restart["before"].strftime("%H:%M:%S")) == ("21:31:15", "21:31:30")
     assert restart["started_at"] == datetime.fromtimestamp(1781810480, UTC)
-    assert restart["evidence"].startswith("4 counter series went down")
+    assert restart["evidence"].startswith("5 counter series went down")  # tokens, 3 buckets, count
     assert "process_start_time_seconds changed from 1781810000.0 to 1781810480.0" in restart["evidence"]
 
 
