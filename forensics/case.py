@@ -115,7 +115,8 @@ def ingest(bundle: str | Path, case_dir: str | Path,
             entry.update(records=0, parsed=0, quarantined=0, duplicates=0, error=str(error))
             inputs.append(entry)
             continue
-        rows = result.rows.with_columns(pl.lit(entry["path"]).alias("source_file"))
+        rows = result.rows.with_columns(pl.lit(entry["path"]).cast(SCHEMAS[result.frame]["source_file"])
+                                        .alias("source_file"))
         bad = result.quarantine.with_columns(pl.lit(entry["path"]).alias("source_file"))
         entry.update(records=result.records, parsed=result.parsed, quarantined=bad.height)
         rows_by_frame[result.frame].append(rows)
@@ -139,7 +140,8 @@ def ingest(bundle: str | Path, case_dir: str | Path,
     validate(all_samples, SAMPLES_SCHEMA, "samples", extra=None)
     validate(all_quarantine, QUARANTINE_SCHEMA, "quarantine", extra=None)
 
-    timed = pl.concat([f.select("source_file", "ts") for f in (all_events, all_stacks, all_samples)])
+    timed = pl.concat([f.select(pl.col("source_file").cast(pl.String), "ts")
+                       for f in (all_events, all_stacks, all_samples)])
     spans = {row[0]: row[1:] for row in timed.group_by("source_file")
              .agg(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).iter_rows()}
     for entry in inputs:
@@ -202,3 +204,11 @@ def host_unit_summary(case: Case) -> pl.DataFrame:
     return (case.events.group_by("host", "unit")
             .agg(pl.len().alias("records"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"))
             .sort("host", "unit", nulls_last=True).collect())
+
+
+def instance_summary(case: Case) -> pl.DataFrame:
+    """Per metrics instance and source format: scrapes (or API points), series, samples, first and last time."""
+    return (case.samples.group_by(pl.col("instance").cast(pl.String), pl.col("format").cast(pl.String))
+            .agg(pl.col("ts").n_unique().alias("times"), pl.col("series").n_unique().alias("series"),
+                 pl.len().alias("samples"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"))
+            .sort("instance", "format", nulls_last=True).collect())

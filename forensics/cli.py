@@ -6,15 +6,15 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from datetime import UTC, datetime
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
 import polars as pl
 from tqdm import tqdm
 
-from forensics.case import host_unit_summary, ingest, load_case
+from forensics.case import host_unit_summary, ingest, instance_summary, load_case
 from forensics.errors import ForensicsError
 
 
@@ -43,6 +43,10 @@ def print_summary(case_dir: Path, out: TextIO | None = None) -> None:
     with pl.Config(tbl_rows=100, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
                    fmt_str_lengths=60, tbl_width_chars=160):
         print(host_unit_summary(case), file=out)
+        instances = instance_summary(case)
+        if instances.height:
+            print("\nmetrics per instance:", file=out)
+            print(instances, file=out)
         reasons = (case.quarantine.group_by("reason").len().sort("len", descending=True).head(10).collect())
         if reasons.height:
             print("\nquarantine (top reasons):", file=out)

@@ -32,9 +32,22 @@ def _named(names: tuple[str, ...] | list[str] | str) -> pl.Expr:
     return pl.col("name").str.replace_all(":", "_", literal=True).is_in(wanted)
 
 
+_PLAIN_LABELS = pl.List(pl.Struct({"name": pl.String, "value": pl.String}))
+
+
+def label(name: str) -> pl.Expr:
+    """One label of the `labels` list as a column (null where the sample has no such label), e.g.
+    `case.samples.with_columns(label("tp_rank"))`."""
+    return (pl.col("labels").list.eval(pl.element().filter(pl.element().struct.field("name") == name)
+                                       .struct.field("value")).list.first().cast(pl.String).alias(name))
+
+
 def _ordered(samples: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    """Samples in time order, with the categorical columns as plain strings for string work."""
     frame = samples.lazy() if isinstance(samples, pl.DataFrame) else samples
-    return frame.with_columns(pl.coalesce("sample_ts", "ts").alias("at")).sort("at")
+    return (frame.with_columns(pl.col(pl.Categorical).cast(pl.String), pl.col("labels").cast(_PLAIN_LABELS),
+                               pl.coalesce("sample_ts", "ts").alias("at"))
+            .sort("at"))
 
 
 def counter_rates(samples: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:

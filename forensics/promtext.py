@@ -117,7 +117,7 @@ class _Line:
 
     def quoted(self, what: str) -> str:
         """A quoted string from just after its opening quote; raises ValueError with expfmt's words."""
-        out = []
+        out: list[str] = []
         while True:
             ch = self.peek()
             if ch == "\n":
@@ -237,6 +237,7 @@ def parse_line(text: str, family_type: str | None = None, *, openmetrics: bool =
         _exemplar(exemplar)
     elif line.peek() != "\n":
         raise ValueError(f"spurious string after timestamp: {go_quote(text[line.at:])}")
+    assert metric is not None  # both ways of reading a name above end with one, or raise
     return Sample(metric, tuple(pairs), value, stamp, exemplar)
 
 

@@ -109,29 +109,32 @@ STACKS_SCHEMA: Mapping[str, pl.DataType] = {
 }
 
 
-LABEL = pl.Struct({"name": pl.String, "value": pl.String})
+#: Repeated strings of the samples frame are categorical: a scrape repeats its family, name,
+#: help and label values for every sample, a file repeats them for every scrape.
+CAT = pl.Categorical()
+LABEL = pl.Struct({"name": CAT, "value": CAT})
 
 #: One row per metric sample of a scrape (or of a Prometheus API range result).
 SAMPLES_SCHEMA: Mapping[str, pl.DataType] = {
     "ts": UTC_US,  # when the scrape was taken (capture header, file name or mtime)
-    "ts_source": pl.String(),
-    "ts_confidence": pl.String(),
+    "ts_source": CAT,
+    "ts_confidence": CAT,
     "sample_ts": UTC_US,  # the sample's own timestamp, when the exposition gives one
-    "instance": pl.String(),  # host:port of the target
-    "host": pl.String(),
+    "instance": CAT,  # host:port of the target
+    "host": CAT,
     "port": pl.Int32(),
-    "family": pl.String(),  # metric family (histogram `x` for `x_bucket`, counter `x` for `x_total`)
-    "name": pl.String(),  # the sample's own name
-    "type": pl.String(),  # counter, gauge, histogram, summary, gaugehistogram, info, stateset, untyped/unknown
-    "unit": pl.String(),
-    "help": pl.String(),
+    "family": CAT,  # metric family (histogram `x` for `x_bucket`, counter `x` for `x_total`)
+    "name": CAT,  # the sample's own name
+    "type": CAT,  # counter, gauge, histogram, summary, gaugehistogram, info, stateset, untyped/unknown
+    "unit": CAT,
+    "help": CAT,
     "labels": pl.List(LABEL),  # sorted by name, without __name__
-    "series": pl.String(),  # name{a="1",b="2"}: the series' identity within an instance
+    "series": CAT,  # name{a="1",b="2"}: the series' identity within an instance
     "value": pl.Float64(),
     "exemplar": pl.String(),  # OpenMetrics exemplar as written after "# "
-    "format": pl.String(),
-    "data_type": pl.String(),
-    "source_file": pl.String(),
+    "format": CAT,
+    "data_type": CAT,
+    "source_file": CAT,
     "source_line": pl.Int64(),
     "scrape": pl.Int32(),  # which scrape of the file
 }

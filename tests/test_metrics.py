@@ -9,7 +9,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from forensics.metrics import counter_rates, gauge_steps, histogram_quantiles, restarts, stalled
+from forensics.metrics import (
+    counter_rates,
+    gauge_steps,
+    histogram_quantiles,
+    label,
+    restarts,
+    stalled,
+)
 from forensics.sources.prometheus_text import parse
 from tests.conftest import write_file
 
@@ -86,3 +93,11 @@ def test_gauges_are_steps(tmp_path: Path) -> None:
     assert steps.height == len(RUN)
     assert steps.row(0, named=True)["until"] == steps.row(1, named=True)["from"]
     assert steps.row(-1, named=True)["until"] is None
+
+
+def test_a_label_as_a_column(tmp_path: Path) -> None:
+    rows = scrapes(tmp_path, RUN[:1]).with_columns(label("tp_rank"), label("le"))
+    by_name = {r["name"]: (r["tp_rank"], r["le"]) for r in rows.iter_rows(named=True)}
+    assert by_name["sglang:num_running_reqs"] == ("0", None)
+    assert by_name["process_start_time_seconds"] == (None, None)
+    assert rows.filter(pl.col("le") == "+Inf").height == 1

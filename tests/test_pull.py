@@ -32,7 +32,7 @@ def _consecutive_distinct(values: list[float]) -> list[float]:
     return [v for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
 
 
-def test_live_api_and_saved_snapshots_of_one_endpoint_agree(prometheus_server, tmp_path: Path) -> None:  # noqa: ANN001
+def test_live_api_and_saved_snapshots_of_one_endpoint_agree(prometheus_server, tmp_path: Path) -> None:
     engine = SGLangMetrics("decode")
     server, _, port = engine.serve()
     try:
@@ -65,7 +65,7 @@ def test_live_api_and_saved_snapshots_of_one_endpoint_agree(prometheus_server, t
     assert all("secret-token-never-written" not in f.read_text() for f in files)
 
     ingest(bundle, tmp_path / "case")
-    samples = load_case(tmp_path / "case").samples.collect()
+    samples = load_case(tmp_path / "case").samples.with_columns(pl.col(pl.Categorical).cast(pl.String)).collect()
     api = samples.filter(pl.col("format") == "prometheus:api")
     scraped = samples.filter(pl.col("format") == "prometheus:text")
     assert api.height > 0 and scraped.height > 0
@@ -97,7 +97,7 @@ def test_live_api_and_saved_snapshots_of_one_endpoint_agree(prometheus_server, t
     assert abs((api_stall["end"] - scraped_stall["end"]).total_seconds()) < 3
 
 
-def test_pull_errors_name_the_cause(prometheus_server, tmp_path: Path) -> None:  # noqa: ANN001
+def test_pull_errors_name_the_cause(prometheus_server, tmp_path: Path) -> None:
     now = datetime.now(UTC)
     window = (now - timedelta(minutes=5), now)
     with pytest.raises(PullError, match=r"http://127\.0\.0\.1:\d+: cannot reach the Prometheus API: .*refused"):
@@ -131,7 +131,7 @@ def test_step_is_chosen_from_the_window_and_long_windows_are_paged() -> None:
     assert parts[1] == (t0 + timedelta(seconds=11_000), t0 + timedelta(hours=6))
 
 
-def test_pages_are_joined_into_one_series(prometheus_server, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_pages_are_joined_into_one_series(prometheus_server, tmp_path: Path, monkeypatch) -> None:
     engine = SGLangMetrics("prefill")
     server, _, port = engine.serve()
     try:
@@ -144,7 +144,7 @@ def test_pages_are_joined_into_one_series(prometheus_server, tmp_path: Path, mon
     finally:
         server.shutdown()
     ingest(tmp_path, tmp_path / "case")
-    rows = load_case(tmp_path / "case").samples.collect()
+    rows = load_case(tmp_path / "case").samples.with_columns(pl.col(pl.Categorical).cast(pl.String)).collect()
     times = rows.get_column("ts").to_list()
     assert len(times) == 4 and times == sorted(times)
     assert rows.get_column("series").unique().to_list() == [

@@ -29,6 +29,7 @@ NAME = "prometheus_api"
 FORMAT = "prometheus:api"
 DATA_TYPE = "prometheus:sample"
 TARGET_LABELS = ("instance", "job")
+_PLAIN_LABELS = pl.List(pl.Struct({"name": pl.String, "value": pl.String}))
 _SNIFF = re.compile(rb'"(?:forensics_pull|resultType)"\s*:')
 
 
@@ -47,7 +48,7 @@ def _family_and_type(name: str, metadata: dict[str, list[dict[str, str]]]) -> tu
         return name, by_key[key][1].get("type"), by_key[key][1]
     for suffix in promtext.METRIC_SUFFIXES:
         if key.endswith(suffix) and key[: -len(suffix)] in by_key:
-            family, info = by_key[key[: -len(suffix)]]
+            info = by_key[key[: -len(suffix)]][1]
             if suffix in promtext.SUFFIXES.get(info.get("type", ""), ()):
                 return name[: -len(suffix)], info.get("type"), info
     return name, None, {}
@@ -96,7 +97,7 @@ def parse(path: Path) -> ParseResult:
     if not rows:
         return ParseResult("samples", empty(SAMPLES_SCHEMA), quarantine, len(bad_rows), parsed_records=0)
     at = pl.from_epoch((pl.col("at") * 1e6).round().cast(pl.Int64), time_unit="us").dt.replace_time_zone("UTC")
-    frame = (pl.DataFrame(rows, infer_schema_length=None, schema_overrides={"labels": SAMPLES_SCHEMA["labels"]})
+    frame = (pl.DataFrame(rows, infer_schema_length=None, schema_overrides={"labels": _PLAIN_LABELS})
              .with_columns(at.alias("ts"), at.alias("sample_ts"), pl.lit("prometheus api").alias("ts_source"),
                            pl.lit("high").alias("ts_confidence"), pl.col("value").cast(pl.Float64),
                            pl.lit(None, pl.String).alias("exemplar"), pl.lit(FORMAT).alias("format"),

@@ -21,13 +21,20 @@ those refuse go through the exact checker `forensics.promtext.line_problem`.
 from __future__ import annotations
 
 import io
+import mmap
 import re
 from pathlib import Path
 
 import polars as pl
 
 from forensics import promtext
-from forensics.capture import HEADER_PREFIX, Capture, from_header, from_path, parse_header
+from forensics.capture import (
+    HEADER_PREFIX,
+    Capture,
+    from_header,
+    from_path,
+    parse_header,
+)
 from forensics.rawio import read_all
 from forensics.schema import QUARANTINE_SCHEMA, SAMPLES_SCHEMA, empty, excerpt_text
 from forensics.sources import ParseResult, register
@@ -41,6 +48,7 @@ _SNIFF_LINE = re.compile(rf"^(?:# (?:HELP|TYPE|UNIT) |# EOF$|{promtext.METRIC_NA
                          rf"(?:[ \t]+\S+)?[ \t]*$)")
 _TARGET = re.compile(r"^(?:(?P<host>[^:_/]+)[:_])?(?P<port>\d{2,5})$")
 _SUFFIXES = (".prom", ".metrics", ".om", ".openmetrics")
+CHUNK_BYTES = 2 << 20  # scrapes are read in runs of about this size: memory against per-run cost
 
 
 def _in_metrics_folder(path: Path) -> bool:
@@ -88,7 +96,7 @@ def _whole_file_problem(text: str) -> str | None:
             continue
         if line.lstrip()[:1] != "<":
             return None
-        title = re.search(r"<title>(.*?)</title>", text[:4096], re.I | re.S)
+        title = re.search(r"<title>(.*?)</title>", text[:4096], re.IGNORECASE | re.DOTALL)
         return "an HTML page, not a metrics exposition" + (f" ({title[1].strip()[:60]})" if title else "")
     return "empty scrape: no samples and no metadata"
 
@@ -114,13 +122,14 @@ def _captures(lines: pl.DataFrame, fallback: Capture, target: dict[str, str]) ->
                                       "port": pl.Int32, "format": pl.String}, orient="row")
 
 
-def classify(text: str) -> pl.DataFrame:
-    """Every line with its kind (header, blank, meta, eof, comment, sample), scrape and fields."""
+def classify(text: str, first_line: int = 1, first_scrape: int = 0) -> pl.DataFrame:
+    """Every line with its kind (header, blank, meta, eof, comment, sample), scrape and fields;
+    line and scrape numbers start where this part of the file starts."""
     cut = not text.endswith("\n")
     lines = pl.Series("text", [text]).str.split("\n").explode().to_frame()
     if not cut:
         lines = lines.head(lines.height - 1)
-    lines = lines.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
+    lines = lines.with_row_index("line", offset=first_line).with_columns(pl.col("line").cast(pl.Int64))
     t = pl.col("text")
     kind = (pl.when(t.str.starts_with(HEADER_PREFIX)).then(pl.lit("header"))
             .when(t.str.strip_chars() == "").then(pl.lit("blank"))
@@ -129,7 +138,7 @@ def classify(text: str) -> pl.DataFrame:
             .when(t.str.starts_with("#")).then(pl.lit("comment"))
             .otherwise(pl.lit("sample")))
     return lines.with_columns(kind.alias("kind")).with_columns(
-        (pl.col("kind") == "header").cum_sum().cast(pl.Int32).alias("scrape"),
+        ((pl.col("kind") == "header").cum_sum() + first_scrape).cast(pl.Int32).alias("scrape"),
         (pl.lit(cut) & (pl.col("line") == pl.col("line").max())).alias("cut"),
     )
 
@@ -166,14 +175,16 @@ def _metadata(lines: pl.DataFrame, first_sample: pl.DataFrame) -> tuple[pl.DataF
     return declared, bad
 
 
-def parse_text(text: str, source_file: str, fallback: Capture, target: dict[str, str]) -> ParseResult:
-    """Every scrape in one exposition file."""
+def parse_text(text: str, source_file: str, fallback: Capture, target: dict[str, str],
+               first_line: int = 1, first_scrape: int = 0) -> ParseResult:
+    """Every scrape in one exposition text (a whole file, or a run of whole scrapes of it that
+    starts at `first_line` with scrape number `first_scrape`)."""
     problem = _whole_file_problem(text)
     if problem is not None:
-        bad = pl.DataFrame({"line": [1], "reason": [problem], "text": [text[:200]]})
+        bad = pl.DataFrame({"line": [first_line], "reason": [problem], "text": [text[:200]]})
         return ParseResult("samples", empty(SAMPLES_SCHEMA), _quarantine(source_file, TEXT_FORMAT, bad), 1,
                            parsed_records=0)
-    lines = classify(text)
+    lines = classify(text, first_line, first_scrape)
     captures = _captures(lines, fallback, target)
     lines = lines.join(captures.select("scrape", "format"), on="scrape", how="left")
     openmetrics = pl.col("format") == OPENMETRICS_FORMAT
@@ -357,10 +368,38 @@ def _finish(good: pl.DataFrame, captures: pl.DataFrame, source_file: str) -> pl.
     return frame.select([pl.col(n).cast(d) for n, d in SAMPLES_SCHEMA.items()])
 
 
+def _scrape_runs(data: bytes | mmap.mmap, chunk_bytes: int) -> list[tuple[int, int]]:
+    """(start, end) byte ranges of runs of whole scrapes, each about `chunk_bytes` or one scrape."""
+    marker = b"\n" + HEADER_PREFIX.encode()
+    runs, start = [], 0
+    while start < len(data):
+        cut = data.find(marker, start + chunk_bytes) if start + chunk_bytes < len(data) else -1
+        end = len(data) if cut < 0 else cut + 1
+        runs.append((start, end))
+        start = end
+    return runs or [(0, 0)]
+
+
 def parse(path: Path) -> ParseResult:
-    """Read one exposition file."""
-    text = bytes(read_all(path)).decode("utf-8", "replace")
-    return parse_text(text, str(path), from_path(path), target_of(path))
+    """Read one exposition file, a run of scrapes at a time so that memory follows the run, not
+    the file (a file of a thousand scrapes holds hundreds of MB)."""
+    data = read_all(path)
+    fallback, target = from_path(path), target_of(path)
+    results, line, scrape = [], 1, 0
+    for start, end in _scrape_runs(data, CHUNK_BYTES):
+        text = bytes(data[start:end]).decode("utf-8", "replace")
+        results.append(parse_text(text, str(path), fallback, target, line, scrape))
+        if isinstance(data, mmap.mmap):  # done with these pages: let them leave memory
+            aligned = start - start % mmap.PAGESIZE
+            data.madvise(mmap.MADV_DONTNEED, aligned, end - aligned)
+        line += text.count("\n")
+        scrape += text.startswith(HEADER_PREFIX) + text.count("\n" + HEADER_PREFIX)
+    if len(results) == 1:
+        return results[0]
+    # rechunk=False: the runs' frames become chunks of one frame, not a second copy of it.
+    return ParseResult("samples", pl.concat([r.rows for r in results], rechunk=False),
+                       pl.concat([r.quarantine for r in results]),
+                       sum(r.records for r in results), parsed_records=sum(r.parsed for r in results))
 
 
 register(NAME, sniff, parse, module=__name__)

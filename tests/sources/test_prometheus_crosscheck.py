@@ -10,6 +10,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -74,9 +75,9 @@ def test_promtool_accepts_what_we_read_cleanly(tmp_path: Path, text: str) -> Non
 
 
 class _Corpus(BaseHTTPRequestHandler):
-    texts: dict[str, str] = {}
+    texts: ClassVar[dict[str, str]] = {}
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+    def do_GET(self) -> None:
         body = self.texts[self.path.strip("/")].encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -96,7 +97,7 @@ def _same(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == b
 
 
-def test_a_real_prometheus_scrapes_the_samples_we_read(prometheus_server, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_real_prometheus_scrapes_the_samples_we_read(prometheus_server, tmp_path: Path) -> None:
     jobs = {f"case{n}": text for n, text in enumerate(ACCEPTED.values())}
     _Corpus.texts = jobs
     http = ThreadingHTTPServer(("127.0.0.1", 0), _Corpus)

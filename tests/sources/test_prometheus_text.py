@@ -16,13 +16,13 @@ from tests.conftest import write_file
 HEADER = "# capture ts=2026-06-18T21:40:10Z host=gpu-node-00 port=30002\n"
 
 
-def _parse(tmp_path: Path, text: str, name: str = "scrape.prom"):  # noqa: ANN202 - a ParseResult
+def _parse(tmp_path: Path, text: str, name: str = "scrape.prom"):
     result = parse(write_file(tmp_path, name, text))
     result.check_accounting(tmp_path)
     return result
 
 
-def _samples(result) -> list[tuple]:  # noqa: ANN001
+def _samples(result) -> list[tuple]:
     return result.rows.select("family", "name", "type", "series", "value").rows()
 
 
@@ -232,6 +232,7 @@ def test_sniffing_takes_expositions_and_anything_in_a_metrics_folder(tmp_path: P
 
 def test_randomly_damaged_scrapes_never_lose_a_line(tmp_path: Path) -> None:
     import random
+
     from forensics.lab.sglang_metrics import SGLangMetrics
     clean = SGLangMetrics().exposition()
     rng = random.Random(7)
