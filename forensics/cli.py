@@ -142,6 +142,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_pull.add_argument("--metric", action="append", default=[], help="all series of this metric name (repeatable)")
     p_pull.add_argument("--step", type=float, help="seconds between points (default: from the window)")
     p_pull.add_argument("--bundle", type=Path, default=Path("."), help="bundle folder (default: .)")
+    p_ref = sub.add_parser("reference", help="write the reference incident bundle (deterministic), at any scale")
+    p_ref.add_argument("out", type=Path)
+    p_ref.add_argument("--scale", type=int, default=1, help="multiply request traffic (1: ~10k journal entries)")
+    p_ref.add_argument("--hosts", type=int, default=1, help="hosts; only the first has the incident")
+    p_ref.add_argument("--time-zone", default="UTC", help="the incident host's local time zone")
+    p_ref.add_argument("--skew-s", type=float, default=0.0, help="the incident host's clock minus true time")
+    p_ref.add_argument("--journal-format", action="append", choices=["export", "json", "journal"],
+                       help="journal forms to write (default: export)")
     p_synth = sub.add_parser("synth", help="write a generated SGLang-shaped journal export")
     p_synth.add_argument("out", type=Path)
     p_synth.add_argument("--entries", type=int, default=10_000)
@@ -166,6 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                          step=args.step, bundle=args.bundle)
             for path in files:
                 print(path)
+        elif args.command == "reference":
+            from forensics.reference import write_reference
+            write_reference(args.out, scale=args.scale, hosts=args.hosts, time_zone=args.time_zone,
+                            skew_s=args.skew_s, journal_formats=tuple(args.journal_format or ["export"]))
+            print(f"wrote the reference incident to {args.out}")
         elif args.command == "synth":
             from forensics.synth import write_export
             write_export(args.out, args.entries, hosts=args.hosts, seed=args.seed)

@@ -33,7 +33,8 @@ LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
 class SGLangMetrics:
     """One engine's metrics in a registry of its own."""
 
-    def __init__(self, engine_type: str = "decode", tp_ranks: int = 4, extra_series: int = 0, seed: int = 0) -> None:
+    def __init__(self, engine_type: str = "decode", tp_ranks: int = 4, extra_series: int = 0, seed: int = 0,
+                 started_at: float | None = None) -> None:
         self.registry = CollectorRegistry()
         self.rng = random.Random(seed)
         self.ranks = [str(r) for r in range(tp_ranks)]
@@ -54,7 +55,7 @@ class SGLangMetrics:
                              labels, buckets=LATENCY_BUCKETS, registry=r)
         self.start_time = Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
                                 registry=r)
-        self.start_time.set(time.time())
+        self.start_time.set(time.time() if started_at is None else started_at)
         self.extra = Gauge("sglang:cache_hit_rate_by_slot", "Per-slot cache hit rate (volume for benchmarks).",
                            ["model_name", "slot"], registry=r) if extra_series else None
         self.extra_series = extra_series
@@ -89,11 +90,12 @@ class SGLangMetrics:
         """From now on requests stay pending while no tokens are produced."""
         self.stalled = True
 
-    def restart(self) -> None:
-        """A new process: counters and histograms from zero, a new start time, work flowing again."""
+    def restart(self, at: float | None = None) -> None:
+        """A new process: counters and histograms from zero, a new start time (now unless `at`),
+        work flowing again."""
         for metric in (self.prompt_tokens, self.generation_tokens, self.ttft, self.e2e):
             metric.clear()
-        self.start_time.set(time.time())
+        self.start_time.set(time.time() if at is None else at)
         self.stalled = False
 
     def exposition(self) -> str:

@@ -1,0 +1,392 @@
+"""The reference incident, written by a deterministic generator: every source in its real format.
+
+The story (`../shared/DESIGN.md`, from the incident write-up), true UTC on 2026-06-18:
+
+- 21:20:00  window opens; host gpu-node-00 runs sglang-dsv4-prefill (TP4, :30000),
+            sglang-dsv4-decode (TP4, :30002) and sglang-dsv4-router (:8000)
+- 21:24-21:33 tool-call markup (`<｜DSML｜invoke name=…>`) leaks into assistant text under load;
+            21:31:00 a user reports it (annotation); it happens again after the restart
+- 21:34:31  a client cancels a batch of in-flight requests; KV-transfer aborts cascade
+- 21:34:47  decode's last `Decode batch` line: decode is frozen (requests still running)
+- 21:38:30  on-call starts investigating (annotation)
+- 21:39:07  prefill's last `Prefill batch` line (its KV queue to decode is full)
+- 21:40:10, 21:40:20 py-spy dumps of all 8 schedulers (the lab's real captures)
+- health checks answer 200 and the units stay active the whole time
+- 21:40:45  `systemctl restart sglang-dsv4-prefill sglang-dsv4-decode` (sudo, then systemd's
+            stopping/stopped/starting/started messages)
+- 21:41:58  both engines "fired up and ready to roll"; 21:42:00 first health 200 again
+- 21:45:00  window closes
+
+Written: `journal/<host>.export.zst` (journalctl -o export), optionally `.json` and a real
+`.journal` through systemd-journal-remote; `metrics/<port>/scrapes.prom.gz` (prometheus_client's
+rendering every 10 s, each after a capture header, nothing while the engines restart);
+`stacks/round-N.txt` (the lab's dumps); `incident.toml`. The same story can be written bigger
+(`scale`: more request traffic), on more hosts (the others healthy), in a host time zone other
+than UTC, and with a host clock off by a known number of seconds.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import random
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import zstandard
+
+from forensics.synth import write_export_entry
+
+DAY = datetime(2026, 6, 18, tzinfo=UTC)
+LAB_DUMPS = Path(__file__).resolve().parent.parent / "data" / "lab" / "tp-desync"
+JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
+MODEL = "deepseek-ai/DeepSeek-V4-Flash"
+
+# systemd's catalog message ids (src/systemd/sd-messages.h)
+STARTING, STARTED = "7d4958e842da4a758f6c1cdc7b36dcc5", "39f53479d3a045ac8e11786248231fbf"
+STOPPING, STOPPED = "de5b426a63be47a7b6ac3eaac82e2f6f", "9d1aaa27d60140bd96365438aad20286"
+SUCCESS = "7ad2d189f7e94e70a38c781354912448"
+
+
+def at(hms: str) -> datetime:
+    """A time of the incident day, UTC."""
+    h, m, s = (float(x) for x in hms.split(":"))
+    return DAY + timedelta(hours=h, minutes=m, seconds=s)
+
+
+@dataclass(frozen=True)
+class Story:
+    """The key times of the reference incident (true UTC)."""
+
+    start: datetime = at("21:20:00")
+    end: datetime = at("21:45:00")
+    cancel: datetime = at("21:34:31")
+    decode_last: datetime = at("21:34:47")
+    prefill_last: datetime = at("21:39:07")
+    investigating: datetime = at("21:38:30")
+    leak_report: datetime = at("21:31:00")
+    restart: datetime = at("21:40:45")
+    stopped: datetime = at("21:40:47")
+    ready: datetime = at("21:41:58")
+    healthy: datetime = at("21:42:00")
+    leaks: tuple[datetime, ...] = tuple(at(t) for t in ("21:24:10", "21:26:40", "21:29:05", "21:31:55",
+                                                          "21:33:20", "21:43:10"))
+    dumps: tuple[datetime, ...] = (at("21:40:10"), at("21:40:20"))
+
+
+STORY = Story()
+UNITS = {"prefill": "sglang-dsv4-prefill.service", "decode": "sglang-dsv4-decode.service",
+         "router": "sglang-dsv4-router.service"}
+PORTS = {"prefill": 30000, "decode": 30002, "router": 8000}
+
+
+@dataclass
+class Host:
+    """One host's identity and clock."""
+
+    name: str
+    tz: ZoneInfo
+    skew: timedelta  # host clock minus true time
+    incident: bool  # the host where the wedge happens (the others stay healthy)
+    rng: random.Random
+    boot_id: str = ""
+    machine_id: str = ""
+    seqnum_id: str = ""
+    seqnum: int = 0
+    invocations: dict[str, str] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+
+    def hex(self, nbytes: int = 16) -> str:
+        return "".join(f"{self.rng.getrandbits(8):02x}" for _ in range(nbytes))
+
+
+def _local(host: Host, when: datetime, millis: bool = False) -> str:
+    """A time as SGLang prints it: the host's clock, its local zone, no zone written."""
+    local = (when + host.skew).astimezone(host.tz)
+    return local.strftime("%Y-%m-%d %H:%M:%S") + (f".{local.microsecond // 1000:03d}" if millis else "")
+
+
+class Journal:
+    """Entries of one host, in the fields journald writes, kept sorted by time when written."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.entries: list[tuple[datetime, list[tuple[str, bytes]]]] = []
+
+    def add(self, when: datetime, message: str, *, unit: str | None, pid: int, ident: str, priority: int = 6,
+            transport: str = "stdout", extra: tuple[tuple[str, str], ...] = ()) -> None:
+        fields = [("_TRANSPORT", transport), ("PRIORITY", str(priority)), ("SYSLOG_IDENTIFIER", ident),
+                  ("_PID", str(pid)), ("_COMM", ident if ident != "python3" else "python3")]
+        if unit is not None:
+            fields += [("_SYSTEMD_UNIT", unit), ("_SYSTEMD_INVOCATION_ID", self.host.invocations[unit])]
+        else:
+            fields += [("_SYSTEMD_UNIT", "init.scope" if pid == 1 else "session-4.scope")]
+        fields += [("_HOSTNAME", self.host.name), *extra, ("MESSAGE", message)]
+        self.entries.append((when, [(k, v.encode()) for k, v in fields]))
+
+    def export(self) -> bytes:
+        """The entries as `journalctl -o export` writes them, with cursors and both clocks."""
+        out = io.BytesIO()
+        host = self.host
+        boot_us = int((STORY.start - timedelta(days=2)).timestamp() * 1_000_000)
+        for when, fields in sorted(self.entries, key=lambda e: e[0]):
+            host.seqnum += 1
+            realtime = int((when + host.skew).timestamp() * 1_000_000)
+            monotonic = realtime - boot_us
+            digest = hashlib.blake2b(f"{host.seqnum_id}{host.seqnum}".encode(), digest_size=8).hexdigest()
+            cursor = (f"s={host.seqnum_id};i={host.seqnum:x};b={host.boot_id};m={monotonic:x};t={realtime:x};"
+                      f"x={digest}")
+            write_export_entry(out, [("__CURSOR", cursor.encode()), ("__REALTIME_TIMESTAMP", str(realtime).encode()),
+                                     ("__MONOTONIC_TIMESTAMP", str(monotonic).encode()),
+                                     ("_BOOT_ID", host.boot_id.encode()), ("_MACHINE_ID", host.machine_id.encode()),
+                                     *fields])
+        return out.getvalue()
+
+
+def _ticks(start: datetime, end: datetime, every: float, jitter: float, rng: random.Random) -> Iterator[datetime]:
+    t = start
+    while t < end:
+        jittered = t + timedelta(seconds=rng.uniform(0, jitter))
+        if jittered < end:
+            yield jittered
+        t += timedelta(seconds=every)
+
+
+def _engine_lines(j: Journal, role: str, start: datetime, end: datetime, progress_until: datetime | None,
+                  scale: int) -> None:
+    """An engine's batch lines, TP0-tagged, from `start` until `progress_until` (None: until end)."""
+    host, rng = j.host, j.host.rng
+    unit, pid = UNITS[role], host.pids[role]
+    stop = min(end, progress_until) if progress_until else end
+    every = (1.0 if role == "decode" else 0.5) / scale
+    inflight = 0
+    for t in _ticks(start, stop, every, every / 2, rng):
+        stamp = _local(host, t)
+        if role == "decode":
+            running = rng.randint(8, 14)
+            msg = (f"[{stamp} TP0] Decode batch. #running-req: {running}, #token: {running * 1800}, token usage: "
+                   f"{rng.uniform(0.3, 0.6):.2f}, cuda graph: True, gen throughput (token/s): {rng.uniform(380, 620):.2f}, "
+                   f"#queue-req: {rng.randint(0, 2)}, ")
+        else:
+            if host.incident and t > STORY.decode_last:
+                inflight += 1  # KV caches wait for a decode engine that no longer takes them
+            msg = (f"[{stamp} TP0] Prefill batch. #new-seq: {rng.randint(1, 4)}, #new-token: {rng.randint(256, 8192)}, "
+                   f"#cached-token: {rng.randint(0, 2048)}, token usage: {rng.uniform(0.1, 0.5):.2f}, #running-req: 0, "
+                   f"#queue-req: {rng.randint(0, 3)}, #prealloc-req: 0, #inflight-req: {inflight}, "
+                   f"input throughput (token/s): {rng.uniform(2000, 9000):.2f}, ")
+        j.add(t, msg, unit=unit, pid=pid, ident="python3")
+
+
+def _health(j: Journal, role: str, start: datetime, end: datetime) -> None:
+    host = j.host
+    for t in _ticks(start, end, 5.0, 0.05, host.rng):
+        j.add(t, f'INFO:     127.0.0.1:{host.rng.randint(30000, 60000)} - "GET /health HTTP/1.1" 200 OK',
+              unit=UNITS[role], pid=host.pids[role], ident="python3")
+
+
+def _router(j: Journal, start: datetime, end: datetime, scale: int) -> None:
+    host, rng = j.host, j.host.rng
+    for t in _ticks(start, end, 0.25 / scale, 0.2 / scale, rng):
+        rid = f"{rng.getrandbits(64):016x}"
+        if host.incident and STORY.decode_last + timedelta(seconds=60) < t < STORY.healthy:
+            msg = f"[{_local(host, t)}] router: request {rid} timed out after 60.0 s waiting for decode"
+            prio = 4
+        else:
+            msg = f"[{_local(host, t)}] router: request {rid} routed prefill=:30000 decode=:30002 in {rng.uniform(0.1, 3):.2f} ms"
+            prio = 6
+        j.add(t, msg, unit=UNITS["router"], pid=host.pids["router"], ident="sglang-router", priority=prio)
+
+
+def _systemd(j: Journal, role: str, when: datetime, message_id: str, text: str, job: tuple[str, str] | None) -> None:
+    extra = [("UNIT", UNITS[role]), ("MESSAGE_ID", message_id)]
+    if job:
+        extra += [("JOB_TYPE", job[0]), ("JOB_RESULT", job[1])]
+    j.add(when, text, unit=None, pid=1, ident="systemd", transport="journal", extra=tuple(extra))
+
+
+def _incident(j: Journal, scale: int) -> None:
+    """What only the incident host logs: cancellations, aborts, leaks, the restart and recovery."""
+    host, rng, s = j.host, j.host.rng, STORY
+    for n in range(40):
+        t = s.cancel + timedelta(seconds=n * 0.05)
+        j.add(t, f"[{_local(host, t)}] router: request {rng.getrandbits(64):016x} aborted: client disconnected",
+              unit=UNITS["router"], pid=host.pids["router"], ident="sglang-router", priority=4)
+    for n in range(40):
+        for role in ("prefill", "decode"):
+            t = s.cancel + timedelta(seconds=0.3 + n * 0.38)
+            j.add(t, f"[{_local(host, t, millis=True)} TP{n % 4}] KV transfer failed for request "
+                     f"{rng.getrandbits(64):016x}: aborted (peer closed the transfer)",
+                  unit=UNITS[role], pid=host.pids[role] + n % 4, ident="python3", priority=4)
+    for t in s.leaks:
+        j.add(t, f"[{_local(host, t)} TP0] Detokenizer: output for request {rng.getrandbits(64):016x} contains "
+                 f"unparsed tool-call markup: '<｜DSML｜invoke name=\"get_weather\">'",
+              unit=UNITS["decode"], pid=host.pids["decode"], ident="python3", priority=4)
+    j.add(s.restart, "      sre : TTY=pts/0 ; PWD=/home/sre ; USER=root ; COMMAND=/usr/bin/systemctl restart "
+                     "sglang-dsv4-prefill sglang-dsv4-decode", unit=None, pid=31337, ident="sudo", transport="syslog",
+          priority=5)
+    for n, role in enumerate(("prefill", "decode")):
+        t0 = s.restart + timedelta(milliseconds=20 + 10 * n)
+        _systemd(j, role, t0, STOPPING, f"Stopping {UNITS[role]} - SGLang {role} engine...", None)
+        t1 = s.stopped + timedelta(milliseconds=10 * n)
+        _systemd(j, role, t1, SUCCESS, f"{UNITS[role]}: Deactivated successfully.", None)
+        _systemd(j, role, t1 + timedelta(milliseconds=1), STOPPED, f"Stopped {UNITS[role]} - SGLang {role} engine.",
+                 ("stop", "done"))
+        _systemd(j, role, t1 + timedelta(milliseconds=5), STARTING, f"Starting {UNITS[role]} - SGLang {role} engine...",
+                 None)
+        j.host.invocations[UNITS[role]] = j.host.hex()
+        j.host.pids[role] += 1000
+        _systemd(j, role, t1 + timedelta(milliseconds=8), STARTED, f"Started {UNITS[role]} - SGLang {role} engine.",
+                 ("start", "done"))
+        for offset, text in ((2, "Load weight begin. avail mem=78.52 GB"), (40, "Load weight end. mem usage=61.20 GB"),
+                             (52, "Capture cuda graph begin."), (70, "Capture cuda graph end.")):
+            t = t1 + timedelta(seconds=offset)
+            j.add(t, f"[{_local(host, t)} TP0] {text}", unit=UNITS[role], pid=host.pids[role], ident="python3")
+        j.add(s.ready, f"[{_local(host, s.ready)}] The server is fired up and ready to roll!", unit=UNITS[role],
+              pid=host.pids[role], ident="python3")
+    for t in _ticks(s.stopped + timedelta(seconds=3), s.healthy, 5.0, 0.0, rng):
+        for role in ("prefill", "decode"):
+            j.add(t, f"[{_local(host, t)}] router: health check of http://127.0.0.1:{PORTS[role]}/health failed: "
+                     "connection refused", unit=UNITS["router"], pid=host.pids["router"], ident="sglang-router",
+                  priority=4)
+
+
+def _host_journal(host: Host, scale: int) -> Journal:
+    j = Journal(host)
+    s = STORY
+    for role in UNITS:
+        host.invocations[UNITS[role]] = host.hex()
+    _router(j, s.start, s.end, scale)
+    if not host.incident:
+        for role in ("prefill", "decode"):
+            _engine_lines(j, role, s.start, s.end, None, scale)
+            _health(j, role, s.start, s.end)
+        return j
+    for role, last in (("decode", s.decode_last), ("prefill", s.prefill_last)):
+        _engine_lines(j, role, s.start, s.end, last, scale)
+        _health(j, role, s.start, s.restart)
+    # the last progress lines land exactly on the story's times
+    j.add(s.decode_last, f"[{_local(host, s.decode_last)} TP0] Decode batch. #running-req: 12, #token: 21600, token "
+                         "usage: 0.44, cuda graph: True, gen throughput (token/s): 0.00, #queue-req: 3, ",
+          unit=UNITS["decode"], pid=host.pids["decode"], ident="python3")
+    j.add(s.prefill_last, f"[{_local(host, s.prefill_last)} TP0] Prefill batch. #new-seq: 1, #new-token: 512, "
+                          "#cached-token: 0, token usage: 0.49, #running-req: 0, #queue-req: 6, #prealloc-req: 0, "
+                          "#inflight-req: 64, input throughput (token/s): 812.40, ",
+          unit=UNITS["prefill"], pid=host.pids["prefill"], ident="python3")
+    _incident(j, scale)
+    for role in ("prefill", "decode"):
+        _engine_lines(j, role, s.healthy + timedelta(seconds=0.5), s.end, None, scale)
+        _health(j, role, s.healthy, s.end)
+    return j
+
+
+def _scrapes(host: Host, role: str) -> bytes:
+    """An engine's /metrics every 10 s as prometheus_client renders it, each after a capture header."""
+    from prometheus_client import disable_created_metrics, enable_created_metrics
+
+    from forensics.lab.sglang_metrics import SGLangMetrics
+    s = STORY
+    disable_created_metrics()  # `_created` samples carry the wall clock: they would break determinism
+    try:
+        engine = SGLangMetrics(role, seed=hash_seed(host.name, role), started_at=(s.start - timedelta(hours=3)).timestamp())
+        last = s.decode_last if role == "decode" else s.prefill_last
+        out = io.StringIO()
+        t = s.start
+        restarted = False
+        while t <= s.end:
+            down = host.incident and s.restart < t < s.healthy
+            if host.incident and t > last and not engine.stalled and t < s.restart:
+                engine.stall()
+            if host.incident and not down and t >= s.healthy and not restarted:
+                engine.restart(at=s.stopped.timestamp())
+                restarted = True
+            if not down:
+                engine.step(tokens=1000 if role == "decode" else 4000, running=12 if engine.stalled else 8,
+                            queued=6 if engine.stalled else 1)
+                stamp = (t + host.skew).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+                out.write(f"# capture ts={stamp} host={host.name} port={PORTS[role]}\n")
+                out.write(engine.exposition())
+            t += timedelta(seconds=10)
+    finally:
+        enable_created_metrics()
+    return out.getvalue().encode()
+
+
+def hash_seed(*parts: str) -> int:
+    """A stable integer seed from strings (Python's hash() is salted per process)."""
+    return int.from_bytes(hashlib.blake2b("/".join(parts).encode(), digest_size=4).digest(), "big")
+
+
+def _manifest(hosts: list[Host]) -> str:
+    lines = ['title = "DeepSeek-V4-Flash PD wedge: decode TP ranks desynced while health stayed green"',
+             f'window = ["{STORY.start.isoformat()}", "{STORY.end.isoformat()}"]', ""]
+    for h in hosts:
+        lines += [f'[hosts."{h.name}"]', f'time_zone = "{h.tz.key}"',
+                  f"clock_offset_s = {h.skew.total_seconds():g}  # host clock minus true time, measured after", ""]
+    for role in UNITS:
+        lines += [f"[components.{role}]", f'units = ["{UNITS[role]}"]']
+        if role != "router":
+            lines += [f"ports = [{PORTS[role]}]", 'process_titles = ["sglang::scheduler_TP*"]', f'stacks_group = "{role}"']
+        lines.append("")
+    for when, text in ((STORY.leak_report, "user reports tool-call markup leaking in assistant text"),
+                       (STORY.investigating, "on-call sees decode throughput at zero and starts investigating"),
+                       (STORY.restart, "restart issued: systemctl restart sglang-dsv4-prefill sglang-dsv4-decode")):
+        lines += ["[[annotations]]", f'at = "{when.isoformat()}"', f'text = "{text}"', ""]
+    return "\n".join(lines)
+
+
+def write_reference(out: Path, *, scale: int = 1, hosts: int = 1, time_zone: str = "UTC", skew_s: float = 0.0,
+                    journal_formats: tuple[str, ...] = ("export",), seed: int = 618) -> Path:
+    """Write the reference incident bundle at `out` (replacing it). `time_zone` and `skew_s` apply to
+    the incident host; `journal_formats` may add "json" and "journal" (needs systemd-journal-remote)."""
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "journal").mkdir(parents=True)
+    machines = []
+    for n in range(hosts):
+        rng = random.Random(f"{seed}/{n}")
+        host = Host(f"gpu-node-{n:02d}", ZoneInfo(time_zone if n == 0 else "UTC"),
+                    timedelta(seconds=skew_s if n == 0 else 0.0), n == 0, rng)
+        host.boot_id, host.machine_id, host.seqnum_id = host.hex(), host.hex(), host.hex()
+        host.pids = {"prefill": 4100 + n, "decode": 4200 + n, "router": 4300 + n}
+        machines.append(host)
+        export = _host_journal(host, scale).export()
+        name = out / "journal" / f"{host.name}.export.zst"
+        name.write_bytes(zstandard.ZstdCompressor(level=10).compress(export))
+        if "json" in journal_formats or "journal" in journal_formats:
+            _real_journal(export, out / "journal", host.name, journal_formats)
+        for role in ("prefill", "decode"):
+            folder = out / "metrics" / f"{host.name}_{PORTS[role]}"
+            folder.mkdir(parents=True)
+            with gzip.GzipFile(folder / "scrapes.prom.gz", "wb", mtime=0) as f:
+                f.write(_scrapes(host, role))
+    (out / "stacks").mkdir()
+    for dump in sorted(LAB_DUMPS.glob("round-*.txt")):
+        text = dump.read_text()
+        shift = machines[0].skew
+        text = re.sub(r"ts=(\S+)", lambda m: "ts=" + (datetime.fromisoformat(m[1]) + shift).isoformat(
+            timespec="milliseconds").replace("+00:00", "Z"), text)
+        (out / "stacks" / dump.name).write_text(text)
+    (out / "incident.toml").write_text(_manifest(machines))
+    return out
+
+
+def _real_journal(export: bytes, folder: Path, name: str, formats: tuple[str, ...]) -> None:
+    """A real .journal from systemd-journal-remote, and journalctl's JSON of it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "in.export"
+        source.write_bytes(export)
+        journal = Path(tmp) / f"{name}.journal"
+        subprocess.run([JOURNAL_REMOTE, f"--output={journal}", str(source)], check=True, capture_output=True)
+        if "json" in formats:
+            as_json = subprocess.run(["journalctl", "--file", str(journal), "-o", "json"], check=True,
+                                     capture_output=True).stdout
+            (folder / f"{name}.json.zst").write_bytes(zstandard.ZstdCompressor(level=10).compress(as_json))
+        if "journal" in formats:
+            shutil.copy(journal, folder / f"{name}.journal")
