@@ -54,3 +54,20 @@ def test_bad_profiles_name_file_and_key(tmp_path: Path, text: str, message: str)
 def test_unknown_profile_names_the_shipped_ones() -> None:
     with pytest.raises(ProfileError, match="no profile named 'vllm2'; shipped: sglang"):
         load_profile("vllm2")
+
+
+@pytest.mark.parametrize("name", available())
+def test_every_log_sample_of_every_profile_reads_as_claimed(name: str) -> None:
+    import polars as pl
+
+    from forensics.logs import read_lines
+    profile = load_profile(name)
+    assert profile.logs.samples, f"{name} has no [[logs.sample]]"
+    lines = pl.DataFrame({"message": [s.line for s in profile.logs.samples]})
+    read = read_lines(lines, profile).collect()
+    for sample, row in zip(profile.logs.samples, read.iter_rows(named=True), strict=True):
+        assert (row["progress"] or row["event"]) == sample.kind, sample.line
+        if sample.tag is not None:
+            assert row["tag"] == sample.tag, sample.line
+        for field, value in sample.fields.items():
+            assert row[field] == pytest.approx(value), (sample.line, field)

@@ -1,1 +1,77 @@
-"""Detectors: each module turns canonical frames into findings with the rows that prove them."""
+"""Detectors: each module turns the aligned timeline into findings with the rows that prove them.
+
+A finding has a kind, the symptom track it belongs to, a component, a time (and an end for a
+window), one line of text, and evidence: references to the rows behind it (frame, source file
+and line or byte offset, time, an excerpt). `findings_frame` is the canonical `findings` frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import polars as pl
+
+from forensics.schema import EXCERPT_CHARS, UTC_US
+
+EVIDENCE = pl.Struct({"frame": pl.String, "source": pl.String, "line": pl.Int64, "offset": pl.Int64,
+                      "at": UTC_US, "excerpt": pl.String})
+FINDINGS_SCHEMA = {"kind": pl.String(), "track": pl.String(), "component": pl.String(), "at": UTC_US,
+                   "until": UTC_US, "text": pl.String(), "evidence": pl.List(EVIDENCE)}
+EVIDENCE_ROWS = 5  # evidence kept per finding: the first rows, and the count in the text
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One row behind a finding."""
+
+    frame: str
+    source: str | None
+    line: int | None
+    offset: int | None
+    at: datetime | None
+    excerpt: str
+
+
+@dataclass
+class Finding:
+    """A statement with its proof."""
+
+    kind: str
+    track: str
+    component: str | None
+    at: datetime | None
+    text: str
+    until: datetime | None = None
+    evidence: list[Evidence] = field(default_factory=list)
+
+
+def event_evidence(rows: pl.DataFrame, limit: int = EVIDENCE_ROWS) -> list[Evidence]:
+    """Evidence from `events` rows (file, byte offset or line, time, the message)."""
+    return [Evidence("events", r.get("source_file"), r.get("source_line"), r.get("source_offset"), r.get("ts"),
+                     (r.get("message") or "")[:EXCERPT_CHARS])
+            for r in rows.head(limit).iter_rows(named=True)]
+
+
+def findings_frame(findings: list[Finding]) -> pl.DataFrame:
+    """The canonical `findings` frame, in time order."""
+    rows = [{"kind": f.kind, "track": f.track, "component": f.component, "at": f.at, "until": f.until,
+             "text": f.text, "evidence": [e.__dict__ for e in f.evidence]} for f in findings]
+    return pl.DataFrame(rows, schema=FINDINGS_SCHEMA).sort("at", nulls_last=True)
+
+
+def clock(at: datetime | None) -> str:
+    """A time as the findings' text writes it (UTC, to the second)."""
+    return at.strftime("%H:%M:%S") if at else "?"
+
+
+def span(seconds: float) -> str:
+    """A duration in words: 75 s, 5m58s, 1h02m."""
+    seconds = int(round(seconds))
+    if seconds < 100:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"

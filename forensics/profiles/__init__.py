@@ -59,6 +59,39 @@ class StackRules:
 
 
 @dataclass(frozen=True)
+class LogEvent:
+    """A kind of log line worth a finding, the symptom track it belongs to, and words for it."""
+
+    kind: str
+    pattern: str
+    track: str
+    text: str
+
+
+@dataclass(frozen=True)
+class LogSample:
+    """A sample line and what the log rules must read from it."""
+
+    line: str
+    kind: str | None
+    tag: str | None
+    fields: dict[str, float]
+
+
+@dataclass(frozen=True)
+class LogRules:
+    """How to read a serving stack's log lines (regular expressions as polars runs them)."""
+
+    prefix: str
+    progress: str
+    health_ok: str
+    ready: str
+    fields: dict[str, str]
+    events: tuple[LogEvent, ...]
+    samples: tuple[LogSample, ...]
+
+
+@dataclass(frozen=True)
 class MetricRules:
     """Which metrics say an engine works, has work pending, and when its process started."""
 
@@ -78,6 +111,7 @@ class Profile:
     components: dict[str, re.Pattern[str]]
     stacks: StackRules
     metrics: MetricRules
+    logs: LogRules
 
     def component_of(self, text: str | None) -> str | None:
         """The first component whose word appears in `text` (a unit, title, group or path)."""
@@ -174,4 +208,28 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
                                start_time=str(metrics.get("start_time", "process_start_time_seconds")),
                                stall_min_seconds=float(metrics.get("stall_min_seconds", 10.0)))
     return Profile(name=str(meta.get("name", path.stem)), description=str(meta.get("description", "")),
-                   path=path, components=components, stacks=rules, metrics=metric_rules)
+                   path=path, components=components, stacks=rules, metrics=metric_rules,
+                   logs=_log_rules(path, data.get("logs", {})))
+
+
+def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
+    """[logs] of a profile; every pattern is compiled once here so a bad one is named."""
+    def pattern(key: str, value: Any) -> str:
+        return _pattern(path, key, value).pattern
+
+    events = []
+    for n, event in enumerate(logs.get("event", [])):
+        where = f"[[logs.event]] #{n + 1}"
+        events.append(LogEvent(str(_required(path, event, "kind", where)),
+                               pattern(f"{where} pattern", _required(path, event, "pattern", where)),
+                               str(event.get("track", event["kind"])), str(event.get("text", event["kind"]))))
+    samples = [LogSample(str(_required(path, s, "line", f"[[logs.sample]] #{n + 1}")), s.get("kind"), s.get("tag"),
+                         {k: float(v) for k, v in s.get("fields", {}).items()})
+               for n, s in enumerate(logs.get("sample", []))]
+    return LogRules(
+        prefix=pattern("[logs] prefix", logs.get("prefix", r"^(?P<stamp>)(?P<tag>)")),
+        progress=pattern("[logs] progress", logs.get("progress", "$^")),
+        health_ok=pattern("[logs] health_ok", logs.get("health_ok", "$^")),
+        ready=pattern("[logs] ready", logs.get("ready", "$^")),
+        fields={name: pattern(f"[logs.fields] {name}", regex) for name, regex in logs.get("fields", {}).items()},
+        events=tuple(events), samples=tuple(samples))

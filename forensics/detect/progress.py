@@ -1,0 +1,109 @@
+"""Progress: when each component last did work, and whether it froze with work pending.
+
+A component froze when its progress lines (SGLang's `Prefill batch` / `Decode batch`) stop for
+longer than `FREEZE_GAP_S` while its last line still counted running or queued requests. The
+metrics say the same or not: their stalled windows (`forensics.metrics.stalled`) on the
+component's port are checked against the freeze and the agreement or disagreement is stated.
+While frozen, a unit that stays active and health checks that answer 200 are the blind spot
+(`silent_hang`), measured until the restart or until progress resumes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+
+from forensics.align import Timeline
+from forensics.detect import Evidence, Finding, clock, event_evidence, span
+from forensics.metrics import stalled
+
+FREEZE_GAP_S = 60.0  # SGLang logs a batch line every few seconds while it works
+TRACK = "wedge"
+
+
+def last_progress(timeline: Timeline) -> pl.DataFrame:
+    """Per component and scheduler tag: progress lines, first and last time, and the last line's
+    running and queued requests."""
+    progress = timeline.events.filter(pl.col("progress").is_not_null())
+    return (progress.sort("ts").group_by("component", "tag")
+            .agg(pl.len().alias("lines"), pl.col("ts").first().alias("first"), pl.col("ts").last().alias("last"),
+                 pl.col("running_req").last(), pl.col("queue_req").last())
+            .sort("component", "tag", nulls_last=True))
+
+
+def freezes(timeline: Timeline) -> pl.DataFrame:
+    """Gaps in each component's progress longer than FREEZE_GAP_S after a line with work pending
+    (or running to the end of the data): component, from (the last line), to (the next one or
+    null), the pending counts, and the rows."""
+    progress = timeline.events.filter(pl.col("progress").is_not_null()).sort("ts")
+    end = timeline.events.get_column("ts").max()
+    gaps = (progress.with_columns(pl.col("ts").shift(-1).over("component").alias("next_ts"),
+                                  pl.struct("source_file", "source_line", "source_offset", "ts", "message")
+                                  .shift(-1).over("component").alias("next_row"))
+            .with_columns(((pl.coalesce("next_ts", pl.lit(end)) - pl.col("ts")).dt.total_microseconds() / 1e6)
+                          .alias("gap_s"))
+            .filter((pl.col("gap_s") > FREEZE_GAP_S)
+                    & ((pl.col("running_req").fill_null(0) > 0) | (pl.col("queue_req").fill_null(0) > 0)
+                       | (pl.col("inflight_req").fill_null(0) > 0) if "inflight_req" in progress.columns
+                       else (pl.col("running_req").fill_null(0) > 0) | (pl.col("queue_req").fill_null(0) > 0))))
+    return gaps.sort("ts")
+
+
+def _metrics_check(timeline: Timeline, component: str, frozen_at: datetime, until: datetime | None) -> tuple[str, list]:
+    """Whether the component's metrics show a stall over the freeze."""
+    ports = timeline.incident.components.get(component)
+    if ports is None or not ports.ports:
+        return "", []
+    samples = timeline.samples.filter(pl.col("port").is_in(list(ports.ports)))
+    if samples.select(pl.len()).collect().item() == 0:
+        return " No metrics of this component in the bundle.", []
+    windows = stalled(samples, timeline.profile)
+    overlapping = windows.filter((pl.col("end") >= frozen_at) & (pl.col("start") <= (until or pl.col("end"))))
+    if overlapping.height == 0:
+        return (" The metrics disagree: no stalled window of its progress counters over the freeze "
+                "(check the scrape interval and the profile's metric names)."), []
+    w = overlapping.row(0, named=True)
+    text = (f" The metrics agree: {w['evidence'].split(' did not move')[0]} did not move between scrapes at "
+            f"{clock(w['start'])} and {clock(w['end'])} while up to {w['pending_peak']:g} requests were pending.")
+    return text, [Evidence("samples", None, None, None, w["end"], w["evidence"][:80])]
+
+
+def detect(timeline: Timeline) -> list[Finding]:
+    """Freeze findings per component, each with the metrics' view and the silent-hang window."""
+    findings = []
+    restarts = timeline.events.filter(pl.col("message_id") == "de5b426a63be47a7b6ac3eaac82e2f6f")  # stopping
+    for gap in freezes(timeline).iter_rows(named=True):
+        component, at = gap["component"], gap["ts"]
+        until = gap["next_ts"]
+        pending = f"{gap['running_req'] or 0:g} running, {gap['queue_req'] or 0:g} queued"
+        text = (f"{component} froze at {clock(at)}: last {gap['progress']} batch line ({pending}); "
+                + (f"no progress for {span((until - at).total_seconds())} until {clock(until)}."
+                   if until else "no progress until the end of the data."))
+        agree, metric_evidence = _metrics_check(timeline, component, at, until)
+        rows = timeline.events.filter((pl.col("ts") == at) & (pl.col("component") == component)
+                                      & pl.col("progress").is_not_null())
+        evidence = event_evidence(rows, 1) + metric_evidence
+        if gap["next_row"]:
+            evidence += [Evidence("events", gap["next_row"]["source_file"], gap["next_row"]["source_line"],
+                                  gap["next_row"]["source_offset"], until, gap["next_row"]["message"][:80])]
+        findings.append(Finding("frozen", TRACK, component, at, text + agree, until, evidence))
+        findings += _silent_hang(timeline, component, at, until, restarts)
+    return findings
+
+
+def _silent_hang(timeline: Timeline, component: str, at: datetime, until: datetime | None,
+                 stops: pl.DataFrame) -> list[Finding]:
+    """Health 200 and an active unit while frozen: the blind spot, until the unit is stopped."""
+    unit_stops = stops.filter((pl.col("component") == component) & (pl.col("ts") > at))
+    blind_end = unit_stops.get_column("ts").min() if unit_stops.height else until
+    if blind_end is None:
+        blind_end = timeline.events.get_column("ts").max()
+    health = timeline.events.filter((pl.col("component") == component) & pl.col("health_ok")
+                                    & (pl.col("ts") > at) & (pl.col("ts") < blind_end))
+    if health.height == 0:
+        return []
+    text = (f"{component} looked healthy while frozen: health checks answered 200 {health.height} times and the "
+            f"unit stayed active from {clock(at)} to {clock(blind_end)} ({span((blind_end - at).total_seconds())}), "
+            "the blind spot of health-based monitoring.")
+    return [Finding("silent_hang", TRACK, component, at, text, blind_end, event_evidence(health, 3))]

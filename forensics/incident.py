@@ -1,0 +1,150 @@
+"""The incident manifest, `BUNDLE/incident.toml`: what people know that the evidence does not say.
+
+    title = "…"
+    window = ["2026-06-18T21:20:00Z", "2026-06-18T21:45:00Z"]     # optional; else the data's span
+
+    [hosts."gpu-node-00"]
+    time_zone = "Asia/Shanghai"      # the zone SGLang's log-line stamps are written in (default UTC)
+    clock_offset_s = 7.5             # host clock minus true time, if known (default 0)
+
+    [components.decode]              # which unit / port / process title / stack group is which
+    units = ["sglang-dsv4-decode.service"]
+    ports = [30002]
+    process_titles = ["sglang::scheduler_TP*"]
+    stacks_group = "decode"
+
+    [[annotations]]                  # human notes on the timeline
+    at = "2026-06-18T21:40:45Z"
+    text = "restart issued"
+
+Every key is optional and a bundle without the file works: components are then guessed from unit
+names and stack groups by the profile's component words, and the guess is reported.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from forensics.errors import ForensicsError
+from forensics.profiles import Profile, load_profile
+
+MANIFEST = "incident.toml"
+
+
+class ManifestError(ForensicsError):
+    """incident.toml cannot be read, or holds a value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class HostClock:
+    """A host's time zone and known clock offset (host clock minus true time)."""
+
+    time_zone: ZoneInfo
+    clock_offset_s: float
+
+
+@dataclass(frozen=True)
+class Component:
+    """Which units, ports, process titles and stack groups make a component."""
+
+    name: str
+    units: tuple[str, ...] = ()
+    ports: tuple[int, ...] = ()
+    process_titles: tuple[str, ...] = ()
+    stacks_group: str | None = None
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """A human note at a time."""
+
+    at: datetime
+    text: str
+
+
+@dataclass
+class Incident:
+    """The manifest as read (or as guessed when there is none)."""
+
+    title: str
+    window: tuple[datetime, datetime] | None
+    hosts: dict[str, HostClock]
+    components: dict[str, Component]
+    annotations: list[Annotation]
+    guessed: bool
+    notes: list[str] = field(default_factory=list)  # what was guessed, in words
+
+    def clock(self, host: str | None) -> HostClock:
+        """A host's clock; UTC and no offset unless the manifest says."""
+        return self.hosts.get(host or "", HostClock(ZoneInfo("UTC"), 0.0))
+
+    def component_of_unit(self, unit: str | None, profile: Profile) -> str | None:
+        """The component a unit belongs to: the manifest's list, else the profile's words."""
+        for component in self.components.values():
+            if unit and any(fnmatch.fnmatch(unit, pattern) for pattern in component.units):
+                return component.name
+        return profile.component_of(unit) if not self.components or self.guessed else None
+
+    def component_of_instance(self, instance: str | None, profile: Profile) -> str | None:
+        """The component a metrics instance (host:port) belongs to."""
+        port = (instance or "").rpartition(":")[2]
+        for component in self.components.values():
+            if port.isdigit() and int(port) in component.ports:
+                return component.name
+        return None
+
+
+def _time(path: Path, key: str, value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        raise ManifestError(f"{path}: {key}: {value!r} is not an ISO-8601 time") from None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def load_incident(bundle: Path, profile: Profile | None = None) -> Incident:
+    """The bundle's incident.toml, or a guessed manifest when there is none."""
+    profile = profile or load_profile()
+    path = bundle / MANIFEST
+    if not path.is_file():
+        return Incident(title=bundle.name, window=None, hosts={}, components={}, annotations=[], guessed=True,
+                        notes=[f"no {MANIFEST}: components guessed from unit names and stack groups with the "
+                               f"{profile.name} profile's words ({', '.join(profile.components)})"])
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise ManifestError(f"{path}: {error}") from None
+    window = None
+    if "window" in data:
+        if not isinstance(data["window"], list) or len(data["window"]) != 2:
+            raise ManifestError(f"{path}: window must be [start, end]")
+        window = (_time(path, "window[0]", data["window"][0]), _time(path, "window[1]", data["window"][1]))
+        if window[1] <= window[0]:
+            raise ManifestError(f"{path}: window ends before it starts")
+    hosts = {}
+    for name, table in data.get("hosts", {}).items():
+        try:
+            zone = ZoneInfo(table.get("time_zone", "UTC"))
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ManifestError(f"{path}: hosts.{name}.time_zone: unknown time zone "
+                                f"{table.get('time_zone')!r}") from None
+        hosts[name] = HostClock(zone, float(table.get("clock_offset_s", 0.0)))
+    components = {}
+    for name, table in data.get("components", {}).items():
+        components[name] = Component(name, tuple(table.get("units", [])), tuple(int(p) for p in table.get("ports", [])),
+                                     tuple(table.get("process_titles", [])), table.get("stacks_group"))
+    annotations = []
+    for n, note in enumerate(data.get("annotations", [])):
+        if "at" not in note or "text" not in note:
+            raise ManifestError(f"{path}: annotations #{n + 1} needs 'at' and 'text'")
+        annotations.append(Annotation(_time(path, f"annotations #{n + 1} at", note["at"]), str(note["text"])))
+    return Incident(title=str(data.get("title", bundle.name)), window=window, hosts=hosts, components=components,
+                    annotations=sorted(annotations, key=lambda a: a.at), guessed=False)
