@@ -1,5 +1,6 @@
-"""The `forensics` command: `ingest` a bundle into a case, `summary` of a case, `stacks` verdicts,
-`pull` metrics from a Prometheus API into a bundle, `synth` test data."""
+"""The `forensics` command: `ingest` a bundle into a case, `summary` of a case, `analyze` a bundle
+(findings, tracks, key times), `stacks` verdicts, `pull` metrics from a Prometheus API into a
+bundle, `reference` / `synth` generated data."""
 
 from __future__ import annotations
 
@@ -142,6 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_pull.add_argument("--metric", action="append", default=[], help="all series of this metric name (repeatable)")
     p_pull.add_argument("--step", type=float, help="seconds between points (default: from the window)")
     p_pull.add_argument("--bundle", type=Path, default=Path("."), help="bundle folder (default: .)")
+    p_an = sub.add_parser("analyze", help="findings, symptom tracks and key times of a bundle")
+    p_an.add_argument("bundle", type=Path)
+    p_an.add_argument("--case", type=Path, help="case folder (default: exports/<bundle name>/case)")
+    p_an.add_argument("--json", action="store_true", help="print summary.json instead of text")
+    p_an.add_argument("--profile", default="sglang", help="profile name or .toml path (default: sglang)")
     p_ref = sub.add_parser("reference", help="write the reference incident bundle (deterministic), at any scale")
     p_ref.add_argument("out", type=Path)
     p_ref.add_argument("--scale", type=int, default=1, help="multiply request traffic (1: ~10k journal entries)")
@@ -174,6 +180,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                          step=args.step, bundle=args.bundle)
             for path in files:
                 print(path)
+        elif args.command == "analyze":
+            import json
+
+            from forensics.analyze import analyze, report_text
+            from forensics.profiles import load_profile
+            result = analyze(args.bundle, args.case, load_profile(args.profile))
+            print(json.dumps(result.summary(), indent=2) if args.json else report_text(result))
         elif args.command == "reference":
             from forensics.reference import write_reference
             write_reference(args.out, scale=args.scale, hosts=args.hosts, time_zone=args.time_zone,

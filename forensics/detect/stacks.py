@@ -29,6 +29,7 @@ from datetime import datetime
 
 import polars as pl
 
+from forensics.detect import Evidence, Finding
 from forensics.profiles import Profile, StackRules, load_profile
 
 TP_DESYNC, ALL_IN_COLLECTIVE, ALL_IDLE, MIXED = "TP_DESYNC", "ALL_IN_COLLECTIVE", "ALL_IDLE", "MIXED"
@@ -427,3 +428,20 @@ def latest(verdicts: Sequence[Verdict]) -> list[Verdict]:
     for v in verdicts:
         last[v.group] = v
     return list(last.values())
+
+
+def findings(stacks: pl.DataFrame, quarantine: pl.DataFrame | None, profile: Profile,
+             main_track: str) -> tuple[list[Verdict], list[Finding]]:
+    """Every round's verdict placed on the timeline at its capture time (the latest round of each
+    group with its explanation), as findings of the main track."""
+    verdicts = judge(stacks, quarantine, profile) if stacks.height or (quarantine is not None and quarantine.height) \
+        else []
+    out = []
+    last = latest(verdicts)
+    for v in verdicts:
+        evidence = [Evidence("stacks", r.source.rsplit(" line ", 1)[0], int(r.source.rsplit(" line ", 1)[1]), None,
+                             r.ts, f"{r.label}: {r.phase.phase} in {r.phase.frame}"[:80]) for r in v.ranks[:8]]
+        out.append(Finding("stack_verdict", main_track, v.group, v.at,
+                           v.explanation if v in last else f"{v.group}: {v.verdict} (round {v.round + 1}).",
+                           None, evidence))
+    return verdicts, out

@@ -66,6 +66,7 @@ class LogEvent:
     pattern: str
     track: str
     text: str
+    annotation: str | None  # annotations whose text matches belong to this event's track
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class LogSample:
 class LogRules:
     """How to read a serving stack's log lines (regular expressions as polars runs them)."""
 
+    main_track: str
     prefix: str
     progress: str
     health_ok: str
@@ -222,11 +224,13 @@ def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
         where = f"[[logs.event]] #{n + 1}"
         events.append(LogEvent(str(_required(path, event, "kind", where)),
                                pattern(f"{where} pattern", _required(path, event, "pattern", where)),
-                               str(event.get("track", event["kind"])), str(event.get("text", event["kind"]))))
+                               str(event.get("track", event["kind"])), str(event.get("text", event["kind"])),
+                               pattern(f"{where} annotation", event["annotation"]) if "annotation" in event else None))
     samples = [LogSample(str(_required(path, s, "line", f"[[logs.sample]] #{n + 1}")), s.get("kind"), s.get("tag"),
                          {k: float(v) for k, v in s.get("fields", {}).items()})
                for n, s in enumerate(logs.get("sample", []))]
     return LogRules(
+        main_track=str(logs.get("main_track", "main")),
         prefix=pattern("[logs] prefix", logs.get("prefix", r"^(?P<stamp>)(?P<tag>)")),
         progress=pattern("[logs] progress", logs.get("progress", "$^")),
         health_ok=pattern("[logs] health_ok", logs.get("health_ok", "$^")),

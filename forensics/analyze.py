@@ -1,0 +1,148 @@
+"""Analyze a bundle: ingest, one timeline, every detector, key times, symptom tracks, summary.json.
+
+`analyze(bundle)` returns an `Analysis`; `forensics analyze BUNDLE [--json]` prints it. The
+detectors run in this order because later ones read earlier ones' findings: progress (freezes,
+silent hangs), lifecycle (restarts, mitigation), errors (line kinds, tracebacks, new templates),
+stacks (py-spy verdicts on the timeline), then key times and tracks over all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from forensics.align import Timeline, build_timeline
+from forensics.case import ingest, load_case
+from forensics.detect import Finding, clock, findings_frame, span
+from forensics.detect import errors, lifecycle, progress
+from forensics.detect import stacks as stack_detector
+from forensics.detect.keytimes import KeyTimes, annotation_track, key_times
+from forensics.detect.stacks import Verdict, latest
+from forensics.detect.tracks import Track, links, tracks
+from forensics.incident import load_incident
+from forensics.profiles import Profile, load_profile
+
+
+@dataclass
+class Analysis:
+    """Everything the detectors found in one bundle."""
+
+    bundle: Path
+    timeline: Timeline
+    findings: list[Finding]
+    key_times: KeyTimes
+    tracks: list[Track]
+    links: list[str]
+    verdicts: list[Verdict]
+
+    def findings_frame(self) -> pl.DataFrame:
+        """The canonical `findings` frame."""
+        return findings_frame(self.findings)
+
+    def last_progress(self) -> dict[str, dict[str, Any]]:
+        """Per component: the last progress before it froze (or its last progress if it never did)."""
+        out: dict[str, dict[str, Any]] = {}
+        table = progress.last_progress(self.timeline)
+        for row in table.iter_rows(named=True):
+            out.setdefault(row["component"] or "unknown", {"last_progress_line": row["last"].isoformat(),
+                                                           "progress_lines": row["lines"]})
+        for f in self.findings:
+            if f.kind == "frozen" and f.component:
+                entry = out.setdefault(f.component, {})
+                if "last_progress" not in entry:
+                    entry.update(last_progress=f.at.isoformat() if f.at else None, frozen=True,
+                                 frozen_until=f.until.isoformat() if f.until else None)
+        for entry in out.values():
+            entry.setdefault("last_progress", entry.get("last_progress_line"))
+            entry.setdefault("frozen", False)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """What summary.json holds (see DESIGN.md)."""
+        incident, manifest = self.timeline.incident, self.timeline.manifest
+        window = incident.window or (manifest.get("first_ts"), manifest.get("last_ts"))
+        return {
+            "incident": incident.title,
+            "bundle": str(self.bundle),
+            "window": [w.isoformat() if hasattr(w, "isoformat") else w for w in window],
+            "sources": [{k: e.get(k) for k in ("path", "format", "records", "parsed", "quarantined", "duplicates",
+                                               "first_ts", "last_ts", "error")} for e in manifest["inputs"]],
+            "key_times": self.key_times.as_dict(),
+            "components": self.last_progress(),
+            "findings": [{"kind": f.kind, "track": f.track, "component": f.component,
+                          "at": f.at.isoformat() if f.at else None, "until": f.until.isoformat() if f.until else None,
+                          "text": f.text} for f in sorted(self.findings, key=lambda f: (f.at is None, f.at))],
+            "tracks": [{"name": t.name, "components": t.components, "first": t.first.isoformat() if t.first else None,
+                        "last": t.last.isoformat() if t.last else None, "findings": len(t.findings)}
+                       for t in self.tracks],
+            "track_links": self.links,
+            "stack_verdicts": [v.as_dict() for v in latest(self.verdicts)],
+            "clock_checks": self.timeline.clock_checks.to_dicts(),
+            "notes": self.timeline.incident.notes,
+        }
+
+
+def analyze(bundle: str | Path, case_dir: str | Path | None = None, profile: Profile | None = None) -> Analysis:
+    """Ingest `bundle` (into `case_dir`, default exports/<bundle>/case) and run every detector."""
+    bundle = Path(bundle)
+    profile = profile or load_profile()
+    case_dir = Path(case_dir) if case_dir else Path("exports") / bundle.resolve().name / "case"
+    ingest(bundle, case_dir)
+    case = load_case(case_dir)
+    incident = load_incident(bundle, profile)
+    timeline = build_timeline(case, incident, profile)
+    main = profile.logs.main_track
+    found: list[Finding] = []
+    found += progress.detect(timeline)
+    found += lifecycle.detect(timeline)
+    verdicts, stack_findings = stack_detector.findings(timeline.stacks, timeline.quarantine, profile, main)
+    found += stack_findings
+    for note in incident.annotations:
+        found.append(Finding("annotation", annotation_track(note.text, timeline), None, note.at, note.text))
+    times, contradictions = key_times(timeline, found)
+    found += errors.detect(timeline, times.started)
+    found += contradictions
+    all_tracks = tracks(found, main)
+    return Analysis(bundle, timeline, found, times, all_tracks, links(all_tracks, times.resolved), verdicts)
+
+
+def report_text(analysis: Analysis) -> str:
+    """The findings, tracks and key times in plain sentences."""
+    t = analysis.key_times
+    lines = [f"# {analysis.timeline.incident.title}", ""]
+    lines.append("key times (UTC):")
+    for name in ("started", "detected", "mitigated", "resolved"):
+        at = getattr(t, name)
+        lines.append(f"  {name:<9} {clock(at) if at else '—':<9} {t.how.get(name, 'not in the evidence')}")
+    measures = [(label, t.seconds(name)) for label, name in (("TTD", "detected"), ("TTM", "mitigated"),
+                                                            ("TTR", "resolved"))]
+    lines.append("  " + "   ".join(f"{label} {span(s) if s is not None else '—'}" for label, s in measures))
+    for problem in t.contradictions:
+        lines.append(f"  CONTRADICTION: {problem}")
+    for track in analysis.tracks:
+        lines += ["", f"## track: {track.name} ({', '.join(track.components) or 'no component'}, "
+                      f"{clock(track.first)}–{clock(track.last)})"]
+        for f in track.findings:
+            if f.kind == "stack_verdict" and f not in _latest_stack_findings(analysis):
+                continue
+            lines.append(f"  {clock(f.at)}  [{f.kind}] {f.text}")
+    if analysis.links:
+        lines += ["", "## between tracks"] + [f"  {text}" for text in analysis.links]
+    checks = analysis.timeline.clock_checks
+    if checks.height:
+        lines += ["", "## clocks"]
+        for row in checks.iter_rows(named=True):
+            lines.append(f"  {row['host']}: zone {row['time_zone']}, offset applied {row['offset_applied_s']:+g} s; "
+                         f"log-line stamps minus journald: median {row['line_minus_journal_s']:+.2f} s "
+                         f"(spread {row['spread_s']:.2f} s over {row['lines']:,} lines)")
+    for note in analysis.timeline.incident.notes:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)
+
+
+def _latest_stack_findings(analysis: Analysis) -> list[Finding]:
+    last = {v.group: v.at for v in latest(analysis.verdicts)}
+    return [f for f in analysis.findings if f.kind == "stack_verdict" and last.get(f.component) == f.at]

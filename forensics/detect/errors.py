@@ -1,0 +1,92 @@
+"""Errors: the profile's notable line kinds, tracebacks folded into one event, and message
+templates (numbers, ids, hex, paths masked) counted per minute, with the ones that are new in
+the incident window compared with the baseline before it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import polars as pl
+
+from forensics.align import Timeline
+from forensics.detect import Finding, clock, event_evidence
+
+# Masks applied in order: what varies between two lines of the same template.
+MASKS = (
+    (r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "<uuid>"),
+    (r"\b0x[0-9a-fA-F]+\b|\b[0-9a-f]{12,}\b", "<hex>"),
+    (r"(?:/[\w.\-]+)+", "<path>"),
+    (r"\b\d+\.\d+\.\d+\.\d+(?::\d+)?\b", "<ip>"),
+    (r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?", "<time>"),
+    (r"[-+]?\b\d+(?:\.\d+)?\b", "<n>"),
+)
+TRACEBACK_START = r"^Traceback \(most recent call last\):"
+WARNING = 4  # syslog priority: warning and worse
+
+
+def template(message: pl.Expr) -> pl.Expr:
+    """A message with its variable parts masked."""
+    for pattern, mask in MASKS:
+        message = message.str.replace_all(pattern, mask)
+    return message
+
+
+def fold_tracebacks(events: pl.DataFrame) -> pl.DataFrame:
+    """Multi-line Python tracebacks (one journal record per line) folded into one row per
+    traceback: the lines of one process from `Traceback (most recent call last):` to the
+    exception line, joined, at the first line's time."""
+    lines = events.sort("ts").with_columns(pl.col("message").str.contains(TRACEBACK_START).alias("_start"))
+    lines = lines.with_columns(pl.col("_start").cast(pl.Int32).cum_sum().over("host", "pid").alias("_tb"))
+    inside = lines.filter(pl.col("_tb") > 0).with_columns(
+        (pl.col("_start") | pl.col("message").str.contains(r"^\s") |
+         pl.col("message").str.contains(r"^\w[\w.]*(?:Error|Exception|Interrupt|Exit)\b")).alias("_part"))
+    # a traceback ends at its first line that is not part of it
+    inside = inside.with_columns((~pl.col("_part")).cast(pl.Int32).cum_sum().over("host", "pid", "_tb").alias("_out"))
+    tracebacks = inside.filter(pl.col("_out") == 0)
+    return (tracebacks.group_by("host", "pid", "_tb", maintain_order=True)
+            .agg(pl.col("ts").first(), pl.col("component").first(), pl.col("unit").first(),
+                 pl.col("source_file").first(), pl.col("source_line").first(), pl.col("source_offset").first(),
+                 pl.col("message").str.join("\n"), pl.col("message").last().alias("exception"), pl.len().alias("lines"))
+            .drop("_tb"))
+
+
+def templates(timeline: Timeline, start: datetime) -> pl.DataFrame:
+    """Warning-and-worse lines and event kinds by template: count, first, last, per-minute peak,
+    and whether the template is new since `start` (never seen before it)."""
+    events = timeline.events
+    notable = events.filter((pl.col("priority") <= WARNING) | pl.col("event").is_not_null())
+    return (notable.with_columns(template(pl.col("message")).alias("template"))
+            .group_by("component", "template")
+            .agg(pl.len().alias("count"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"),
+                 pl.col("ts").dt.truncate("1m").value_counts().struct.field("count").max().alias("peak_per_minute"),
+                 pl.col("event").drop_nulls().first(), pl.col("track").drop_nulls().first())
+            .with_columns((pl.col("first") >= start).alias("new_in_window"))
+            .sort("first"))
+
+
+def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Finding]:
+    """A finding per notable line kind (count and span), per folded traceback, and per template
+    new in the incident window (from `window_start`)."""
+    events = timeline.events
+    findings = []
+    for (kind, track, component), rows in events.filter(pl.col("event").is_not_null()).sort("ts").group_by(
+            "event", "track", "component", maintain_order=True):
+        words = next((e.text for e in timeline.profile.logs.events if e.kind == kind), kind)
+        first, last = rows.get_column("ts").min(), rows.get_column("ts").max()
+        findings.append(Finding(str(kind), str(track), component, first,
+                                f"{rows.height} × {words} on {component or 'the host'}, "
+                                f"{clock(first)}–{clock(last)}.", last, event_evidence(rows)))
+    for tb in fold_tracebacks(events).iter_rows(named=True):
+        findings.append(Finding("traceback", "errors", tb["component"], tb["ts"],
+                                f"traceback in {tb['component'] or tb['unit']} (pid {tb['pid']}, {tb['lines']} lines): "
+                                f"{tb['exception']}", None,
+                                event_evidence(pl.DataFrame([tb]).rename({"message": "message"}), 1)))
+    if window_start is not None:
+        baseline_start = window_start - timedelta(minutes=1)
+        for row in templates(timeline, baseline_start).filter(pl.col("new_in_window") & pl.col("event").is_null()
+                                                              ).iter_rows(named=True):
+            findings.append(Finding("new_template", row["track"] or "errors", row["component"], row["first"],
+                                    f"new in the incident window: {row['count']} × “{row['template'][:100]}” "
+                                    f"on {row['component']} ({clock(row['first'])}–{clock(row['last'])}).",
+                                    row["last"], []))
+    return findings

@@ -1,0 +1,93 @@
+"""Key times: started (first anomaly), detected (first alert, annotation or diagnostic action
+after it), mitigated (restart issued), resolved (healthy again), with TTD, TTM and TTR from the
+start. Their order is checked (started ≤ detected ≤ mitigated ≤ resolved) and a contradiction is
+reported as a finding, never smoothed over."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from forensics.align import Timeline
+from forensics.detect import Evidence, Finding, clock
+
+ORDER = ("started", "detected", "mitigated", "resolved")
+
+
+@dataclass
+class KeyTimes:
+    """The four times (UTC, None when the evidence has none), how each was found, and TTx."""
+
+    started: datetime | None
+    detected: datetime | None
+    mitigated: datetime | None
+    resolved: datetime | None
+    how: dict[str, str]
+    contradictions: list[str]
+
+    def seconds(self, name: str) -> float | None:
+        """Seconds from started to `name`."""
+        at = getattr(self, name)
+        return (at - self.started).total_seconds() if at and self.started else None
+
+    def as_dict(self) -> dict[str, object]:
+        """What summary.json keeps."""
+        out: dict[str, object] = {k: (getattr(self, k).isoformat() if getattr(self, k) else None) for k in ORDER}
+        out.update(ttd_s=self.seconds("detected"), ttm_s=self.seconds("mitigated"), ttr_s=self.seconds("resolved"),
+                   how=self.how, contradictions=self.contradictions)
+        return out
+
+
+def annotation_track(text: str, timeline: Timeline) -> str:
+    """The track an annotation speaks of: the first event rule whose annotation pattern matches."""
+    for event in timeline.profile.logs.events:
+        if event.annotation and re.search(event.annotation, text):
+            return event.track
+    return timeline.profile.logs.main_track
+
+
+def key_times(timeline: Timeline, findings: list[Finding]) -> tuple[KeyTimes, list[Finding]]:
+    """The key times from the findings of the main track, and any contradiction as a finding."""
+    main = timeline.profile.logs.main_track
+    how: dict[str, str] = {}
+    frozen = sorted((f for f in findings if f.kind == "frozen" and f.at), key=lambda f: f.at)
+    started = frozen[0].at if frozen else None
+    if frozen:
+        how["started"] = f"{frozen[0].component} froze (last progress line)"
+    candidates: list[tuple[datetime, str]] = []
+    for note in timeline.incident.annotations:
+        if annotation_track(note.text, timeline) == main:
+            candidates.append((note.at, f"annotation: {note.text}"))
+    dumps = timeline.stacks.get_column("ts").drop_nulls()
+    if dumps.len():
+        first_dump = dumps.min()
+        candidates.append((first_dump, "first py-spy dump captured"))  # type: ignore[arg-type]
+    after = sorted(c for c in candidates if started is None or c[0] >= started)
+    detected = after[0][0] if after else None
+    if after:
+        how["detected"] = after[0][1]
+    mitigation = [f for f in findings if f.kind == "mitigation"]
+    mitigated = mitigation[0].at if mitigation else None
+    if mitigation:
+        how["mitigated"] = mitigation[0].text
+    healthy = [f.until for f in findings if f.kind == "restart" and f.until is not None]
+    resolved = max(healthy) if healthy else None
+    if resolved:
+        how["resolved"] = "every restarted component answered its health check with 200 again"
+    times = KeyTimes(started, detected, mitigated, resolved, how, [])
+    extra = []
+    present = [(name, getattr(times, name)) for name in ORDER if getattr(times, name)]
+    for (a, ta), (b, tb) in zip(present, present[1:], strict=False):
+        if tb < ta:
+            problem = f"{b} ({clock(tb)}) is before {a} ({clock(ta)})"
+            times.contradictions.append(problem)
+            extra.append(Finding("key_times_contradiction", main, None, tb, f"key times out of order: {problem}.",
+                                 None, [Evidence("findings", None, None, None, tb, problem)]))
+    return times, extra
+
+
+def missing(times: KeyTimes) -> list[str]:
+    """The key times the evidence did not give."""
+    return [name for name in ORDER if getattr(times, name) is None]
+

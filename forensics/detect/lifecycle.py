@@ -1,0 +1,99 @@
+"""Lifecycle: restarts, stops, failures, and how long until healthy again.
+
+From systemd's own journal messages, read by `MESSAGE_ID` (sd-messages.h: unit starting,
+started, stopping, stopped, failed, restart scheduled) with their `UNIT`, `JOB_RESULT`, and the
+change of `_SYSTEMD_INVOCATION_ID`; the command that asked for it (sudo's `COMMAND=…systemctl
+restart …`, or an annotation); counter resets and start-time changes in the metrics; and the
+first health check answered 200 after the unit started again.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import polars as pl
+
+from forensics.align import Timeline
+from forensics.detect import Evidence, Finding, clock, event_evidence, span
+from forensics.metrics import restarts as metric_restarts
+
+STARTING, STARTED = "7d4958e842da4a758f6c1cdc7b36dcc5", "39f53479d3a045ac8e11786248231fbf"
+STOPPING, STOPPED = "de5b426a63be47a7b6ac3eaac82e2f6f", "9d1aaa27d60140bd96365438aad20286"
+FAILED, RESTART_SCHEDULED = "be02cf6855d2428ba40df7e9d022f03d", "5eb03494b6584870a536b337290809b3"
+SYSTEMCTL = re.compile(r"COMMAND=\S*systemctl\s+(restart|stop|start|kill|reload-or-restart|try-restart)\s+(.*)$")
+TRACK = "wedge"
+
+
+def restart_commands(timeline: Timeline) -> pl.DataFrame:
+    """Commands that restarted or stopped units (sudo's log of systemctl), with the units named."""
+    rows = timeline.events.filter(pl.col("message").str.contains(SYSTEMCTL.pattern))
+    return rows.with_columns(pl.col("message").str.extract(SYSTEMCTL.pattern, 1).alias("verb"),
+                             pl.col("message").str.extract(SYSTEMCTL.pattern, 2).alias("targets"))
+
+
+def mitigation_time(timeline: Timeline) -> tuple[datetime | None, str, list[Evidence]]:
+    """When the fix was issued: the first restart command, else an annotation saying restart,
+    else the first stopping message of an engine unit."""
+    commands = restart_commands(timeline).sort("ts")
+    if commands.height:
+        row = commands.row(0, named=True)
+        return row["ts"], f"`systemctl {row['verb']} {row['targets']}`", event_evidence(commands, 1)
+    for note in timeline.incident.annotations:
+        if re.search(r"\brestart", note.text, re.I):
+            return note.at, f"annotation: {note.text}", [Evidence("annotations", None, None, None, note.at, note.text)]
+    stops = timeline.events.filter(pl.col("message_id") == STOPPING).sort("ts")
+    if stops.height:
+        return stops.row(0, named=True)["ts"], "systemd stopping the unit", event_evidence(stops, 1)
+    return None, "", []
+
+
+def detect(timeline: Timeline) -> list[Finding]:
+    """One finding per restart of a component (stop → start → healthy), plus failures."""
+    events = timeline.events
+    findings: list[Finding] = []
+    systemd = events.filter(pl.col("message_id").is_in([STARTING, STARTED, STOPPING, STOPPED, FAILED,
+                                                       RESTART_SCHEDULED])).sort("ts")
+    issued, how, issued_evidence = mitigation_time(timeline)
+    for component in systemd.get_column("component").drop_nulls().unique().sort().to_list():
+        mine = systemd.filter(pl.col("component") == component)
+        started = mine.filter(pl.col("message_id") == STARTED)
+        stopping = mine.filter(pl.col("message_id") == STOPPING)
+        for row in started.iter_rows(named=True):
+            stop_rows = stopping.filter(pl.col("ts") <= row["ts"])
+            if stop_rows.height == 0:
+                continue  # a first start, not a restart
+            stop_at = stop_rows.get_column("ts").max()
+            ready = events.filter((pl.col("component") == component) & (pl.col("ts") > row["ts"])
+                                  & (pl.col("health_ok") | pl.col("ready"))).sort("ts")
+            healthy = ready.filter(pl.col("health_ok"))
+            healthy_at = healthy.get_column("ts").min() if healthy.height else None
+            begin = issued if issued is not None and issued <= stop_at else stop_at
+            text = (f"{component} restarted: stopping at {clock(stop_at)}, started at {clock(row['ts'])}"
+                    + (f", healthy again at {clock(healthy_at)} ({span((healthy_at - begin).total_seconds())} after "
+                       f"the restart was issued at {clock(begin)})" if healthy_at else ", not healthy again in the data")
+                    + ".")
+            evidence = (issued_evidence + event_evidence(stop_rows.tail(1), 1) + event_evidence(
+                started.filter(pl.col("ts") == row["ts"]), 1) + event_evidence(healthy, 1))
+            findings.append(Finding("restart", TRACK, component, begin, text, healthy_at, evidence))
+        for row in mine.filter(pl.col("message_id") == FAILED).iter_rows(named=True):
+            findings.append(Finding("unit_failed", TRACK, component, row["ts"], f"{component}: {row['message']}",
+                                    None, event_evidence(mine.filter(pl.col("ts") == row["ts"]), 1)))
+    findings += _metric_restarts(timeline)
+    if issued is not None:
+        findings.append(Finding("mitigation", TRACK, None, issued, f"restart issued at {clock(issued)}: {how}.",
+                                None, issued_evidence))
+    return findings
+
+
+def _metric_restarts(timeline: Timeline) -> list[Finding]:
+    """Restarts the metrics show (start-time gauge changed, counters reset), per instance."""
+    out = []
+    table = metric_restarts(timeline.samples, timeline.profile)
+    for row in table.iter_rows(named=True):
+        component = timeline.incident.component_of_instance(row["instance"], timeline.profile)
+        out.append(Finding("metrics_restart", TRACK, component, row["before"],
+                           f"{row['instance']} restarted between scrapes at {clock(row['after'])} and "
+                           f"{clock(row['before'])}: {row['evidence']}.", None,
+                           [Evidence("samples", row["instance"], None, None, row["before"], row["evidence"][:80])]))
+    return out
