@@ -41,7 +41,7 @@ class Timeline:
 
 def _offset_us(incident: Incident, host: pl.Expr) -> pl.Expr:
     """Each row's host clock offset in microseconds (0 for hosts the manifest does not name)."""
-    offsets = {name: int(round(clock.clock_offset_s * 1e6)) for name, clock in incident.hosts.items()}
+    offsets = {name: round(clock.clock_offset_s * 1e6) for name, clock in incident.hosts.items()}
     return host.replace_strict(offsets, default=0, return_dtype=pl.Int64) if offsets else pl.lit(0, pl.Int64)
 
 
@@ -55,7 +55,7 @@ def _line_ts(events: pl.DataFrame, incident: Incident) -> pl.Series:
         local = events.filter(mask).select(naive.dt.replace_time_zone(clock.time_zone.key, ambiguous="earliest",
                                                                       non_existent="null")
                                            .dt.convert_time_zone("UTC").alias("line_ts")).to_series()
-        out = out.scatter(mask.arg_true(), local.dt.offset_by(f"{-int(round(clock.clock_offset_s * 1e6))}us"))
+        out = out.scatter(mask.arg_true(), local.dt.offset_by(f"{-round(clock.clock_offset_s * 1e6)}us"))
     return out
 
 

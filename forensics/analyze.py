@@ -16,8 +16,15 @@ import polars as pl
 
 from forensics.align import Timeline, build_timeline
 from forensics.case import ingest, load_case
-from forensics.detect import Finding, clock, findings_frame, span
-from forensics.detect import errors, lifecycle, progress
+from forensics.detect import (
+    Finding,
+    clock,
+    errors,
+    findings_frame,
+    lifecycle,
+    progress,
+    span,
+)
 from forensics.detect import stacks as stack_detector
 from forensics.detect.keytimes import KeyTimes, annotation_track, key_times
 from forensics.detect.stacks import Verdict, latest
@@ -47,7 +54,8 @@ class Analysis:
         out: dict[str, dict[str, Any]] = {}
         table = progress.last_progress(self.timeline)
         for row in table.iter_rows(named=True):
-            out.setdefault(row["component"] or "unknown", {"last_progress_line": row["last"].isoformat(),
+            out.setdefault(row["component"] or "unknown", {"last_progress_line": row["last"].isoformat()
+                                                           if row["last"] else None,
                                                            "progress_lines": row["lines"]})
         for f in self.findings:
             if f.kind == "frozen" and f.component:
@@ -63,11 +71,12 @@ class Analysis:
     def summary(self) -> dict[str, Any]:
         """What summary.json holds (see DESIGN.md)."""
         incident, manifest = self.timeline.incident, self.timeline.manifest
-        window = incident.window or (manifest.get("first_ts"), manifest.get("last_ts"))
+        window = ([w.isoformat() for w in incident.window] if incident.window
+                  else [manifest.get("first_ts"), manifest.get("last_ts")])
         return {
             "incident": incident.title,
             "bundle": str(self.bundle),
-            "window": [w.isoformat() if hasattr(w, "isoformat") else w for w in window],
+            "window": window,
             "sources": [{k: e.get(k) for k in ("path", "format", "records", "parsed", "quarantined", "duplicates",
                                                "first_ts", "last_ts", "error")} for e in manifest["inputs"]],
             "key_times": self.key_times.as_dict(),
@@ -123,8 +132,8 @@ def report_text(analysis: Analysis) -> str:
     for problem in t.contradictions:
         lines.append(f"  CONTRADICTION: {problem}")
     for track in analysis.tracks:
-        lines += ["", f"## track: {track.name} ({', '.join(track.components) or 'no component'}, "
-                      f"{clock(track.first)}–{clock(track.last)})"]
+        lines += ["", (f"## track: {track.name} ({', '.join(track.components) or 'no component'}, "
+                      f"{clock(track.first)}–{clock(track.last)})")]
         for f in track.findings:
             if f.kind == "stack_verdict" and f not in _latest_stack_findings(analysis):
                 continue
@@ -145,4 +154,4 @@ def report_text(analysis: Analysis) -> str:
 
 def _latest_stack_findings(analysis: Analysis) -> list[Finding]:
     last = {v.group: v.at for v in latest(analysis.verdicts)}
-    return [f for f in analysis.findings if f.kind == "stack_verdict" and last.get(f.component) == f.at]
+    return [f for f in analysis.findings if f.kind == "stack_verdict" and last.get(f.component or "") == f.at]

@@ -116,8 +116,8 @@ def load_incident(bundle: Path, profile: Profile | None = None) -> Incident:
     path = bundle / MANIFEST
     if not path.is_file():
         return Incident(title=bundle.name, window=None, hosts={}, components={}, annotations=[], guessed=True,
-                        notes=[f"no {MANIFEST}: components guessed from unit names and stack groups with the "
-                               f"{profile.name} profile's words ({', '.join(profile.components)})"])
+                        notes=[(f"no {MANIFEST}: components guessed from unit names and stack groups with the "
+                               f"{profile.name} profile's words ({', '.join(profile.components)})")])
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as error:

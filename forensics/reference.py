@@ -38,6 +38,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -62,24 +63,22 @@ def at(hms: str) -> datetime:
     return DAY + timedelta(hours=h, minutes=m, seconds=s)
 
 
-@dataclass(frozen=True)
 class Story:
     """The key times of the reference incident (true UTC)."""
 
-    start: datetime = at("21:20:00")
-    end: datetime = at("21:45:00")
-    cancel: datetime = at("21:34:31")
-    decode_last: datetime = at("21:34:47")
-    prefill_last: datetime = at("21:39:07")
-    investigating: datetime = at("21:38:30")
-    leak_report: datetime = at("21:31:00")
-    restart: datetime = at("21:40:45")
-    stopped: datetime = at("21:40:47")
-    ready: datetime = at("21:41:58")
-    healthy: datetime = at("21:42:00")
-    leaks: tuple[datetime, ...] = tuple(at(t) for t in ("21:24:10", "21:26:40", "21:29:05", "21:31:55",
-                                                          "21:33:20", "21:43:10"))
-    dumps: tuple[datetime, ...] = (at("21:40:10"), at("21:40:20"))
+    start = at("21:20:00")
+    end = at("21:45:00")
+    cancel = at("21:34:31")
+    decode_last = at("21:34:47")
+    prefill_last = at("21:39:07")
+    investigating = at("21:38:30")
+    leak_report = at("21:31:00")
+    restart = at("21:40:45")
+    stopped = at("21:40:47")
+    ready = at("21:41:58")
+    healthy = at("21:42:00")
+    leaks = tuple(at(t) for t in ("21:24:10", "21:26:40", "21:29:05", "21:31:55", "21:33:20", "21:43:10"))
+    dumps = (at("21:40:10"), at("21:40:20"))
 
 
 STORY = Story()
@@ -187,7 +186,7 @@ def _engine_lines(j: Journal, role: str, start: datetime, end: datetime, progres
 
 def _health(j: Journal, role: str, start: datetime, end: datetime) -> None:
     host = j.host
-    for t in _ticks(start, end, 5.0, 0.05, host.rng):
+    for t in _ticks(start, end, 5.0, 0.0, host.rng):  # polled every 5 s on the dot
         j.add(t, f'INFO:     127.0.0.1:{host.rng.randint(30000, 60000)} - "GET /health HTTP/1.1" 200 OK',
               unit=UNITS[role], pid=host.pids[role], ident="python3")
 
@@ -261,8 +260,8 @@ def _incident(j: Journal, scale: int) -> None:
 def _host_journal(host: Host, scale: int) -> Journal:
     j = Journal(host)
     s = STORY
-    for role in UNITS:
-        host.invocations[UNITS[role]] = host.hex()
+    for unit in UNITS.values():
+        host.invocations[unit] = host.hex()
     _router(j, s.start, s.end, scale)
     if not host.incident:
         for role in ("prefill", "decode"):
@@ -330,8 +329,8 @@ def _manifest(hosts: list[Host]) -> str:
     for h in hosts:
         lines += [f'[hosts."{h.name}"]', f'time_zone = "{h.tz.key}"',
                   f"clock_offset_s = {h.skew.total_seconds():g}  # host clock minus true time, measured after", ""]
-    for role in UNITS:
-        lines += [f"[components.{role}]", f'units = ["{UNITS[role]}"]']
+    for role, unit in UNITS.items():
+        lines += [f"[components.{role}]", f'units = ["{unit}"]']
         if role != "router":
             lines += [f"ports = [{PORTS[role]}]", 'process_titles = ["sglang::scheduler_TP*"]', f'stacks_group = "{role}"']
         lines.append("")
@@ -340,6 +339,34 @@ def _manifest(hosts: list[Host]) -> str:
                        (STORY.restart, "restart issued: systemctl restart sglang-dsv4-prefill sglang-dsv4-decode")):
         lines += ["[[annotations]]", f'at = "{when.isoformat()}"', f'text = "{text}"', ""]
     return "\n".join(lines)
+
+
+README = """# The reference incident: DeepSeek-V4-Flash, prefill/decode disaggregated, TP-desync wedge (2026-06-18)
+
+Written by `forensics reference data/incidents/dsv4-pd-wedge-2026-06-18` (`forensics/reference.py`,
+deterministic: the same bytes every time) from the story in `../shared/DESIGN.md`:
+
+- `journal/gpu-node-00.export.zst`: `journalctl -o export` of the host: the three units' stdout
+  (SGLang's `Prefill batch` / `Decode batch` lines, uvicorn health checks, router lines), the mass
+  cancellation at 21:34:31 and its KV-transfer aborts, decode's last batch at 21:34:47, prefill's at
+  21:39:07, the tool-call markup leaks, sudo's `systemctl restart` at 21:40:45 with systemd's own
+  stopping / stopped / starting / started messages, the engines ready at 21:41:58, health 200 again
+  at 21:42:00.
+- `metrics/gpu-node-00_30000/`, `metrics/gpu-node-00_30002/`: `/metrics` of prefill and decode
+  every 10 s as prometheus_client renders the lab's SGLang metrics, each after a capture header;
+  nothing while the engines restart.
+- `stacks/round-1.txt`, `stacks/round-2.txt`: `py-spy dump` of all 8 schedulers at 21:40:10 and
+  21:40:20. Real dumps of real processes: the lab (`python -m forensics.lab.tp_desync OUT --at
+  2026-06-18T21:40:10Z --host gpu-node-00 --rounds 2 --interval 10 --format text`, kept in
+  `data/lab/tp-desync/`) ran a prefill and a decode engine of four torch.distributed (gloo) ranks
+  each and wedged the decode group: ranks 0-2 in `all_reduce`, rank 3 in `on_idle`.
+- `incident.toml`: title, window, host time zone and clock offset, components (units, ports,
+  process titles), annotations (the user's markup report, the start of the investigation, the
+  restart).
+
+`forensics reference OUT --scale 160 --hosts 64 --time-zone Asia/Shanghai --skew-s 7.5` writes the
+same story bigger, on more hosts, in another time zone, with a skewed clock.
+"""
 
 
 def write_reference(out: Path, *, scale: int = 1, hosts: int = 1, time_zone: str = "UTC", skew_s: float = 0.0,
@@ -369,12 +396,17 @@ def write_reference(out: Path, *, scale: int = 1, hosts: int = 1, time_zone: str
     (out / "stacks").mkdir()
     for dump in sorted(LAB_DUMPS.glob("round-*.txt")):
         text = dump.read_text()
-        shift = machines[0].skew
-        text = re.sub(r"ts=(\S+)", lambda m: "ts=" + (datetime.fromisoformat(m[1]) + shift).isoformat(
-            timespec="milliseconds").replace("+00:00", "Z"), text)
+        text = re.sub(r"ts=(\S+)", partial(_shifted, shift=machines[0].skew), text)
         (out / "stacks" / dump.name).write_text(text)
     (out / "incident.toml").write_text(_manifest(machines))
+    (out / "README.md").write_text(README)
     return out
+
+
+def _shifted(match: re.Match[str], shift: timedelta) -> str:
+    """A capture header's `ts=` moved by the host's clock skew (the collector used that clock)."""
+    moved = datetime.fromisoformat(match[1]) + shift
+    return "ts=" + moved.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _real_journal(export: bytes, folder: Path, name: str, formats: tuple[str, ...]) -> None:

@@ -60,6 +60,18 @@ def findings_frame(findings: list[Finding]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=FINDINGS_SCHEMA).sort("at", nulls_last=True)
 
 
+def earliest(times: pl.Series) -> datetime | None:
+    """The first time of a column of times (None if empty)."""
+    value = times.min()
+    return value if isinstance(value, datetime) else None
+
+
+def latest_time(times: pl.Series) -> datetime | None:
+    """The last time of a column of times (None if empty)."""
+    value = times.max()
+    return value if isinstance(value, datetime) else None
+
+
 def clock(at: datetime | None) -> str:
     """A time as the findings' text writes it (UTC, to the second)."""
     return at.strftime("%H:%M:%S") if at else "?"
@@ -67,7 +79,7 @@ def clock(at: datetime | None) -> str:
 
 def span(seconds: float) -> str:
     """A duration in words: 75 s, 5m58s, 1h02m."""
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 100:
         return f"{seconds} s"
     minutes, seconds = divmod(seconds, 60)

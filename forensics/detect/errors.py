@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from forensics.align import Timeline
-from forensics.detect import Finding, clock, event_evidence
+from forensics.detect import Finding, clock, earliest, event_evidence, latest_time
 
 # Masks applied in order: what varies between two lines of the same template.
 MASKS = (
@@ -72,7 +72,7 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
     for (kind, track, component), rows in events.filter(pl.col("event").is_not_null()).sort("ts").group_by(
             "event", "track", "component", maintain_order=True):
         words = next((e.text for e in timeline.profile.logs.events if e.kind == kind), kind)
-        first, last = rows.get_column("ts").min(), rows.get_column("ts").max()
+        first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))
         findings.append(Finding(str(kind), str(track), component, first,
                                 f"{rows.height} × {words} on {component or 'the host'}, "
                                 f"{clock(first)}–{clock(last)}.", last, event_evidence(rows)))

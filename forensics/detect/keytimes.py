@@ -5,6 +5,7 @@ reported as a finding, never smoothed over."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -51,10 +52,10 @@ def key_times(timeline: Timeline, findings: list[Finding]) -> tuple[KeyTimes, li
     """The key times from the findings of the main track, and any contradiction as a finding."""
     main = timeline.profile.logs.main_track
     how: dict[str, str] = {}
-    frozen = sorted((f for f in findings if f.kind == "frozen" and f.at), key=lambda f: f.at)
-    started = frozen[0].at if frozen else None
+    frozen = sorted((f.at, f.component) for f in findings if f.kind == "frozen" and f.at)
+    started = frozen[0][0] if frozen else None
     if frozen:
-        how["started"] = f"{frozen[0].component} froze (last progress line)"
+        how["started"] = f"{frozen[0][1]} froze (last progress line)"
     candidates: list[tuple[datetime, str]] = []
     for note in timeline.incident.annotations:
         if annotation_track(note.text, timeline) == main:
@@ -78,7 +79,7 @@ def key_times(timeline: Timeline, findings: list[Finding]) -> tuple[KeyTimes, li
     times = KeyTimes(started, detected, mitigated, resolved, how, [])
     extra = []
     present = [(name, getattr(times, name)) for name in ORDER if getattr(times, name)]
-    for (a, ta), (b, tb) in zip(present, present[1:], strict=False):
+    for (a, ta), (b, tb) in itertools.pairwise(present):
         if tb < ta:
             problem = f"{b} ({clock(tb)}) is before {a} ({clock(ta)})"
             times.contradictions.append(problem)

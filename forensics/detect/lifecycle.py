@@ -15,7 +15,15 @@ from datetime import datetime
 import polars as pl
 
 from forensics.align import Timeline
-from forensics.detect import Evidence, Finding, clock, event_evidence, span
+from forensics.detect import (
+    Evidence,
+    Finding,
+    clock,
+    earliest,
+    event_evidence,
+    latest_time,
+    span,
+)
 from forensics.metrics import restarts as metric_restarts
 
 STARTING, STARTED = "7d4958e842da4a758f6c1cdc7b36dcc5", "39f53479d3a045ac8e11786248231fbf"
@@ -40,7 +48,7 @@ def mitigation_time(timeline: Timeline) -> tuple[datetime | None, str, list[Evid
         row = commands.row(0, named=True)
         return row["ts"], f"`systemctl {row['verb']} {row['targets']}`", event_evidence(commands, 1)
     for note in timeline.incident.annotations:
-        if re.search(r"\brestart", note.text, re.I):
+        if re.search(r"\brestart", note.text, re.IGNORECASE):
             return note.at, f"annotation: {note.text}", [Evidence("annotations", None, None, None, note.at, note.text)]
     stops = timeline.events.filter(pl.col("message_id") == STOPPING).sort("ts")
     if stops.height:
@@ -63,11 +71,13 @@ def detect(timeline: Timeline) -> list[Finding]:
             stop_rows = stopping.filter(pl.col("ts") <= row["ts"])
             if stop_rows.height == 0:
                 continue  # a first start, not a restart
-            stop_at = stop_rows.get_column("ts").max()
+            stop_at = latest_time(stop_rows.get_column("ts"))
             ready = events.filter((pl.col("component") == component) & (pl.col("ts") > row["ts"])
                                   & (pl.col("health_ok") | pl.col("ready"))).sort("ts")
             healthy = ready.filter(pl.col("health_ok"))
-            healthy_at = healthy.get_column("ts").min() if healthy.height else None
+            healthy_at = earliest(healthy.get_column("ts"))
+            if stop_at is None:
+                continue
             begin = issued if issued is not None and issued <= stop_at else stop_at
             text = (f"{component} restarted: stopping at {clock(stop_at)}, started at {clock(row['ts'])}"
                     + (f", healthy again at {clock(healthy_at)} ({span((healthy_at - begin).total_seconds())} after "

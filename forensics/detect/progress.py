@@ -15,7 +15,15 @@ from datetime import datetime
 import polars as pl
 
 from forensics.align import Timeline
-from forensics.detect import Evidence, Finding, clock, event_evidence, span
+from forensics.detect import (
+    Evidence,
+    Finding,
+    clock,
+    earliest,
+    event_evidence,
+    latest_time,
+    span,
+)
 from forensics.metrics import stalled
 
 FREEZE_GAP_S = 60.0  # SGLang logs a batch line every few seconds while it works
@@ -96,9 +104,9 @@ def _silent_hang(timeline: Timeline, component: str, at: datetime, until: dateti
                  stops: pl.DataFrame) -> list[Finding]:
     """Health 200 and an active unit while frozen: the blind spot, until the unit is stopped."""
     unit_stops = stops.filter((pl.col("component") == component) & (pl.col("ts") > at))
-    blind_end = unit_stops.get_column("ts").min() if unit_stops.height else until
+    blind_end = earliest(unit_stops.get_column("ts")) or until or latest_time(timeline.events.get_column("ts"))
     if blind_end is None:
-        blind_end = timeline.events.get_column("ts").max()
+        return []
     health = timeline.events.filter((pl.col("component") == component) & pl.col("health_ok")
                                     & (pl.col("ts") > at) & (pl.col("ts") < blind_end))
     if health.height == 0:

@@ -1,0 +1,166 @@
+"""The reference incident end to end: exact times, the blind spot, the desync verdict, two
+symptom tracks, and the same UTC story from a host in another zone with a skewed clock."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from forensics.analyze import Analysis, analyze
+from forensics.cli import main as cli
+from forensics.detect import Finding
+from forensics.detect.errors import fold_tracebacks
+from forensics.detect.keytimes import key_times
+from forensics.incident import ManifestError, load_incident
+from forensics.reference import write_reference
+from tests.conftest import REPO
+
+REFERENCE = REPO / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"
+
+
+def t(hms: str) -> str:
+    return f"2026-06-18T{hms}+00:00"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Analysis:
+    return analyze(REFERENCE, tmp_path_factory.mktemp("case") / "case")
+
+
+def _story(result: Analysis) -> dict:
+    summary = result.summary()
+    return {"key_times": {k: summary["key_times"][k] for k in ("started", "detected", "mitigated", "resolved",
+                                                              "ttd_s", "ttm_s", "ttr_s")},
+            "last_progress": {c: v["last_progress"] for c, v in summary["components"].items()},
+            "findings": sorted((f["kind"], f["component"] or "", f["at"]) for f in summary["findings"])}
+
+
+def test_the_reference_incident_key_times(reference: Analysis) -> None:
+    times = reference.summary()["key_times"]
+    assert (times["started"], times["detected"], times["mitigated"], times["resolved"]) == (
+        t("21:34:47"), t("21:38:30"), t("21:40:45"), t("21:42:00"))
+    assert (times["ttd_s"], times["ttm_s"], times["ttr_s"]) == (223.0, 358.0, 433.0)
+    assert times["contradictions"] == []
+
+
+def test_decode_froze_first_prefill_later_and_both_looked_healthy(reference: Analysis) -> None:
+    components = reference.summary()["components"]
+    assert components["decode"]["last_progress"] == t("21:34:47") and components["decode"]["frozen"]
+    assert components["prefill"]["last_progress"] == t("21:39:07") and components["prefill"]["frozen"]
+    frozen = {f.component: f for f in reference.findings if f.kind == "frozen"}
+    assert "The metrics agree" in frozen["decode"].text
+    assert frozen["decode"].evidence[0].excerpt.startswith("[2026-06-18 21:34:47 TP0] Decode batch.")
+    hang = next(f for f in reference.findings if f.kind == "silent_hang" and f.component == "decode")
+    assert (hang.at.isoformat(), hang.until.strftime("%H:%M:%S")) == (t("21:34:47"), "21:40:45")
+    assert "health checks answered 200" in hang.text and "(5m58s)" in hang.text
+
+
+def test_restart_and_time_to_healthy(reference: Analysis) -> None:
+    restarts = {f.component: f for f in reference.findings if f.kind == "restart"}
+    assert set(restarts) == {"decode", "prefill"}
+    assert "healthy again at 21:42:00 (75 s after the restart was issued at 21:40:45)" in restarts["decode"].text
+    assert {f.component for f in reference.findings if f.kind == "metrics_restart"} == {"decode", "prefill"}
+
+
+def test_the_stack_verdict_is_on_the_timeline(reference: Analysis) -> None:
+    verdicts = {v["group"]: v for v in reference.summary()["stack_verdicts"]}
+    assert verdicts["decode"]["verdict"] == "TP_DESYNC"
+    assert verdicts["decode"]["ranks_by_phase"] == {"collective": [0, 1, 2], "idle": [3]}
+    assert verdicts["prefill"]["verdict"] == "ALL_IDLE"
+    assert {f.at.strftime("%H:%M:%S") for f in reference.findings if f.kind == "stack_verdict"} == {
+        "21:40:10", "21:40:20"}
+
+
+def test_two_symptom_tracks_kept_apart(reference: Analysis) -> None:
+    names = [track.name for track in reference.tracks]
+    assert names == ["wedge", "tool-call markup leak"]
+    leak = reference.tracks[1]
+    assert {f.kind for f in leak.findings} == {"markup_leak", "annotation"}
+    assert not any(f.kind == "markup_leak" for f in reference.tracks[0].findings)
+    (link,) = reference.links
+    assert "nothing in the evidence links them" in link and "hypothesis" in link
+    assert "21:24:10, before the wedge began" in link and "21:43:10, after the wedge was resolved" in link
+
+
+@pytest.mark.parametrize("zone, skew", [("Asia/Shanghai", 7.5), ("America/Los_Angeles", -42.0)])
+def test_a_host_in_another_zone_with_a_skewed_clock_tells_the_same_utc_story(
+        reference: Analysis, tmp_path: Path, zone: str, skew: float) -> None:
+    bundle = write_reference(tmp_path / "bundle", time_zone=zone, skew_s=skew)
+    shifted = analyze(bundle, tmp_path / "case")
+    assert _story(shifted) == _story(reference)
+    (check,) = shifted.timeline.clock_checks.iter_rows(named=True)
+    assert check["time_zone"] == zone and check["offset_applied_s"] == skew
+    assert abs(check["line_minus_journal_s"]) < 1  # stamps and journald agree once zone and offset are applied
+
+
+def test_without_a_manifest_components_are_guessed_and_said_so(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(REFERENCE, bundle)
+    (bundle / "incident.toml").unlink()
+    result = analyze(bundle, tmp_path / "case")
+    summary = result.summary()
+    assert summary["notes"][0].startswith("no incident.toml: components guessed from unit names")
+    assert summary["components"]["decode"]["last_progress"] == t("21:34:47")
+    # no annotations: detection is the first py-spy dump, a diagnostic action
+    assert summary["key_times"]["detected"] == t("21:40:10")
+    assert summary["key_times"]["mitigated"] == t("21:40:45")
+
+
+def test_contradicting_key_times_are_flagged_not_hidden(reference: Analysis) -> None:
+    late = datetime(2026, 6, 18, 21, 43, tzinfo=UTC)
+    findings = [f for f in reference.findings if f.kind != "mitigation"]
+    findings.append(Finding("mitigation", "wedge", None, late, "restart issued at 21:43:00 (a wrong note)."))
+    times, extra = key_times(reference.timeline, findings)
+    assert times.contradictions == ["resolved (21:42:00) is before mitigated (21:43:00)"]
+    assert [f.kind for f in extra] == ["key_times_contradiction"]
+
+
+def test_tracebacks_fold_into_one_event() -> None:
+    rows = [("Traceback (most recent call last):", 0), ('  File "scheduler.py", line 1, in run', 1),
+            ("    self.event_loop()", 2), ("RuntimeError: NCCL error: unhandled system error", 3),
+            ("[2026-06-18 21:30:00 TP0] Decode batch. #running-req: 1", 4)]
+    events = pl.DataFrame({
+        "message": [m for m, _ in rows], "host": ["h"] * 5, "pid": [7] * 5, "component": ["decode"] * 5,
+        "unit": ["u"] * 5, "source_file": ["j"] * 5, "source_line": [None] * 5, "source_offset": [0, 10, 20, 30, 40],
+        "ts": [datetime(2026, 6, 18, 21, 30, 0, n * 1000, tzinfo=UTC) for _, n in rows]})
+    (folded,) = fold_tracebacks(events).iter_rows(named=True)
+    assert folded["lines"] == 4 and folded["exception"] == "RuntimeError: NCCL error: unhandled system error"
+
+
+@pytest.mark.parametrize("text, message", [
+    ('window = ["2026-06-18T21:45:00Z", "2026-06-18T21:20:00Z"]\n', "window ends before it starts"),
+    ('window = ["yesterday", "2026-06-18T21:20:00Z"]\n', "window[0]: 'yesterday' is not an ISO-8601 time"),
+    ('[hosts.a]\ntime_zone = "Mars/Olympus"\n', "hosts.a.time_zone: unknown time zone 'Mars/Olympus'"),
+    ('[[annotations]]\ntext = "no time"\n', "annotations #1 needs 'at' and 'text'"),
+    ("title = \n", "incident.toml: "),
+])
+def test_bad_manifests_are_named(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "incident.toml").write_text(text)
+    with pytest.raises(ManifestError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        load_incident(tmp_path)
+
+
+def test_the_committed_reference_is_what_the_generator_writes(tmp_path: Path) -> None:
+    fresh = write_reference(tmp_path / "ref")
+
+    def digests(root: Path) -> dict[str, str]:
+        return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(root.rglob("*")) if p.is_file()}
+    assert digests(fresh) == digests(REFERENCE)
+
+
+def test_analyze_command_prints_the_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["analyze", str(REFERENCE), "--case", str(tmp_path / "case"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert set(summary) >= {"incident", "window", "sources", "key_times", "components", "findings",
+                            "stack_verdicts"}
+    assert summary["sources"][0] == {**summary["sources"][0], "path": "journal/gpu-node-00.export.zst",
+                                     "format": "journal_export", "quarantined": 0}
+    assert cli(["analyze", str(REFERENCE), "--case", str(tmp_path / "case")]) == 0
+    assert "TTD 3m43s   TTM 5m58s   TTR 7m13s" in capsys.readouterr().out
