@@ -23,6 +23,10 @@ from forensics.logs import read_lines
 from forensics.profiles import Profile
 
 STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
+#: The columns of `events` the detectors read (the rest stay in the case for whoever digs further).
+EVENT_COLUMNS = ("ts", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_ID", "host", "unit", "identifier",
+                 "pid", "priority", "message_id", "invocation_id", "message", "source_file", "source_offset",
+                 "source_line")
 
 
 @dataclass
@@ -62,7 +66,7 @@ def _line_ts(events: pl.DataFrame, incident: Incident) -> pl.Series:
 def build_timeline(case: Case, incident: Incident, profile: Profile) -> Timeline:
     """Read the case's frames onto one timeline."""
     offset = _offset_us(incident, pl.col("host"))
-    events = (read_lines(case.events, profile)
+    events = (read_lines(case.events.select(EVENT_COLUMNS), profile)
               .with_columns((pl.col("ts") - pl.duration(microseconds=offset)).alias("ts"))
               .collect())
     events = events.with_columns(_line_ts(events, incident))

@@ -410,15 +410,18 @@ def _shifted(match: re.Match[str], shift: timedelta) -> str:
 
 
 def _real_journal(export: bytes, folder: Path, name: str, formats: tuple[str, ...]) -> None:
-    """A real .journal from systemd-journal-remote, and journalctl's JSON of it."""
+    """Real journal files from systemd-journal-remote (into a folder: it rotates big outputs), and
+    journalctl's JSON of them."""
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "in.export"
         source.write_bytes(export)
-        journal = Path(tmp) / f"{name}.journal"
-        subprocess.run([JOURNAL_REMOTE, f"--output={journal}", str(source)], check=True, capture_output=True)
+        journals = Path(tmp) / "journal"
+        journals.mkdir()
+        subprocess.run([JOURNAL_REMOTE, f"--output={journals}/{name}.journal", str(source)], check=True,
+                       capture_output=True)
         if "json" in formats:
-            as_json = subprocess.run(["journalctl", "--file", str(journal), "-o", "json"], check=True,
+            as_json = subprocess.run(["journalctl", "-D", str(journals), "-o", "json"], check=True,
                                      capture_output=True).stdout
             (folder / f"{name}.json.zst").write_bytes(zstandard.ZstdCompressor(level=10).compress(as_json))
         if "journal" in formats:
-            shutil.copy(journal, folder / f"{name}.journal")
+            shutil.copytree(journals, folder / f"{name}.journal.d")
