@@ -52,7 +52,8 @@ class Analysis:
     def last_progress(self) -> dict[str, dict[str, Any]]:
         """Per component: the last progress before it froze (or its last progress if it never did)."""
         out: dict[str, dict[str, Any]] = {}
-        table = progress.last_progress(self.timeline)
+        table = (progress.last_progress(self.timeline).group_by("component")
+                 .agg(pl.col("last").max(), pl.col("lines").sum()))
         for row in table.iter_rows(named=True):
             out.setdefault(row["component"] or "unknown", {"last_progress_line": row["last"].isoformat()
                                                            if row["last"] else None,
@@ -81,7 +82,7 @@ class Analysis:
                                                "first_ts", "last_ts", "error")} for e in manifest["inputs"]],
             "key_times": self.key_times.as_dict(),
             "components": self.last_progress(),
-            "findings": [{"kind": f.kind, "track": f.track, "component": f.component,
+            "findings": [{"kind": f.kind, "track": f.track, "component": f.component, "host": f.host,
                           "at": f.at.isoformat() if f.at else None, "until": f.until.isoformat() if f.until else None,
                           "text": f.text} for f in sorted(self.findings, key=lambda f: (f.at is None, f.at))],
             "tracks": [{"name": t.name, "components": t.components, "first": t.first.isoformat() if t.first else None,

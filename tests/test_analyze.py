@@ -164,3 +164,12 @@ def test_analyze_command_prints_the_summary(tmp_path: Path, capsys: pytest.Captu
                                      "format": "journal_export", "quarantined": 0}
     assert cli(["analyze", str(REFERENCE), "--case", str(tmp_path / "case")]) == 0
     assert "TTD 3m43s   TTM 5m58s   TTR 7m13s" in capsys.readouterr().out
+
+
+def test_on_many_hosts_only_the_incident_host_freezes(reference: Analysis, tmp_path: Path) -> None:
+    bundle = write_reference(tmp_path / "bundle", hosts=3)
+    result = analyze(bundle, tmp_path / "case")
+    assert _story(result)["key_times"] == _story(reference)["key_times"]
+    frozen = {(f.component, f.host) for f in result.findings if f.kind == "frozen"}
+    assert frozen == {("decode", "gpu-node-00"), ("prefill", "gpu-node-00")}
+    assert {f.host for f in result.findings if f.kind == "restart"} == {"gpu-node-00"}

@@ -16,7 +16,7 @@ from forensics.schema import EXCERPT_CHARS, UTC_US
 
 EVIDENCE = pl.Struct({"frame": pl.String, "source": pl.String, "line": pl.Int64, "offset": pl.Int64,
                       "at": UTC_US, "excerpt": pl.String})
-FINDINGS_SCHEMA = {"kind": pl.String(), "track": pl.String(), "component": pl.String(), "at": UTC_US,
+FINDINGS_SCHEMA = {"kind": pl.String(), "track": pl.String(), "component": pl.String(), "host": pl.String(), "at": UTC_US,
                    "until": UTC_US, "text": pl.String(), "evidence": pl.List(EVIDENCE)}
 EVIDENCE_ROWS = 5  # evidence kept per finding: the first rows, and the count in the text
 
@@ -44,6 +44,7 @@ class Finding:
     text: str
     until: datetime | None = None
     evidence: list[Evidence] = field(default_factory=list)
+    host: str | None = None
 
 
 def event_evidence(rows: pl.DataFrame, limit: int = EVIDENCE_ROWS) -> list[Evidence]:
@@ -55,7 +56,7 @@ def event_evidence(rows: pl.DataFrame, limit: int = EVIDENCE_ROWS) -> list[Evide
 
 def findings_frame(findings: list[Finding]) -> pl.DataFrame:
     """The canonical `findings` frame, in time order."""
-    rows = [{"kind": f.kind, "track": f.track, "component": f.component, "at": f.at, "until": f.until,
+    rows = [{"kind": f.kind, "track": f.track, "component": f.component, "host": f.host, "at": f.at, "until": f.until,
              "text": f.text, "evidence": [e.__dict__ for e in f.evidence]} for f in findings]
     return pl.DataFrame(rows, schema=FINDINGS_SCHEMA).sort("at", nulls_last=True)
 

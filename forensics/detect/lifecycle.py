@@ -63,8 +63,10 @@ def detect(timeline: Timeline) -> list[Finding]:
     systemd = events.filter(pl.col("message_id").is_in([STARTING, STARTED, STOPPING, STOPPED, FAILED,
                                                        RESTART_SCHEDULED])).sort("ts")
     issued, how, issued_evidence = mitigation_time(timeline)
-    for component in systemd.get_column("component").drop_nulls().unique().sort().to_list():
-        mine = systemd.filter(pl.col("component") == component)
+    several_hosts = events.get_column("host").n_unique() > 1
+    for host, component in systemd.select("host", "component").drop_nulls().unique().sort("host", "component").rows():
+        mine = systemd.filter((pl.col("component") == component) & (pl.col("host") == host))
+        where = f"{component} on {host}" if several_hosts else component
         started = mine.filter(pl.col("message_id") == STARTED)
         stopping = mine.filter(pl.col("message_id") == STOPPING)
         for row in started.iter_rows(named=True):
@@ -72,23 +74,23 @@ def detect(timeline: Timeline) -> list[Finding]:
             if stop_rows.height == 0:
                 continue  # a first start, not a restart
             stop_at = latest_time(stop_rows.get_column("ts"))
-            ready = events.filter((pl.col("component") == component) & (pl.col("ts") > row["ts"])
+            ready = events.filter((pl.col("component") == component) & (pl.col("host") == host) & (pl.col("ts") > row["ts"])
                                   & (pl.col("health_ok") | pl.col("ready"))).sort("ts")
             healthy = ready.filter(pl.col("health_ok"))
             healthy_at = earliest(healthy.get_column("ts"))
             if stop_at is None:
                 continue
             begin = issued if issued is not None and issued <= stop_at else stop_at
-            text = (f"{component} restarted: stopping at {clock(stop_at)}, started at {clock(row['ts'])}"
+            text = (f"{where} restarted: stopping at {clock(stop_at)}, started at {clock(row['ts'])}"
                     + (f", healthy again at {clock(healthy_at)} ({span((healthy_at - begin).total_seconds())} after "
                        f"the restart was issued at {clock(begin)})" if healthy_at else ", not healthy again in the data")
                     + ".")
             evidence = (issued_evidence + event_evidence(stop_rows.tail(1), 1) + event_evidence(
                 started.filter(pl.col("ts") == row["ts"]), 1) + event_evidence(healthy, 1))
-            findings.append(Finding("restart", TRACK, component, begin, text, healthy_at, evidence))
+            findings.append(Finding("restart", TRACK, component, begin, text, healthy_at, evidence, host))
         for row in mine.filter(pl.col("message_id") == FAILED).iter_rows(named=True):
-            findings.append(Finding("unit_failed", TRACK, component, row["ts"], f"{component}: {row['message']}",
-                                    None, event_evidence(mine.filter(pl.col("ts") == row["ts"]), 1)))
+            findings.append(Finding("unit_failed", TRACK, component, row["ts"], f"{where}: {row['message']}",
+                                    None, event_evidence(mine.filter(pl.col("ts") == row["ts"]), 1), host))
     findings += _metric_restarts(timeline)
     if issued is not None:
         findings.append(Finding("mitigation", TRACK, None, issued, f"restart issued at {clock(issued)}: {how}.",

@@ -31,13 +31,13 @@ TRACK = "wedge"
 
 
 def last_progress(timeline: Timeline) -> pl.DataFrame:
-    """Per component and scheduler tag: progress lines, first and last time, and the last line's
+    """Per component, host and scheduler tag: progress lines, first and last time, and the last line's
     running and queued requests."""
     progress = timeline.events.filter(pl.col("progress").is_not_null())
-    return (progress.sort("ts").group_by("component", "tag")
+    return (progress.sort("ts").group_by("component", "host", "tag")
             .agg(pl.len().alias("lines"), pl.col("ts").first().alias("first"), pl.col("ts").last().alias("last"),
                  pl.col("running_req").last(), pl.col("queue_req").last())
-            .sort("component", "tag", nulls_last=True))
+            .sort("component", "host", "tag", nulls_last=True))
 
 
 def freezes(timeline: Timeline) -> pl.DataFrame:
@@ -46,9 +46,9 @@ def freezes(timeline: Timeline) -> pl.DataFrame:
     null), the pending counts, and the rows."""
     progress = timeline.events.filter(pl.col("progress").is_not_null()).sort("ts")
     end = timeline.events.get_column("ts").max()
-    gaps = (progress.with_columns(pl.col("ts").shift(-1).over("component").alias("next_ts"),
+    gaps = (progress.with_columns(pl.col("ts").shift(-1).over("host", "component").alias("next_ts"),
                                   pl.struct("source_file", "source_line", "source_offset", "ts", "message")
-                                  .shift(-1).over("component").alias("next_row"))
+                                  .shift(-1).over("host", "component").alias("next_row"))
             .with_columns(((pl.coalesce("next_ts", pl.lit(end)) - pl.col("ts")).dt.total_microseconds() / 1e6)
                           .alias("gap_s"))
             .filter((pl.col("gap_s") > FREEZE_GAP_S)
@@ -58,12 +58,14 @@ def freezes(timeline: Timeline) -> pl.DataFrame:
     return gaps.sort("ts")
 
 
-def _metrics_check(timeline: Timeline, component: str, frozen_at: datetime, until: datetime | None) -> tuple[str, list]:
-    """Whether the component's metrics show a stall over the freeze."""
+def _metrics_check(timeline: Timeline, component: str, host: str | None, frozen_at: datetime,
+                   until: datetime | None) -> tuple[str, list]:
+    """Whether the component's metrics (its ports on that host) show a stall over the freeze."""
     ports = timeline.incident.components.get(component)
     if ports is None or not ports.ports:
         return "", []
-    samples = timeline.samples.filter(pl.col("port").is_in(list(ports.ports)))
+    samples = timeline.samples.filter(pl.col("port").is_in(list(ports.ports))
+                                      & (pl.col("host").cast(pl.String) == host if host else pl.lit(True)))
     if samples.select(pl.len()).collect().item() == 0:
         return " No metrics of this component in the bundle.", []
     windows = stalled(samples, timeline.profile)
@@ -81,37 +83,39 @@ def detect(timeline: Timeline) -> list[Finding]:
     """Freeze findings per component, each with the metrics' view and the silent-hang window."""
     findings = []
     restarts = timeline.events.filter(pl.col("message_id") == "de5b426a63be47a7b6ac3eaac82e2f6f")  # stopping
+    several_hosts = timeline.events.get_column("host").n_unique() > 1
     for gap in freezes(timeline).iter_rows(named=True):
-        component, at = gap["component"], gap["ts"]
+        component, host, at = gap["component"], gap["host"], gap["ts"]
         until = gap["next_ts"]
         pending = f"{gap['running_req'] or 0:g} running, {gap['queue_req'] or 0:g} queued"
-        text = (f"{component} froze at {clock(at)}: last {gap['progress']} batch line ({pending}); "
+        where = f"{component} on {host}" if several_hosts else component
+        text = (f"{where} froze at {clock(at)}: last {gap['progress']} batch line ({pending}); "
                 + (f"no progress for {span((until - at).total_seconds())} until {clock(until)}."
                    if until else "no progress until the end of the data."))
-        agree, metric_evidence = _metrics_check(timeline, component, at, until)
+        agree, metric_evidence = _metrics_check(timeline, component, host, at, until)
         rows = timeline.events.filter((pl.col("ts") == at) & (pl.col("component") == component)
-                                      & pl.col("progress").is_not_null())
+                                      & (pl.col("host") == host) & pl.col("progress").is_not_null())
         evidence = event_evidence(rows, 1) + metric_evidence
         if gap["next_row"]:
             evidence += [Evidence("events", gap["next_row"]["source_file"], gap["next_row"]["source_line"],
                                   gap["next_row"]["source_offset"], until, gap["next_row"]["message"][:80])]
-        findings.append(Finding("frozen", TRACK, component, at, text + agree, until, evidence))
-        findings += _silent_hang(timeline, component, at, until, restarts)
+        findings.append(Finding("frozen", TRACK, component, at, text + agree, until, evidence, host))
+        findings += _silent_hang(timeline, component, host, where, at, until, restarts)
     return findings
 
 
-def _silent_hang(timeline: Timeline, component: str, at: datetime, until: datetime | None,
-                 stops: pl.DataFrame) -> list[Finding]:
+def _silent_hang(timeline: Timeline, component: str, host: str | None, where: str, at: datetime,
+                 until: datetime | None, stops: pl.DataFrame) -> list[Finding]:
     """Health 200 and an active unit while frozen: the blind spot, until the unit is stopped."""
-    unit_stops = stops.filter((pl.col("component") == component) & (pl.col("ts") > at))
+    unit_stops = stops.filter((pl.col("component") == component) & (pl.col("host") == host) & (pl.col("ts") > at))
     blind_end = earliest(unit_stops.get_column("ts")) or until or latest_time(timeline.events.get_column("ts"))
     if blind_end is None:
         return []
-    health = timeline.events.filter((pl.col("component") == component) & pl.col("health_ok")
-                                    & (pl.col("ts") > at) & (pl.col("ts") < blind_end))
+    health = timeline.events.filter((pl.col("component") == component) & (pl.col("host") == host)
+                                    & pl.col("health_ok") & (pl.col("ts") > at) & (pl.col("ts") < blind_end))
     if health.height == 0:
         return []
-    text = (f"{component} looked healthy while frozen: health checks answered 200 {health.height} times and the "
+    text = (f"{where} looked healthy while frozen: health checks answered 200 {health.height} times and the "
             f"unit stayed active from {clock(at)} to {clock(blind_end)} ({span((blind_end - at).total_seconds())}), "
             "the blind spot of health-based monitoring.")
-    return [Finding("silent_hang", TRACK, component, at, text, blind_end, event_evidence(health, 3))]
+    return [Finding("silent_hang", TRACK, component, at, text, blind_end, event_evidence(health, 3), host)]
