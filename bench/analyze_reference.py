@@ -67,7 +67,8 @@ def inputs() -> tuple[Path, Path, int]:
             subprocess.run(["journalctl", "-D", str(journals), "-o", "json"], check=True, stdout=out)
         as_json.with_suffix(".tmp").rename(as_json)
         plain.unlink()
-    entries = sum(1 for _ in open(as_json, "rb"))
+    with open(as_json, "rb") as lines:
+        entries = sum(1 for _ in lines)
     return bundle, as_json, entries
 
 

@@ -8,6 +8,11 @@
   manifest, offset removed, kept as `line_ts` beside journald's `ts`. Their difference per host is
   an estimate of how well the two agree (`clock_checks`): near zero when zone and offset are right;
   a whole number of hours means a wrong time zone; anything else an unknown skew.
+- A host whose offset the manifest does not give gets one estimated from requests seen on two
+  hosts: the same request id leaving a router (profile `request_sent`) and arriving at an engine on
+  another host (`request_received`). The median difference of the two hosts' stamps is their
+  clock difference plus the network latency (milliseconds, not subtracted); the interquartile
+  range is reported as its uncertainty. Estimates hang off hosts whose offset is known.
 - Storage is always UTC; the display zone is the renderer's parameter.
 """
 
@@ -37,20 +42,61 @@ class Timeline:
     samples: pl.LazyFrame
     stacks: pl.DataFrame
     quarantine: pl.DataFrame
-    clock_checks: pl.DataFrame  # per host: offset applied, log-stamp vs journald median and spread
+    clock_checks: pl.DataFrame  # per host: offset applied and its source, log-stamp vs journald median and spread
+    request_pairs: pl.DataFrame  # requests seen on two hosts: what the estimated offsets rest on
     incident: Incident
     profile: Profile
     manifest: dict
 
 
-def _offset_us(incident: Incident, host: pl.Expr) -> pl.Expr:
-    """Each row's host clock offset in microseconds (0 for hosts the manifest does not name)."""
-    offsets = {name: round(clock.clock_offset_s * 1e6) for name, clock in incident.hosts.items()}
+def _offset_us(offsets_s: dict[str, float], host: pl.Expr) -> pl.Expr:
+    """Each row's host clock offset in microseconds (0 for hosts without one)."""
+    offsets = {name: round(seconds * 1e6) for name, seconds in offsets_s.items()}
     return host.replace_strict(offsets, default=0, return_dtype=pl.Int64) if offsets else pl.lit(0, pl.Int64)
 
 
-def _line_ts(events: pl.DataFrame, incident: Incident) -> pl.Series:
-    """The log-line stamps as true UTC, read in each host's zone."""
+def request_pairs(events: pl.DataFrame) -> pl.DataFrame:
+    """Per (sender host, receiver host): requests seen on both, and the median and interquartile
+    range of receiver stamp minus sender stamp, in seconds (each on its own host's clock)."""
+    sent = events.filter(pl.col("rid_sent").is_not_null()).select("host", pl.col("rid_sent").alias("rid"), "ts")
+    received = events.filter(pl.col("rid_received").is_not_null()).select(
+        pl.col("host").alias("receiver"), pl.col("rid_received").alias("rid"), pl.col("ts").alias("ts_received"))
+    diff = (pl.col("ts_received") - pl.col("ts")).dt.total_microseconds() / 1e6
+    return (sent.join(received, on="rid").filter(pl.col("host") != pl.col("receiver"))
+            .group_by(pl.col("host").alias("sender"), "receiver")
+            .agg(diff.median().alias("median_s"), (diff.quantile(0.75) - diff.quantile(0.25)).alias("iqr_s"),
+                 pl.len().alias("requests"))
+            .sort("sender", "receiver"))
+
+
+def estimate_offsets(pairs: pl.DataFrame, hosts: list[str], incident: Incident) -> dict[str, tuple[float, str]]:
+    """Every host's offset (seconds) and where it came from: declared in the manifest, estimated
+    from request pairs with a host already placed, or assumed 0."""
+    placed: dict[str, tuple[float, str]] = {}
+    for host in hosts:
+        declared = incident.clock(host).clock_offset_s
+        if declared is not None:
+            placed[host] = (declared, "declared")
+    changed = True
+    while changed:  # walk out from the placed hosts, one request pair at a time
+        changed = False
+        for row in pairs.iter_rows(named=True):
+            sender, receiver, median, iqr = row["sender"], row["receiver"], row["median_s"], row["iqr_s"]
+            how = (f"estimated ±{iqr / 2 * 1000:.1f} ms from {row['requests']:,} requests seen on both hosts "
+                   "(network latency not subtracted)")
+            if receiver in placed and sender not in placed:
+                placed[sender] = (placed[receiver][0] - median, how + f" with {receiver}")
+                changed = True
+            elif sender in placed and receiver not in placed:
+                placed[receiver] = (placed[sender][0] + median, how + f" with {sender}")
+                changed = True
+    for host in hosts:
+        placed.setdefault(host, (0.0, "assumed 0 (not declared, no requests shared with a known host)"))
+    return placed
+
+
+def _line_ts(events: pl.DataFrame, incident: Incident, offsets: dict[str, float]) -> pl.Series:
+    """The log-line stamps as true UTC, read in each host's zone, the host's offset taken off."""
     out = pl.Series("line_ts", [None] * events.height, dtype=pl.Datetime("us", "UTC"))
     naive = pl.coalesce([pl.col("stamp").str.to_datetime(f, strict=False, time_unit="us") for f in STAMP_FORMATS])
     for host in events.get_column("host").unique().to_list():
@@ -59,33 +105,45 @@ def _line_ts(events: pl.DataFrame, incident: Incident) -> pl.Series:
         local = events.filter(mask).select(naive.dt.replace_time_zone(clock.time_zone.key, ambiguous="earliest",
                                                                       non_existent="null")
                                            .dt.convert_time_zone("UTC").alias("line_ts")).to_series()
-        out = out.scatter(mask.arg_true(), local.dt.offset_by(f"{-round(clock.clock_offset_s * 1e6)}us"))
+        out = out.scatter(mask.arg_true(), local.dt.offset_by(f"{-round(offsets.get(host, 0.0) * 1e6)}us"))
     return out
 
 
 def build_timeline(case: Case, incident: Incident, profile: Profile) -> Timeline:
     """Read the case's frames onto one timeline."""
-    offset = _offset_us(incident, pl.col("host"))
+    rules = profile.logs
     events = (read_lines(case.events.select(EVENT_COLUMNS), profile)
-              .with_columns((pl.col("ts") - pl.duration(microseconds=offset)).alias("ts"))
+              .with_columns(pl.col("message").str.extract(rules.request_sent.replace("(?P<rid>", "(", 1), 1)
+                            .alias("rid_sent"),
+                            pl.col("message").str.extract(rules.request_received.replace("(?P<rid>", "(", 1), 1)
+                            .alias("rid_received"))
               .collect())
-    events = events.with_columns(_line_ts(events, incident))
+    hosts = sorted(h for h in events.get_column("host").unique().to_list() if h is not None)
+    pairs = request_pairs(events)
+    placed = estimate_offsets(pairs, hosts, incident)
+    offsets = {host: seconds for host, (seconds, _) in placed.items()}
+    events = events.with_columns((pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host"))))
+                                 .alias("ts"))
+    events = events.with_columns(_line_ts(events, incident, offsets))
     units = events.get_column("unit").unique().to_list()
     component_of = {u: incident.component_of_unit(u, profile) for u in units}
     events = events.with_columns(pl.col("unit").replace_strict(component_of, default=None, return_dtype=pl.String)
                                  .alias("component"))
     samples = case.samples.with_columns(
-        (pl.col("ts") - pl.duration(microseconds=_offset_us(incident, pl.col("host").cast(pl.String)))).alias("ts"))
+        (pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host").cast(pl.String)))).alias("ts"))
     stacks = case.stacks.with_columns(
-        (pl.col("ts") - pl.duration(microseconds=_offset_us(incident, pl.col("host")))).alias("ts")).collect()
+        (pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host")))).alias("ts")).collect()
     skew = (pl.col("line_ts") - pl.col("ts")).dt.total_microseconds() / 1e6
     checks = (events.filter(pl.col("line_ts").is_not_null())
               .group_by("host").agg(skew.median().alias("line_minus_journal_s"),
                                     (skew.quantile(0.95) - skew.quantile(0.05)).alias("spread_s"),
                                     pl.len().alias("lines"))
-              .with_columns(pl.col("host").map_elements(lambda h: incident.clock(h).clock_offset_s,
-                                                        return_dtype=pl.Float64).alias("offset_applied_s"),
+              .with_columns(pl.col("host").replace_strict(offsets, default=0.0, return_dtype=pl.Float64)
+                            .alias("offset_applied_s"),
+                            pl.col("host").replace_strict({h: how for h, (_, how) in placed.items()}, default=None,
+                                                          return_dtype=pl.String).alias("offset_source"),
                             pl.col("host").map_elements(lambda h: incident.clock(h).time_zone.key,
                                                         return_dtype=pl.String).alias("time_zone"))
               .sort("host"))
-    return Timeline(events, samples, stacks, case.quarantine.collect(), checks, incident, profile, case.manifest)
+    return Timeline(events, samples, stacks, case.quarantine.collect(), checks, pairs, incident, profile,
+                    case.manifest)

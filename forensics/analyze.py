@@ -145,7 +145,8 @@ def report_text(analysis: Analysis) -> str:
     if checks.height:
         lines += ["", "## clocks"]
         for row in checks.iter_rows(named=True):
-            lines.append(f"  {row['host']}: zone {row['time_zone']}, offset applied {row['offset_applied_s']:+g} s; "
+            lines.append(f"  {row['host']}: zone {row['time_zone']}, offset {row['offset_applied_s']:+.3f} s "
+                         f"({row['offset_source']}); "
                          f"log-line stamps minus journald: median {row['line_minus_journal_s']:+.2f} s "
                          f"(spread {row['spread_s']:.2f} s over {row['lines']:,} lines)")
     for note in analysis.timeline.incident.notes:

@@ -154,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_ref.add_argument("--hosts", type=int, default=1, help="hosts; only the first has the incident")
     p_ref.add_argument("--time-zone", default="UTC", help="the incident host's local time zone")
     p_ref.add_argument("--skew-s", type=float, default=0.0, help="the incident host's clock minus true time")
+    p_ref.add_argument("--undeclared-skew", action="store_true",
+                       help="leave the incident host's offset out of incident.toml (align estimates it)")
     p_ref.add_argument("--journal-format", action="append", choices=["export", "json", "journal"],
                        help="journal forms to write (default: export)")
     p_synth = sub.add_parser("synth", help="write a generated SGLang-shaped journal export")
@@ -190,7 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "reference":
             from forensics.reference import write_reference
             write_reference(args.out, scale=args.scale, hosts=args.hosts, time_zone=args.time_zone,
-                            skew_s=args.skew_s, journal_formats=tuple(args.journal_format or ["export"]))
+                            skew_s=args.skew_s, declare_skew=not args.undeclared_skew,
+                            journal_formats=tuple(args.journal_format or ["export"]))
             print(f"wrote the reference incident to {args.out}")
         elif args.command == "synth":
             from forensics.synth import write_export

@@ -5,7 +5,7 @@
 
     [hosts."gpu-node-00"]
     time_zone = "Asia/Shanghai"      # the zone SGLang's log-line stamps are written in (default UTC)
-    clock_offset_s = 7.5             # host clock minus true time, if known (default 0)
+    clock_offset_s = 7.5             # host clock minus true time, if known (else estimated, or 0)
 
     [components.decode]              # which unit / port / process title / stack group is which
     units = ["sglang-dsv4-decode.service"]
@@ -43,10 +43,11 @@ class ManifestError(ForensicsError):
 
 @dataclass(frozen=True)
 class HostClock:
-    """A host's time zone and known clock offset (host clock minus true time)."""
+    """A host's time zone and clock offset (host clock minus true time); None when not known, in
+    which case `forensics.align` estimates it from requests seen on two hosts, if it can."""
 
     time_zone: ZoneInfo
-    clock_offset_s: float
+    clock_offset_s: float | None
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class Incident:
 
     def clock(self, host: str | None) -> HostClock:
         """A host's clock; UTC and no offset unless the manifest says."""
-        return self.hosts.get(host or "", HostClock(ZoneInfo("UTC"), 0.0))
+        return self.hosts.get(host or "", HostClock(ZoneInfo("UTC"), None))
 
     def component_of_unit(self, unit: str | None, profile: Profile) -> str | None:
         """The component a unit belongs to: the manifest's list, else the profile's words."""
@@ -136,7 +137,8 @@ def load_incident(bundle: Path, profile: Profile | None = None) -> Incident:
         except (ZoneInfoNotFoundError, ValueError):
             raise ManifestError(f"{path}: hosts.{name}.time_zone: unknown time zone "
                                 f"{table.get('time_zone')!r}") from None
-        hosts[name] = HostClock(zone, float(table.get("clock_offset_s", 0.0)))
+        offset = table.get("clock_offset_s")
+        hosts[name] = HostClock(zone, float(offset) if offset is not None else None)
     components = {}
     for name, table in data.get("components", {}).items():
         components[name] = Component(name, tuple(table.get("units", [])), tuple(int(p) for p in table.get("ports", [])),

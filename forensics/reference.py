@@ -323,12 +323,28 @@ def hash_seed(*parts: str) -> int:
     return int.from_bytes(hashlib.blake2b("/".join(parts).encode(), digest_size=4).digest(), "big")
 
 
-def _manifest(hosts: list[Host]) -> str:
+def _cross_host(sender: Journal, receiver: Journal) -> None:
+    """Requests the incident host's router sends to the next host's prefill engine, logged on both
+    hosts (each on its own clock), 1-3 ms apart: what lets align estimate a clock offset."""
+    rng = random.Random(hash_seed(sender.host.name, receiver.host.name))
+    for t in _ticks(STORY.start, STORY.end, 2.0, 0.5, rng):
+        rid = f"{rng.getrandbits(64):016x}"
+        sender.add(t, f"[{_local(sender.host, t)}] router: request {rid} routed prefill={receiver.host.name}:30000 "
+                      f"decode={receiver.host.name}:30002 in {rng.uniform(0.1, 3):.2f} ms",
+                   unit=UNITS["router"], pid=sender.host.pids["router"], ident="sglang-router")
+        arrived = t + timedelta(milliseconds=rng.uniform(1, 3))
+        receiver.add(arrived, f"[{_local(receiver.host, arrived, millis=True)} TP0] Receive request {rid}",
+                     unit=UNITS["prefill"], pid=receiver.host.pids["prefill"], ident="python3")
+
+
+def _manifest(hosts: list[Host], declare_skew: bool) -> str:
     lines = ['title = "DeepSeek-V4-Flash PD wedge: decode TP ranks desynced while health stayed green"',
              f'window = ["{STORY.start.isoformat()}", "{STORY.end.isoformat()}"]', ""]
     for h in hosts:
-        lines += [f'[hosts."{h.name}"]', f'time_zone = "{h.tz.key}"',
-                  f"clock_offset_s = {h.skew.total_seconds():g}  # host clock minus true time, measured after", ""]
+        lines += [f'[hosts."{h.name}"]', f'time_zone = "{h.tz.key}"']
+        if declare_skew or not h.incident:
+            lines.append(f"clock_offset_s = {h.skew.total_seconds():g}  # host clock minus true time, measured after")
+        lines.append("")
     for role, unit in UNITS.items():
         lines += [f"[components.{role}]", f'units = ["{unit}"]']
         if role != "router":
@@ -370,12 +386,14 @@ same story bigger, on more hosts, in another time zone, with a skewed clock.
 
 
 def write_reference(out: Path, *, scale: int = 1, hosts: int = 1, time_zone: str = "UTC", skew_s: float = 0.0,
-                    journal_formats: tuple[str, ...] = ("export",), seed: int = 618) -> Path:
+                    declare_skew: bool = True, journal_formats: tuple[str, ...] = ("export",),
+                    seed: int = 618) -> Path:
     """Write the reference incident bundle at `out` (replacing it). `time_zone` and `skew_s` apply to
-    the incident host; `journal_formats` may add "json" and "journal" (needs systemd-journal-remote)."""
+    the incident host, whose offset incident.toml states unless `declare_skew` is false (the others
+    are declared exact). `journal_formats` may add "json" and "journal" (needs systemd-journal-remote)."""
     shutil.rmtree(out, ignore_errors=True)
     (out / "journal").mkdir(parents=True)
-    machines = []
+    machines, journals = [], []
     for n in range(hosts):
         rng = random.Random(f"{seed}/{n}")
         host = Host(f"gpu-node-{n:02d}", ZoneInfo(time_zone if n == 0 else "UTC"),
@@ -383,7 +401,11 @@ def write_reference(out: Path, *, scale: int = 1, hosts: int = 1, time_zone: str
         host.boot_id, host.machine_id, host.seqnum_id = host.hex(), host.hex(), host.hex()
         host.pids = {"prefill": 4100 + n, "decode": 4200 + n, "router": 4300 + n}
         machines.append(host)
-        export = _host_journal(host, scale).export()
+        journals.append(_host_journal(host, scale))
+    if hosts > 1:
+        _cross_host(journals[0], journals[1])
+    for host, journal in zip(machines, journals, strict=True):
+        export = journal.export()
         name = out / "journal" / f"{host.name}.export.zst"
         name.write_bytes(zstandard.ZstdCompressor(level=10).compress(export))
         if "json" in journal_formats or "journal" in journal_formats:
@@ -398,7 +420,7 @@ def write_reference(out: Path, *, scale: int = 1, hosts: int = 1, time_zone: str
         text = dump.read_text()
         text = re.sub(r"ts=(\S+)", partial(_shifted, shift=machines[0].skew), text)
         (out / "stacks" / dump.name).write_text(text)
-    (out / "incident.toml").write_text(_manifest(machines))
+    (out / "incident.toml").write_text(_manifest(machines, declare_skew))
     (out / "README.md").write_text(README)
     return out
 

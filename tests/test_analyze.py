@@ -173,3 +173,18 @@ def test_on_many_hosts_only_the_incident_host_freezes(reference: Analysis, tmp_p
     frozen = {(f.component, f.host) for f in result.findings if f.kind == "frozen"}
     assert frozen == {("decode", "gpu-node-00"), ("prefill", "gpu-node-00")}
     assert {f.host for f in result.findings if f.kind == "restart"} == {"gpu-node-00"}
+
+
+def test_an_undeclared_clock_offset_is_estimated_from_requests_seen_on_two_hosts(
+        reference: Analysis, tmp_path: Path) -> None:
+    bundle = write_reference(tmp_path / "bundle", hosts=2, skew_s=7.5, declare_skew=False)
+    result = analyze(bundle, tmp_path / "case")
+    checks = {row["host"]: row for row in result.timeline.clock_checks.iter_rows(named=True)}
+    assert checks["gpu-node-00"]["offset_applied_s"] == pytest.approx(7.5, abs=0.005)  # latency: 1-3 ms
+    assert checks["gpu-node-00"]["offset_source"].startswith("estimated ±")
+    assert checks["gpu-node-01"]["offset_source"] == "declared"
+    expected = {k: datetime.fromisoformat(v) for k, v in reference.summary()["key_times"].items()
+                if k in ("started", "detected", "mitigated", "resolved")}
+    got = result.summary()["key_times"]
+    for name, at in expected.items():
+        assert abs((datetime.fromisoformat(got[name]) - at).total_seconds()) < 0.005, name

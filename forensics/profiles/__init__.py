@@ -86,6 +86,8 @@ class LogRules:
     main_track: str
     prefix: str
     progress: str
+    request_sent: str
+    request_received: str
     health_ok: str
     ready: str
     fields: dict[str, str]
@@ -233,6 +235,8 @@ def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
         main_track=str(logs.get("main_track", "main")),
         prefix=pattern("[logs] prefix", logs.get("prefix", r"^(?P<stamp>)(?P<tag>)")),
         progress=pattern("[logs] progress", logs.get("progress", "$^")),
+        request_sent=pattern("[logs] request_sent", logs.get("request_sent", "(?P<rid>$^)")),
+        request_received=pattern("[logs] request_received", logs.get("request_received", "(?P<rid>$^)")),
         health_ok=pattern("[logs] health_ok", logs.get("health_ok", "$^")),
         ready=pattern("[logs] ready", logs.get("ready", "$^")),
         fields={name: pattern(f"[logs.fields] {name}", regex) for name, regex in logs.get("fields", {}).items()},
