@@ -13,6 +13,9 @@
   another host (`request_received`). The median difference of the two hosts' stamps is their
   clock difference plus the network latency (milliseconds, not subtracted); the interquartile
   range is reported as its uncertainty. Estimates hang off hosts whose offset is known.
+- Within one boot, journald's monotonic clock never jumps: where realtime minus monotonic changes
+  by more than `JUMP_S` between consecutive records, the wall clock was stepped (`clock_jumps`),
+  and the analysis says so rather than trusting the order of the wall-clock times.
 - Storage is always UTC; the display zone is the renderer's parameter.
 """
 
@@ -28,6 +31,7 @@ from forensics.logs import read_lines
 from forensics.profiles import Profile
 
 STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
+JUMP_S = 1.0  # a wall-clock step smaller than this is indistinguishable from logging delays
 #: The columns of `events` the detectors read (the rest stay in the case for whoever digs further).
 EVENT_COLUMNS = ("ts", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_ID", "host", "unit", "identifier",
                  "pid", "priority", "message_id", "invocation_id", "message", "source_file", "source_offset",
@@ -44,6 +48,7 @@ class Timeline:
     quarantine: pl.DataFrame
     clock_checks: pl.DataFrame  # per host: offset applied and its source, log-stamp vs journald median and spread
     request_pairs: pl.DataFrame  # requests seen on two hosts: what the estimated offsets rest on
+    jumps: pl.DataFrame  # wall-clock steps found with the monotonic clock
     incident: Incident
     profile: Profile
     manifest: dict
@@ -93,6 +98,22 @@ def estimate_offsets(pairs: pl.DataFrame, hosts: list[str], incident: Incident) 
     for host in hosts:
         placed.setdefault(host, (0.0, "assumed 0 (not declared, no requests shared with a known host)"))
     return placed
+
+
+def clock_jumps(events: pl.DataFrame) -> pl.DataFrame:
+    """Per host and boot, in monotonic order: where the wall clock stepped (realtime minus monotonic
+    changed by more than JUMP_S), by how much, and the records either side."""
+    both = events.filter(pl.col("__REALTIME_TIMESTAMP").is_not_null() & pl.col("__MONOTONIC_TIMESTAMP").is_not_null()
+                         & pl.col("_BOOT_ID").is_not_null())
+    drift = (pl.col("__REALTIME_TIMESTAMP") - pl.col("__MONOTONIC_TIMESTAMP")).alias("_drift")
+    return (both.sort("host", "_BOOT_ID", "__MONOTONIC_TIMESTAMP").with_columns(drift)
+            .with_columns(((pl.col("_drift") - pl.col("_drift").shift(1).over("host", "_BOOT_ID")) / 1e6)
+                          .alias("jump_s"),
+                          pl.col("ts").shift(1).over("host", "_BOOT_ID").alias("before"),
+                          pl.col("message").shift(1).over("host", "_BOOT_ID").alias("message_before"))
+            .filter(pl.col("jump_s").abs() > JUMP_S)
+            .select("host", "_BOOT_ID", "before", pl.col("ts").alias("after"), "jump_s", "message_before", "message",
+                    "source_file", "source_offset", "source_line"))
 
 
 def _line_ts(events: pl.DataFrame, incident: Incident, offsets: dict[str, float]) -> pl.Series:
@@ -145,5 +166,5 @@ def build_timeline(case: Case, incident: Incident, profile: Profile) -> Timeline
                             pl.col("host").map_elements(lambda h: incident.clock(h).time_zone.key,
                                                         return_dtype=pl.String).alias("time_zone"))
               .sort("host"))
-    return Timeline(events, samples, stacks, case.quarantine.collect(), checks, pairs, incident, profile,
-                    case.manifest)
+    return Timeline(events, samples, stacks, case.quarantine.collect(), checks, pairs, clock_jumps(events),
+                    incident, profile, case.manifest)

@@ -11,15 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
 
 from forensics.align import Timeline, build_timeline
 from forensics.case import ingest, load_case
 from forensics.detect import (
+    DISPLAY_ZONE,
     Finding,
     clock,
     errors,
+    event_evidence,
     findings_frame,
     lifecycle,
     progress,
@@ -29,6 +32,7 @@ from forensics.detect import stacks as stack_detector
 from forensics.detect.keytimes import KeyTimes, annotation_track, key_times
 from forensics.detect.stacks import Verdict, latest
 from forensics.detect.tracks import Track, links, tracks
+from forensics.errors import ForensicsError
 from forensics.incident import load_incident
 from forensics.profiles import Profile, load_profile
 
@@ -44,6 +48,7 @@ class Analysis:
     tracks: list[Track]
     links: list[str]
     verdicts: list[Verdict]
+    display_zone: str = "UTC"  # the zone the findings' text is written in
 
     def findings_frame(self) -> pl.DataFrame:
         """The canonical `findings` frame."""
@@ -76,6 +81,7 @@ class Analysis:
                   else [manifest.get("first_ts"), manifest.get("last_ts")])
         return {
             "incident": incident.title,
+            "display_time_zone": self.display_zone,
             "bundle": str(self.bundle),
             "window": window,
             "sources": [{k: e.get(k) for k in ("path", "format", "records", "parsed", "quarantined", "duplicates",
@@ -95,9 +101,22 @@ class Analysis:
         }
 
 
-def analyze(bundle: str | Path, case_dir: str | Path | None = None, profile: Profile | None = None) -> Analysis:
-    """Ingest `bundle` (into `case_dir`, default exports/<bundle>/case) and run every detector."""
-    bundle = Path(bundle)
+def analyze(bundle: str | Path, case_dir: str | Path | None = None, profile: Profile | None = None,
+            display_zone: str = "UTC") -> Analysis:
+    """Ingest `bundle` (into `case_dir`, default exports/<bundle>/case) and run every detector;
+    the findings' text writes times in `display_zone` (everything stored stays UTC)."""
+    try:
+        zone = ZoneInfo(display_zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ForensicsError(f"unknown display time zone {display_zone!r} (e.g. UTC, Asia/Shanghai)") from None
+    token = DISPLAY_ZONE.set(zone)
+    try:
+        return _analyze(Path(bundle), case_dir, profile)
+    finally:
+        DISPLAY_ZONE.reset(token)
+
+
+def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None) -> Analysis:
     profile = profile or load_profile()
     case_dir = Path(case_dir) if case_dir else Path("exports") / bundle.resolve().name / "case"
     ingest(bundle, case_dir)
@@ -112,18 +131,33 @@ def analyze(bundle: str | Path, case_dir: str | Path | None = None, profile: Pro
     found += stack_findings
     for note in incident.annotations:
         found.append(Finding("annotation", annotation_track(note.text, timeline), None, note.at, note.text))
+    for jump in timeline.jumps.iter_rows(named=True):
+        found.append(Finding("clock_jump", "data quality", None, jump["after"],
+                             f"{jump['host']}'s wall clock stepped {jump['jump_s']:+.3f} s between {clock(jump['before'])} "
+                             f"and {clock(jump['after'])} (journald's monotonic clock did not): times either side of it "
+                             "are on different clocks.", None,
+                             event_evidence(pl.DataFrame([jump]).rename({"after": "ts"}), 1), jump["host"]))
     times, contradictions = key_times(timeline, found)
     found += errors.detect(timeline, times.started)
     found += contradictions
     all_tracks = tracks(found, main)
-    return Analysis(bundle, timeline, found, times, all_tracks, links(all_tracks, times.resolved), verdicts)
+    return Analysis(bundle, timeline, found, times, all_tracks, links(all_tracks, times.resolved), verdicts,
+                    DISPLAY_ZONE.get().key)
 
 
 def report_text(analysis: Analysis) -> str:
-    """The findings, tracks and key times in plain sentences."""
+    """The findings, tracks and key times in plain sentences, times in the analysis' display zone."""
+    token = DISPLAY_ZONE.set(ZoneInfo(analysis.display_zone))
+    try:
+        return _report_text(analysis)
+    finally:
+        DISPLAY_ZONE.reset(token)
+
+
+def _report_text(analysis: Analysis) -> str:
     t = analysis.key_times
     lines = [f"# {analysis.timeline.incident.title}", ""]
-    lines.append("key times (UTC):")
+    lines.append(f"key times ({analysis.display_zone}):")
     for name in ("started", "detected", "mitigated", "resolved"):
         at = getattr(t, name)
         lines.append(f"  {name:<9} {clock(at) if at else '—':<9} {t.how.get(name, 'not in the evidence')}")

@@ -148,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_an.add_argument("--case", type=Path, help="case folder (default: exports/<bundle name>/case)")
     p_an.add_argument("--json", action="store_true", help="print summary.json instead of text")
     p_an.add_argument("--profile", default="sglang", help="profile name or .toml path (default: sglang)")
+    p_an.add_argument("--display-tz", default="UTC", help="time zone the text writes times in (default: UTC)")
     p_ref = sub.add_parser("reference", help="write the reference incident bundle (deterministic), at any scale")
     p_ref.add_argument("out", type=Path)
     p_ref.add_argument("--scale", type=int, default=1, help="multiply request traffic (1: ~10k journal entries)")
@@ -187,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             from forensics.analyze import analyze, report_text
             from forensics.profiles import load_profile
-            result = analyze(args.bundle, args.case, load_profile(args.profile))
+            result = analyze(args.bundle, args.case, load_profile(args.profile), display_zone=args.display_tz)
             print(json.dumps(result.summary(), indent=2) if args.json else report_text(result))
         elif args.command == "reference":
             from forensics.reference import write_reference

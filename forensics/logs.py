@@ -18,7 +18,8 @@ RANKS = ("dp", "tp", "pp", "ep")
 
 def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = None) -> pl.LazyFrame:
     """`events` with the profile's reading of each message: stamp, tag, ranks, progress kind, one
-    column per field of a progress line, health_ok, ready, and event kind / track.
+    column per field of a progress line, HTTP method / path / status of access lines, health_ok,
+    ready, and event kind / track.
 
     Field patterns run on progress lines only (a small share of a big journal), joined back."""
     rules: LogRules = (profile or load_profile()).logs
@@ -43,6 +44,12 @@ def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = No
         message.str.contains(rules.ready).alias("ready"), event_kind.alias("event"), event_track.alias("track"))
     frame = frame.join(notable, on="_row", how="left", maintain_order="left").with_columns(
         pl.col("health_ok").fill_null(False), pl.col("ready").fill_null(False)).drop("_rare")
+    access = (frame.filter(message.str.contains(" HTTP/", literal=True))
+              .select("_row", message.str.extract_groups(rules.access).alias("_a"))
+              .select("_row", pl.col("_a").struct.field("method").alias("http_method"),
+                      pl.col("_a").struct.field("path").alias("http_path"),
+                      pl.col("_a").struct.field("status").cast(pl.Int16, strict=False).alias("http_status")))
+    frame = frame.join(access, on="_row", how="left", maintain_order="left")
     tag = pl.col("tag").fill_null("")
     fields = (frame.filter(pl.col("progress").is_not_null())
               .select("_row", *[message.str.extract(regex, 1).cast(pl.Float64, strict=False).alias(name)

@@ -17,6 +17,7 @@ from forensics.cli import main as cli
 from forensics.detect import Finding
 from forensics.detect.errors import fold_tracebacks
 from forensics.detect.keytimes import key_times
+from forensics.errors import ForensicsError
 from forensics.incident import ManifestError, load_incident
 from forensics.reference import write_reference
 from tests.conftest import REPO
@@ -188,3 +189,30 @@ def test_an_undeclared_clock_offset_is_estimated_from_requests_seen_on_two_hosts
     got = result.summary()["key_times"]
     for name, at in expected.items():
         assert abs((datetime.fromisoformat(got[name]) - at).total_seconds()) < 0.005, name
+
+
+def test_the_display_zone_changes_the_words_not_the_data(reference: Analysis, tmp_path: Path) -> None:
+    from forensics.analyze import report_text
+    shown = analyze(REFERENCE, tmp_path / "case", display_zone="Asia/Shanghai")
+    text = report_text(shown)
+    assert "key times (Asia/Shanghai):" in text and "started   05:34:47" in text
+    assert "decode froze at 05:34:47" in text
+    assert shown.summary()["key_times"]["started"] == reference.summary()["key_times"]["started"]
+    with pytest.raises(ForensicsError, match="unknown display time zone 'Mars/Base'"):
+        analyze(REFERENCE, tmp_path / "case", display_zone="Mars/Base")
+
+
+def test_a_wall_clock_step_is_found_with_the_monotonic_clock(tmp_path: Path) -> None:
+    from tests.conftest import export_entry
+    boot, base = "b" * 32, 1781818000_000000
+    records = []
+    for n, (real_s, mono_s) in enumerate([(0, 100), (1, 101), (3602, 102), (3603, 103)]):  # +3600 s step
+        records.append(export_entry(("__CURSOR", f"c{n}"), ("__REALTIME_TIMESTAMP", str(base + real_s * 1_000_000)),
+                                    ("__MONOTONIC_TIMESTAMP", str(mono_s * 1_000_000)), ("_BOOT_ID", boot),
+                                    ("_HOSTNAME", "gpu-node-07"), ("MESSAGE", f"line {n}")))
+    (tmp_path / "bundle").mkdir()
+    (tmp_path / "bundle" / "host.export").write_bytes(b"".join(records))
+    result = analyze(tmp_path / "bundle", tmp_path / "case")
+    (jump,) = [f for f in result.findings if f.kind == "clock_jump"]
+    assert jump.host == "gpu-node-07" and "stepped +3600.000 s" in jump.text
+    assert jump.evidence[0].excerpt == "line 2"

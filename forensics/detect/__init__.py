@@ -7,8 +7,10 @@ and line or byte offset, time, an excerpt). `findings_frame` is the canonical `f
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
+from zoneinfo import ZoneInfo
 
 import polars as pl
 
@@ -73,9 +75,13 @@ def latest_time(times: pl.Series) -> datetime | None:
     return value if isinstance(value, datetime) else None
 
 
+#: The zone the findings' text writes times in (storage stays UTC); `forensics.analyze` sets it.
+DISPLAY_ZONE: ContextVar[ZoneInfo] = ContextVar("display_zone", default=ZoneInfo("UTC"))
+
+
 def clock(at: datetime | None) -> str:
-    """A time as the findings' text writes it (UTC, to the second)."""
-    return at.strftime("%H:%M:%S") if at else "?"
+    """A time as the findings' text writes it: in the display zone, to the second."""
+    return at.astimezone(DISPLAY_ZONE.get()).strftime("%H:%M:%S") if at else "?"
 
 
 def span(seconds: float) -> str:

@@ -76,6 +76,13 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
         findings.append(Finding(str(kind), str(track), component, first,
                                 f"{rows.height} × {words} on {component or 'the host'}, "
                                 f"{clock(first)}–{clock(last)}.", last, event_evidence(rows)))
+    server_errors = events.filter(pl.col("http_status") >= 500).sort("ts")
+    for (component,), rows in server_errors.group_by("component", maintain_order=True):
+        first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))
+        statuses = ", ".join(f"{s} × {n}" for s, n in rows.group_by("http_status").len().sort("http_status").rows())
+        findings.append(Finding("http_5xx", timeline.profile.logs.main_track, component, first,
+                                f"{rows.height} HTTP 5xx answers from {component or 'the host'} ({statuses}), "
+                                f"{clock(first)}–{clock(last)}.", last, event_evidence(rows)))
     for tb in fold_tracebacks(events).iter_rows(named=True):
         findings.append(Finding("traceback", "errors", tb["component"], tb["ts"],
                                 f"traceback in {tb['component'] or tb['unit']} (pid {tb['pid']}, {tb['lines']} lines): "

@@ -88,6 +88,7 @@ class LogRules:
     progress: str
     request_sent: str
     request_received: str
+    access: str
     health_ok: str
     ready: str
     fields: dict[str, str]
@@ -237,6 +238,7 @@ def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
         progress=pattern("[logs] progress", logs.get("progress", "$^")),
         request_sent=pattern("[logs] request_sent", logs.get("request_sent", "(?P<rid>$^)")),
         request_received=pattern("[logs] request_received", logs.get("request_received", "(?P<rid>$^)")),
+        access=pattern("[logs] access", logs.get("access", "(?P<method>$^)(?P<path>)(?P<status>)")),
         health_ok=pattern("[logs] health_ok", logs.get("health_ok", "$^")),
         ready=pattern("[logs] ready", logs.get("ready", "$^")),
         fields={name: pattern(f"[logs.fields] {name}", regex) for name, regex in logs.get("fields", {}).items()},
