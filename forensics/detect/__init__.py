@@ -76,7 +76,7 @@ def latest_time(times: pl.Series) -> datetime | None:
 
 
 #: The zone the findings' text writes times in (storage stays UTC); `forensics.analyze` sets it.
-DISPLAY_ZONE: ContextVar[ZoneInfo] = ContextVar("display_zone", default=ZoneInfo("UTC"))
+DISPLAY_ZONE: ContextVar[ZoneInfo] = ContextVar("display_zone", default=ZoneInfo("UTC"))  # noqa: B039 - immutable
 
 
 def clock(at: datetime | None) -> str:
