@@ -216,3 +216,9 @@ def test_a_wall_clock_step_is_found_with_the_monotonic_clock(tmp_path: Path) -> 
     (jump,) = [f for f in result.findings if f.kind == "clock_jump"]
     assert jump.host == "gpu-node-07" and "stepped +3600.000 s" in jump.text
     assert jump.evidence[0].excerpt == "line 2"
+
+
+def test_a_log_that_simply_ends_is_not_a_freeze(tmp_path: Path) -> None:
+    result = analyze(REPO / "data" / "incidents" / "sample-sglang", tmp_path / "case")
+    assert [f for f in result.findings if f.kind == "frozen"] == []
+    assert result.key_times.started is None and result.summary()["key_times"]["ttd_s"] is None

@@ -41,20 +41,23 @@ def last_progress(timeline: Timeline) -> pl.DataFrame:
 
 
 def freezes(timeline: Timeline) -> pl.DataFrame:
-    """Gaps in each component's progress longer than FREEZE_GAP_S after a line with work pending
-    (or running to the end of the data): component, from (the last line), to (the next one or
-    null), the pending counts, and the rows."""
+    """Gaps in each component's progress (per host) longer than FREEZE_GAP_S after a line with
+    work pending: component, host, from (the last line), to (the next one, or null when progress
+    never came back), the pending counts, and the rows. With no later progress line the gap runs
+    to the component's own last line: a log that simply ends is not a freeze."""
     progress = timeline.events.filter(pl.col("progress").is_not_null()).sort("ts")
-    end = timeline.events.get_column("ts").max()
-    gaps = (progress.with_columns(pl.col("ts").shift(-1).over("host", "component").alias("next_ts"),
-                                  pl.struct("source_file", "source_line", "source_offset", "ts", "message")
-                                  .shift(-1).over("host", "component").alias("next_row"))
-            .with_columns(((pl.coalesce("next_ts", pl.lit(end)) - pl.col("ts")).dt.total_microseconds() / 1e6)
+    own_end = (timeline.events.filter(pl.col("component").is_not_null())
+               .group_by("host", "component").agg(pl.col("ts").max().alias("own_end")))
+    pending = (pl.col("running_req").fill_null(0) > 0) | (pl.col("queue_req").fill_null(0) > 0)
+    if "inflight_req" in progress.columns:
+        pending = pending | (pl.col("inflight_req").fill_null(0) > 0)
+    gaps = (progress.join(own_end, on=["host", "component"], how="left")
+            .with_columns(pl.col("ts").shift(-1).over("host", "component").alias("next_ts"),
+                          pl.struct("source_file", "source_line", "source_offset", "ts", "message")
+                          .shift(-1).over("host", "component").alias("next_row"))
+            .with_columns(((pl.coalesce("next_ts", "own_end") - pl.col("ts")).dt.total_microseconds() / 1e6)
                           .alias("gap_s"))
-            .filter((pl.col("gap_s") > FREEZE_GAP_S)
-                    & ((pl.col("running_req").fill_null(0) > 0) | (pl.col("queue_req").fill_null(0) > 0)
-                       | (pl.col("inflight_req").fill_null(0) > 0) if "inflight_req" in progress.columns
-                       else (pl.col("running_req").fill_null(0) > 0) | (pl.col("queue_req").fill_null(0) > 0))))
+            .filter((pl.col("gap_s") > FREEZE_GAP_S) & pending))
     return gaps.sort("ts")
 
 
