@@ -6,7 +6,8 @@ https://prometheus.io/docs/prometheus/latest/querying/api/#range-queries), wrapp
 asked (`forensics_pull`) and the metric metadata (`metadata`: type, help, unit per family). A bare
 API answer saved with `curl` reads too (without types).
 
-Records are points; a point whose value is not a float is quarantined. Each point becomes a
+Records are points; a point whose value is not a float is quarantined. Series are read one by
+one (their labels vary); their points in bulk by polars. Each point becomes a
 `samples` row with the evaluation time as `ts` (exact: `ts_source` "prometheus api"), `instance`
 from the series' `instance` label, and the other labels except the target's `job` and `instance`,
 so a series reads the same as in a scrape of the target itself.
@@ -22,7 +23,7 @@ import polars as pl
 
 from forensics import promtext
 from forensics.rawio import read_all
-from forensics.schema import QUARANTINE_SCHEMA, SAMPLES_SCHEMA, empty, excerpt_text
+from forensics.schema import EXCERPT_CHARS, QUARANTINE_SCHEMA, SAMPLES_SCHEMA, empty, excerpt_text
 from forensics.sources import ParseResult, register
 
 NAME = "prometheus_api"
@@ -69,35 +70,31 @@ def parse(path: Path) -> ParseResult:
         return ParseResult("samples", empty(SAMPLES_SCHEMA), pl.DataFrame(bad, schema=dict(QUARANTINE_SCHEMA)), 1,
                            parsed_records=0)
     metadata = document.get("metadata", {})
-    rows: list[dict] = []
-    bad_rows: list[dict] = []
-    for series_index, item in enumerate(result):
-        metric = dict(item.get("metric", {}))
-        name = metric.pop("__name__", None) or document.get("forensics_pull", {}).get("query", "")
-        instance = metric.get("instance")
-        host, _, port = (instance or "").rpartition(":")
-        labels = sorted((k, v) for k, v in metric.items() if k not in TARGET_LABELS)
-        family, kind, info = _family_and_type(name, metadata)
-        for point_index, point in enumerate(item.get("values", [])):
-            value = point[1] if isinstance(point, list) and len(point) == 2 else None
-            if not isinstance(value, str) or not promtext.is_float(value):
-                bad_rows.append({"line": None, "reason": f"series {series_index} point {point_index}: "
-                                 f"expected [time, \"float\"], got {json.dumps(point)[:60]}",
-                                 "excerpt": excerpt_text(json.dumps(point))})
-                continue
-            rows.append({"at": float(point[0]), "instance": instance, "host": host or None,
-                         "port": int(port) if port.isdigit() else None, "family": family, "name": name,
-                         "type": kind or "unknown", "unit": info.get("unit") or None, "help": info.get("help"),
-                         "labels": [{"name": k, "value": v} for k, v in labels], "value": value})
-    quarantine = pl.DataFrame({
-        "source_file": [source_file] * len(bad_rows), "format": [FORMAT] * len(bad_rows),
-        "offset": [None] * len(bad_rows), "line": [r["line"] for r in bad_rows],
-        "reason": [r["reason"] for r in bad_rows], "excerpt": [r["excerpt"] for r in bad_rows],
-        "subject": [None] * len(bad_rows)}, schema=dict(QUARANTINE_SCHEMA))
-    if not rows:
-        return ParseResult("samples", empty(SAMPLES_SCHEMA), quarantine, len(bad_rows), parsed_records=0)
+    series = _series_table(result, metadata, document.get("forensics_pull", {}).get("query", ""))
+    # Points in bulk: polars reads each [time, "value"] pair as two strings, kept exactly as written.
+    points = (pl.DataFrame({"series_index": range(len(result)),
+                            "point": pl.Series([item.get("values", []) for item in result],
+                                               dtype=pl.List(pl.List(pl.String)), strict=False)})
+              .explode("point").drop_nulls("point")
+              .with_columns(pl.int_range(pl.len()).over("series_index").alias("point_index"),
+                            pl.col("point").list.get(0, null_on_oob=True).cast(pl.Float64, strict=False).alias("at"),
+                            pl.col("point").list.get(1, null_on_oob=True).alias("value")))
+    ok = (pl.col("point").list.len() == 2) & pl.col("at").is_not_null() & pl.col("value").str.contains(
+        f"^(?:{promtext.FLOAT})$").fill_null(False)
+    bad = points.filter(~ok)
+    quarantine = bad.select(
+        pl.lit(source_file).alias("source_file"), pl.lit(FORMAT).alias("format"), pl.lit(None, pl.Int64).alias("offset"),
+        pl.lit(None, pl.Int64).alias("line"),
+        pl.format('series {} point {}: expected [time, "float"], got {}', "series_index", "point_index",
+                  pl.col("point").list.join(", ")).alias("reason"),
+        pl.col("point").list.join(", ").str.slice(0, EXCERPT_CHARS).alias("excerpt"),
+        pl.lit(None, pl.String).alias("subject")).cast(dict(QUARANTINE_SCHEMA))  # type: ignore[arg-type]
+    good = points.filter(ok)
+    records = points.height
+    if good.height == 0:
+        return ParseResult("samples", empty(SAMPLES_SCHEMA), quarantine, records, parsed_records=0)
     at = pl.from_epoch((pl.col("at") * 1e6).round().cast(pl.Int64), time_unit="us").dt.replace_time_zone("UTC")
-    frame = (pl.DataFrame(rows, infer_schema_length=None, schema_overrides={"labels": _PLAIN_LABELS})
+    frame = (good.join(series, on="series_index", how="left")
              .with_columns(at.alias("ts"), at.alias("sample_ts"), pl.lit("prometheus api").alias("ts_source"),
                            pl.lit("high").alias("ts_confidence"), pl.col("value").cast(pl.Float64),
                            pl.lit(None, pl.String).alias("exemplar"), pl.lit(FORMAT).alias("format"),
@@ -106,7 +103,25 @@ def parse(path: Path) -> ParseResult:
                            pl.col("labels").alias("label_list"))
              .with_columns(promtext.series_key().alias("series")))
     samples = frame.select([pl.col(n).cast(d) for n, d in SAMPLES_SCHEMA.items()])
-    return ParseResult("samples", samples, quarantine, len(rows) + len(bad_rows))
+    return ParseResult("samples", samples, quarantine, records, parsed_records=good.height)
+
+
+def _series_table(result: list[dict], metadata: dict[str, list[dict[str, str]]], query: str) -> pl.DataFrame:
+    """One row per series of the answer (not per point): its name, target, labels and metadata."""
+    rows = []
+    for index, item in enumerate(result):
+        metric = dict(item.get("metric", {}))
+        name = metric.pop("__name__", None) or query
+        instance = metric.get("instance")
+        host, _, port = (instance or "").rpartition(":")
+        family, kind, info = _family_and_type(name, metadata)
+        rows.append({"series_index": index, "instance": instance, "host": host or None,
+                     "port": int(port) if port.isdigit() else None, "family": family, "name": name,
+                     "type": kind or "unknown", "unit": info.get("unit") or None, "help": info.get("help"),
+                     "labels": [{"name": k, "value": v} for k, v in sorted(metric.items()) if k not in TARGET_LABELS]})
+    return pl.DataFrame(rows, schema={"series_index": pl.Int64, "instance": pl.String, "host": pl.String,
+                                      "port": pl.Int32, "family": pl.String, "name": pl.String, "type": pl.String,
+                                      "unit": pl.String, "help": pl.String, "labels": _PLAIN_LABELS})
 
 
 register(NAME, sniff, parse, module=__name__)
