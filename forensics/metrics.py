@@ -109,27 +109,30 @@ def histogram_quantiles(samples: pl.DataFrame | pl.LazyFrame, q: float) -> pl.Da
                .filter(pl.col("le").is_not_null())
                .sort("instance", "family", "start", "end", "le"))
     key = ["instance", "family", "group_labels", "start", "end"]
-    per_interval = buckets.group_by(key, maintain_order=True).agg(pl.col("le"), pl.col("increase"))
-    rows = []
-    for row in per_interval.iter_rows(named=True):
-        rows.append({**{k: row[k] for k in key}, "q": q, "value": _quantile(q, row["le"], row["increase"]),
-                     "observations": row["increase"][-1] if row["increase"] else 0.0})
-    return pl.DataFrame(rows, schema={**{k: buckets.schema[k] for k in key}, "q": pl.Float64,
-                                      "value": pl.Float64, "observations": pl.Float64})
-
-
-def _quantile(q: float, bounds: list[float], cumulative: list[float]) -> float | None:
-    """Prometheus's histogram_quantile over one interval's cumulative bucket increases."""
-    if not cumulative or bounds[-1] != float("inf") or cumulative[-1] <= 0:
-        return None
-    rank = q * cumulative[-1]
-    below = next(i for i, count in enumerate(cumulative) if count >= rank)
-    if below == len(bounds) - 1:
-        return bounds[-2] if len(bounds) > 1 else None
-    lower = bounds[below - 1] if below > 0 else 0.0
-    count_below = cumulative[below - 1] if below > 0 else 0.0
-    in_bucket = cumulative[below] - count_below
-    return lower + (bounds[below] - lower) * ((rank - count_below) / in_bucket if in_bucket else 0.0)
+    # Prometheus's histogram_quantile, per interval, as expressions: the rank is q × the +Inf
+    # bucket's count; the answer lies in the first bucket whose cumulative count reaches it,
+    # interpolated linearly from the bucket below (0 below the first; the +Inf bucket gives its
+    # lower bound).
+    per_bucket = buckets.with_columns(
+        pl.col("increase").last().over(key).alias("observations"),
+        pl.col("le").last().over(key).alias("top"),
+        pl.col("le").shift(1).over(key).fill_null(0.0).alias("lower"),
+        pl.col("increase").shift(1).over(key).fill_null(0.0).alias("count_below"),
+        pl.col("le").shift(1).over(key).is_null().alias("first_bucket"),
+    ).with_columns((pl.col("observations") * q).alias("rank"))
+    answerable = (pl.col("top") == float("inf")) & (pl.col("observations") > 0)
+    reached = per_bucket.filter(answerable & (pl.col("increase") >= pl.col("rank"))).group_by(
+        key, maintain_order=True).first()
+    in_bucket = pl.col("increase") - pl.col("count_below")
+    value = (pl.when(pl.col("le") == float("inf"))
+             .then(pl.when(pl.col("first_bucket")).then(None).otherwise(pl.col("lower")))
+             .otherwise(pl.col("lower") + (pl.col("le") - pl.col("lower"))
+                        * pl.when(in_bucket > 0).then((pl.col("rank") - pl.col("count_below")) / in_bucket)
+                        .otherwise(0.0)))
+    answers = reached.select(*key, value.alias("value"))
+    intervals = per_bucket.group_by(key, maintain_order=True).agg(pl.col("observations").first())
+    return (intervals.join(answers, on=key, how="left", nulls_equal=True, maintain_order="left")
+            .select(*key, pl.lit(q).alias("q"), "value", pl.col("observations").fill_null(0.0)))
 
 
 def gauge_steps(samples: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:

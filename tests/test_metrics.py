@@ -101,3 +101,10 @@ def test_a_label_as_a_column(tmp_path: Path) -> None:
     assert by_name["sglang:num_running_reqs"] == ("0", None)
     assert by_name["process_start_time_seconds"] == (None, None)
     assert rows.filter(pl.col("le") == "+Inf").height == 1
+
+
+@pytest.mark.parametrize("q, expected", [(0.05, 0.05), (0.5, 0.55), (0.9, 1.0), (0.95, 1.0), (0.0, 0.0)])
+def test_histogram_quantile_in_each_kind_of_bucket(tmp_path: Path, q: float, expected: float) -> None:
+    # first interval: 10 observations <= 0.1, 80 in (0.1, 1], 10 above 1
+    first = histogram_quantiles(scrapes(tmp_path, RUN[:2]), q).filter(pl.col("family") == "lat").row(0, named=True)
+    assert first["value"] == pytest.approx(expected)
