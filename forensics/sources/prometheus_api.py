@@ -23,7 +23,13 @@ import polars as pl
 
 from forensics import promtext
 from forensics.rawio import read_all
-from forensics.schema import EXCERPT_CHARS, QUARANTINE_SCHEMA, SAMPLES_SCHEMA, empty, excerpt_text
+from forensics.schema import (
+    EXCERPT_CHARS,
+    QUARANTINE_SCHEMA,
+    SAMPLES_SCHEMA,
+    empty,
+    excerpt_text,
+)
 from forensics.sources import ParseResult, register
 
 NAME = "prometheus_api"
