@@ -222,3 +222,26 @@ def test_a_log_that_simply_ends_is_not_a_freeze(tmp_path: Path) -> None:
     result = analyze(REPO / "data" / "incidents" / "sample-sglang", tmp_path / "case")
     assert [f for f in result.findings if f.kind == "frozen"] == []
     assert result.key_times.started is None and result.summary()["key_times"]["ttd_s"] is None
+
+
+def test_templates_new_in_the_incident_window(tmp_path: Path) -> None:
+    from forensics.align import build_timeline
+    from forensics.case import ingest as ingest_case
+    from forensics.case import load_case
+    from forensics.detect import errors
+    from forensics.incident import load_incident
+    from forensics.profiles import load_profile
+    from tests.conftest import export_entry
+    base = 1781818000_000000
+    lines = [(0, "disk /dev/sda1 at 91% full"), (60, "disk /dev/sda1 at 92% full"),
+             (600, "CUDA error: an illegal memory access at 0x7f3a2b4c"), (601, "CUDA error: an illegal memory access at 0x7f3a2b50")]
+    (tmp_path / "bundle").mkdir()
+    (tmp_path / "bundle" / "h.export").write_bytes(b"".join(
+        export_entry(("__REALTIME_TIMESTAMP", str(base + s * 1_000_000)), ("_HOSTNAME", "h"), ("PRIORITY", "3"),
+                     ("_SYSTEMD_UNIT", "sglang-dsv4-decode.service"), ("MESSAGE", text)) for s, text in lines))
+    ingest_case(tmp_path / "bundle", tmp_path / "case")
+    timeline = build_timeline(load_case(tmp_path / "case"), load_incident(tmp_path / "bundle"), load_profile())
+    start = datetime.fromtimestamp((base + 300_000_000) / 1e6, UTC)
+    (new,) = [f for f in errors.detect(timeline, start) if f.kind == "new_template"]
+    assert new.component == "decode"
+    assert "2 × “CUDA error: an illegal memory access at <hex>”" in new.text

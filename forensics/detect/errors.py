@@ -50,11 +50,13 @@ def fold_tracebacks(events: pl.DataFrame) -> pl.DataFrame:
             .drop("_tb"))
 
 
-def templates(timeline: Timeline, start: datetime) -> pl.DataFrame:
-    """Warning-and-worse lines and event kinds by template: count, first, last, per-minute peak,
-    and whether the template is new since `start` (never seen before it)."""
+def templates(timeline: Timeline, start: datetime, *, include_events: bool = True) -> pl.DataFrame:
+    """Warning-and-worse lines (and, unless told not to, the profile's line kinds) by template:
+    count, first, last, per-minute peak, and whether the template is new since `start`."""
     events = timeline.events
-    notable = events.filter((pl.col("priority") <= WARNING) | pl.col("event").is_not_null())
+    kinds = pl.col("event").is_not_null()
+    notable = events.filter(((pl.col("priority") <= WARNING) | kinds) if include_events
+                            else (pl.col("priority") <= WARNING) & ~kinds)
     return (notable.with_columns(template(pl.col("message")).alias("template"))
             .group_by("component", "template")
             .agg(pl.len().alias("count"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"),
@@ -90,8 +92,9 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
                                 event_evidence(pl.DataFrame([tb]).rename({"message": "message"}), 1)))
     if window_start is not None:
         baseline_start = window_start - timedelta(minutes=1)
-        for row in templates(timeline, baseline_start).filter(pl.col("new_in_window") & pl.col("event").is_null()
-                                                              ).iter_rows(named=True):
+        # line kinds have findings of their own above: only the other lines' templates here
+        new = templates(timeline, baseline_start, include_events=False).filter(pl.col("new_in_window"))
+        for row in new.iter_rows(named=True):
             findings.append(Finding("new_template", row["track"] or "errors", row["component"], row["first"],
                                     f"new in the incident window: {row['count']} × “{row['template'][:100]}” "
                                     f"on {row['component']} ({clock(row['first'])}–{clock(row['last'])}).",
