@@ -380,7 +380,7 @@ deterministic: the same bytes every time) from the story in `../shared/DESIGN.md
   process titles), annotations (the user's markup report, the start of the investigation, the
   restart).
 
-`forensics reference OUT --scale 160 --hosts 64 --time-zone Asia/Shanghai --skew-s 7.5` writes the
+`forensics reference OUT --scale 100 --hosts 3 --time-zone Asia/Shanghai --skew-s 7.5` writes the
 same story bigger, on more hosts, in another time zone, with a skewed clock.
 """
 
