@@ -15,6 +15,7 @@ same `__CURSOR`) are kept once and counted as duplicates of the later input.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import shutil
@@ -27,6 +28,7 @@ import polars as pl
 
 from forensics import sources
 from forensics.errors import CaseError, ForensicsError, WrongFormat
+from forensics.incident import MANIFEST, load_incident
 from forensics.schema import (
     EVENTS_SCHEMA,
     QUARANTINE_SCHEMA,
@@ -40,7 +42,7 @@ MANIFEST_VERSION = 3
 #: The canonical frames a case holds, with their schemas (columns beyond them must be String).
 SCHEMAS = {"events": EVENTS_SCHEMA, "samples": SAMPLES_SCHEMA, "stacks": STACKS_SCHEMA}
 FRAMES = (*SCHEMAS, "quarantine")
-IGNORED_NAMES = {"incident.toml", "README.md", ".gitkeep"}
+IGNORED_NAMES = {MANIFEST, "README.md", ".gitkeep"}
 
 
 @dataclass
@@ -65,15 +67,29 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def discover(bundle: Path) -> tuple[list[tuple[Path, sources.Source]], list[dict[str, str]]]:
+def discover(bundle: Path, listed: list[str] | None = None
+             ) -> tuple[list[tuple[Path, sources.Source]], list[dict[str, str]]]:
     """The inputs of a bundle with their formats, and every other file with why it was skipped.
-    A directory that a format reads whole (a journal directory) is one input."""
+    A directory that a format reads whole (a journal directory) is one input. With `listed` globs
+    (incident.toml [inputs]) only matching paths are read, and a glob matching nothing is reported."""
     inputs: list[tuple[Path, sources.Source]] = []
     skipped: list[dict[str, str]] = []
+    matched: set[str] = set()
+
+    def wanted(path: Path) -> bool:
+        if not listed:
+            return True
+        relative = str(path.relative_to(bundle))
+        hits = [g for g in listed if fnmatch.fnmatch(relative, g)]
+        matched.update(hits)
+        return bool(hits)
 
     def visit(folder: Path) -> None:
         for path in sorted(folder.iterdir()):
             if path.name in IGNORED_NAMES:
+                continue
+            if not path.is_dir() and not wanted(path):
+                skipped.append({"path": str(path.relative_to(bundle)), "reason": "not among incident.toml [inputs]"})
                 continue
             if path.is_dir():
                 try:
@@ -89,6 +105,9 @@ def discover(bundle: Path) -> tuple[list[tuple[Path, sources.Source]], list[dict
     if not bundle.is_dir():
         raise CaseError(f"{bundle}: not a directory (a bundle is a folder of evidence files)")
     visit(bundle)
+    for glob in listed or []:
+        if glob not in matched:
+            skipped.append({"path": glob, "reason": "listed in incident.toml [inputs] but matches no file"})
     return inputs, skipped
 
 
@@ -100,7 +119,7 @@ def ingest(bundle: str | Path, case_dir: str | Path,
            progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None) -> dict[str, Any]:
     """Read every input of `bundle` into a case at `case_dir`; returns the manifest."""
     bundle, case_dir = Path(bundle), Path(case_dir)
-    found, skipped = discover(bundle)
+    found, skipped = discover(bundle, load_incident(bundle).inputs if bundle.is_dir() else None)
     rows_by_frame: dict[str, list[pl.DataFrame]] = {name: [] for name in SCHEMAS}
     quarantine: list[pl.DataFrame] = []
     inputs: list[dict[str, Any]] = []

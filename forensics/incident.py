@@ -17,6 +17,10 @@
     at = "2026-06-18T21:40:45Z"
     text = "restart issued"
 
+    [inputs]                         # where the inputs lie (globs relative to the bundle); when
+    journal = ["journal/*.export*"]  # given, only these are read and every glob must match
+    metrics = ["metrics/*/*"]
+
 Every key is optional and a bundle without the file works: components are then guessed from unit
 names and stack groups by the profile's component words, and the guess is reported.
 """
@@ -79,6 +83,7 @@ class Incident:
     components: dict[str, Component]
     annotations: list[Annotation]
     guessed: bool
+    inputs: list[str] = field(default_factory=list)  # globs from [inputs]; empty: every file is sniffed
     notes: list[str] = field(default_factory=list)  # what was guessed, in words
 
     def clock(self, host: str | None) -> HostClock:
@@ -148,5 +153,10 @@ def load_incident(bundle: Path, profile: Profile | None = None) -> Incident:
         if "at" not in note or "text" not in note:
             raise ManifestError(f"{path}: annotations #{n + 1} needs 'at' and 'text'")
         annotations.append(Annotation(_time(path, f"annotations #{n + 1} at", note["at"]), str(note["text"])))
+    inputs = []
+    for kind, globs in data.get("inputs", {}).items():
+        if not isinstance(globs, list) or not all(isinstance(g, str) for g in globs):
+            raise ManifestError(f"{path}: inputs.{kind} must be a list of glob patterns")
+        inputs += globs
     return Incident(title=str(data.get("title", bundle.name)), window=window, hosts=hosts, components=components,
-                    annotations=sorted(annotations, key=lambda a: a.at), guessed=False)
+                    annotations=sorted(annotations, key=lambda a: a.at), guessed=False, inputs=inputs)

@@ -245,3 +245,16 @@ def test_templates_new_in_the_incident_window(tmp_path: Path) -> None:
     (new,) = [f for f in errors.detect(timeline, start) if f.kind == "new_template"]
     assert new.component == "decode"
     assert "2 × “CUDA error: an illegal memory access at <hex>”" in new.text
+
+
+def test_inputs_listed_in_the_manifest_are_the_ones_read(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(REFERENCE, bundle)
+    with open(bundle / "incident.toml", "a") as manifest:
+        manifest.write('\n[inputs]\njournal = ["journal/*.export.zst"]\nstacks = ["stacks/round-1.txt", "dumps/*"]\n')
+    result = analyze(bundle, tmp_path / "case")
+    read = sorted(e["path"] for e in result.timeline.manifest["inputs"])
+    assert read == ["journal/gpu-node-00.export.zst", "stacks/round-1.txt"]
+    skipped = {s["path"]: s["reason"] for s in result.timeline.manifest["skipped"]}
+    assert skipped["stacks/round-2.txt"] == "not among incident.toml [inputs]"
+    assert skipped["dumps/*"] == "listed in incident.toml [inputs] but matches no file"
