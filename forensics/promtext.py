@@ -5,7 +5,7 @@ https://github.com/prometheus/OpenMetrics/blob/main/specification/OpenMetrics.md
 
 Two halves. The regular expressions here recognise a well-formed line in one pass, so the reader
 (`forensics.sources.prometheus_text`) can classify and cut every line of a scrape with polars.
-`line_problem` is the exact, character-by-character check run only on the lines those expressions
+`parse_line` is the exact, character-by-character reader run only on the lines those expressions
 reject: it names what is wrong in the words of Prometheus's own parser (`expfmt.TextParser`), e.g.
 `expected float as value for 'quantile' label, got "x"`, so a message can be looked up.
 """
@@ -252,15 +252,6 @@ def _exemplar(text: str) -> None:
     tokens = text[line.at:].split()
     if not tokens or not is_float(tokens[0]) or len(tokens) > 2 or (len(tokens) == 2 and not is_float(tokens[1])):
         raise ValueError(f"exemplar needs a float value and an optional float timestamp, got {go_quote(text)}")
-
-
-def line_problem(text: str, family_type: str | None = None, *, openmetrics: bool = False) -> str | None:
-    """What is wrong with a sample line, in expfmt's words; None when it reads."""
-    try:
-        parse_line(text, family_type, openmetrics=openmetrics)
-    except ValueError as error:
-        return str(error)
-    return None
 
 
 def help_problem(text: str) -> str | None:

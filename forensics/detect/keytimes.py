@@ -86,9 +86,3 @@ def key_times(timeline: Timeline, findings: list[Finding]) -> tuple[KeyTimes, li
             extra.append(Finding("key_times_contradiction", main, None, tb, f"key times out of order: {problem}.",
                                  None, [Evidence("findings", None, None, None, tb, problem)]))
     return times, extra
-
-
-def missing(times: KeyTimes) -> list[str]:
-    """The key times the evidence did not give."""
-    return [name for name in ORDER if getattr(times, name) is None]
-

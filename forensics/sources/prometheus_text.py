@@ -15,7 +15,7 @@ Records are the lines that say something (samples, HELP/TYPE/UNIT, `# EOF`, comm
 or quarantined with its line number and a message in the words of Prometheus's own parser, and the
 rest of the scrape still loads. Duplicate series in one scrape keep the first. Every line is
 classified and cut by one pass of regular expressions over the whole file (polars); only the lines
-those refuse go through the exact checker `forensics.promtext.line_problem`.
+those refuse go through the exact reader `forensics.promtext.parse_line`.
 """
 
 from __future__ import annotations
