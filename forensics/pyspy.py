@@ -28,7 +28,6 @@ class DumpContext:
     """Everything known about one dump before its frames: where, when, and which process."""
 
     dump: int
-    line: int  # first line of the dump in its file (1-based)
     capture: Capture
 
 

@@ -131,7 +131,7 @@ def parse(path: Path) -> ParseResult:
             continue
         threads.append(dump.with_columns(pl.lit(index, pl.Int32).alias("dump"),
                                          pl.lit(first_line).alias("source_line")))
-        contexts.append(DumpContext(index, first_line, capture))
+        contexts.append(DumpContext(index, capture))
     if not threads:
         return pyspy.result(source_file, FORMAT, None, contexts, bad)
     frame = pl.concat(threads).with_row_index("thread_order")

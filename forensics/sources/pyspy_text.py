@@ -220,7 +220,7 @@ def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
             why = _failure(seg)
             if why is None:
                 good_segments.append(seg["segment"])
-                contexts.append(DumpContext(seg["segment"], seg["first_line"], capture))
+                contexts.append(DumpContext(seg["segment"], capture))
             else:
                 bad.append((seg["first_line"], why, seg["first_text"], subject_of(capture, seg["pid"], seg["title"])))
         elif kind == "error":
