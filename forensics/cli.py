@@ -1,4 +1,5 @@
-"""The `forensics` command: `ingest` a bundle into a case, `summary` of a case, `analyze` a bundle
+"""The `forensics` command: `report` a bundle (notebook, report.html, timeline.html, postmortem.md,
+summary.json), `batch` many, `ingest` a bundle into a case, `summary` of a case, `analyze` a bundle
 (findings, tracks, key times), `stacks` verdicts, `pull` metrics from a Prometheus API into a
 bundle, `reference` / `synth` generated data."""
 
@@ -118,10 +119,30 @@ def _utc(text: str) -> datetime:
     return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
+def _report_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--display-tz", default="UTC", help="time zone the report shows times in (default: UTC)")
+    parser.add_argument("--profile", default="", help="profile name or .toml path (default: sglang)")
+    redaction = parser.add_mutually_exclusive_group()
+    redaction.add_argument("--redact", dest="redact", action="store_const", const="all", default="timeline",
+                           help="redact every output (default: timeline.html only)")
+    redaction.add_argument("--no-redact", dest="redact", action="store_const", const="none",
+                           help="redact nothing, not even timeline.html")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `forensics` console script."""
     parser = argparse.ArgumentParser(prog="forensics", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    p_report = sub.add_parser("report", help="render a bundle's incident report with papermill into exports/")
+    p_report.add_argument("bundle", type=Path)
+    p_report.add_argument("--out", type=Path, help="output folder (default: exports/<bundle name>)")
+    _report_options(p_report)
+    p_batch = sub.add_parser("batch", help="render many bundles in parallel and write an index.html")
+    p_batch.add_argument("bundles", nargs="+", metavar="DIR_OR_GLOB",
+                         help="bundle folders, folders of bundles, or globs matching either")
+    p_batch.add_argument("--out", type=Path, default=Path("exports"), help="output folder (default: exports)")
+    p_batch.add_argument("--workers", type=int, default=2, help="bundles rendered at once (default: 2)")
+    _report_options(p_batch)
     p_ingest = sub.add_parser("ingest", help="read a bundle's inputs into a case (Parquet) and print its summary")
     p_ingest.add_argument("bundle", type=Path)
     p_ingest.add_argument("--case", type=Path, help="case folder (default: exports/<bundle name>/case)")
@@ -166,7 +187,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_synth.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
-        if args.command == "ingest":
+        if args.command == "report":
+            from forensics.report import render
+            rendered = render(args.bundle, args.out, args.display_tz, args.profile, args.redact)
+            for name, path in rendered.files.items():
+                print(f"{name:<14} {path}")
+        elif args.command == "batch":
+            from forensics.report import batch
+            rows = batch([str(b) for b in args.bundles], args.out, args.workers, args.display_tz, args.profile,
+                         args.redact)
+            failed = [r for r in rows if r.get("error")]
+            print(f"{len(rows) - len(failed)} rendered, {len(failed)} failed; index: {args.out / 'index.html'}")
+            for row in failed:
+                print(f"  failed {row['bundle']}: {row['error'].splitlines()[0]}")
+            return 1 if failed else 0
+        elif args.command == "ingest":
             case_dir = args.case or _default_case(args.bundle)
             ingest(args.bundle, case_dir,
                    progress=lambda items: tqdm(items, desc="ingest", unit="input", file=sys.stderr))

@@ -26,10 +26,10 @@ from forensics.promtext import name_key
 SERIES = ["instance", "series"]
 
 
-def _named(names: tuple[str, ...] | list[str] | str) -> pl.Expr:
+def named(names: tuple[str, ...] | list[str] | str) -> pl.Expr:
     """Samples whose name is one of `names`, compared with `:` read as `_` (see `promtext.name_key`)."""
     wanted = [name_key(n) for n in ([names] if isinstance(names, str) else names)]
-    return pl.col("name").str.replace_all(":", "_", literal=True).is_in(wanted)
+    return pl.col("name").cast(pl.String).str.replace_all(":", "_", literal=True).is_in(wanted)
 
 
 _PLAIN_LABELS = pl.List(pl.Struct({"name": pl.String, "value": pl.String}))
@@ -75,7 +75,7 @@ def restarts(samples: pl.DataFrame | pl.LazyFrame, profile: Profile | None = Non
     profile = profile or load_profile()
     start_gauge = profile.metrics.start_time
     ordered = _ordered(samples)
-    by_gauge = (ordered.filter(_named(start_gauge))
+    by_gauge = (ordered.filter(named(start_gauge))
                 .with_columns(pl.col("value").shift(1).over(SERIES).alias("previous"),
                               pl.col("at").shift(1).over(SERIES).alias("after"))
                 .filter(pl.col("previous").is_not_null() & (pl.col("value") != pl.col("previous")))
@@ -154,11 +154,11 @@ def stalled(samples: pl.DataFrame | pl.LazyFrame, profile: Profile | None = None
     profile = profile or load_profile()
     rules = profile.metrics
     min_seconds = rules.stall_min_seconds if min_seconds is None else min_seconds
-    rates = counter_rates(samples).filter(_named(rules.progress))
+    rates = counter_rates(samples).filter(named(rules.progress))
     progress = rates.group_by("instance", "start", "end").agg(
         pl.col("increase").sum().alias("progress"), pl.col("reset").any().alias("reset"))
     ordered = _ordered(samples).collect()
-    pending = (ordered.filter(_named(rules.pending))
+    pending = (ordered.filter(named(rules.pending))
                .group_by("instance", "at").agg(pl.col("value").max().alias("pending")))
     intervals = progress.join(pending.rename({"at": "end"}), on=["instance", "end"], how="left")
     flat = (intervals.with_columns(((pl.col("progress") == 0) & ~pl.col("reset")

@@ -50,14 +50,27 @@ def fold_tracebacks(events: pl.DataFrame) -> pl.DataFrame:
             .drop("_tb"))
 
 
-def templates(timeline: Timeline, start: datetime, *, include_events: bool = True) -> pl.DataFrame:
-    """Warning-and-worse lines (and, unless told not to, the profile's line kinds) by template:
-    count, first, last, per-minute peak, and whether the template is new since `start`."""
-    events = timeline.events
+def _notable(events: pl.DataFrame, include_events: bool) -> pl.DataFrame:
+    """Warning-and-worse lines (and the profile's line kinds unless told not to), with their template."""
     kinds = pl.col("event").is_not_null()
     notable = events.filter(((pl.col("priority") <= WARNING) | kinds) if include_events
                             else (pl.col("priority") <= WARNING) & ~kinds)
-    return (notable.with_columns(template(pl.col("message")).alias("template"))
+    return notable.with_columns(template(pl.col("message")).alias("template"))
+
+
+def per_minute(timeline: Timeline) -> pl.DataFrame:
+    """Warning-and-worse lines and the profile's line kinds counted per minute, component and
+    template (minutes without such a line have no row)."""
+    return (_notable(timeline.events, True)
+            .group_by(pl.col("ts").dt.truncate("1m").alias("minute"), "component", "template")
+            .agg(pl.len().alias("count"), pl.col("event").drop_nulls().first(), pl.col("track").drop_nulls().first())
+            .sort("minute", "component", "template"))
+
+
+def templates(timeline: Timeline, start: datetime, *, include_events: bool = True) -> pl.DataFrame:
+    """Warning-and-worse lines (and, unless told not to, the profile's line kinds) by template:
+    count, first, last, per-minute peak, and whether the template is new since `start`."""
+    return (_notable(timeline.events, include_events)
             .group_by("component", "template")
             .agg(pl.len().alias("count"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"),
                  pl.col("ts").dt.truncate("1m").value_counts().struct.field("count").max().alias("peak_per_minute"),

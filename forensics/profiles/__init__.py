@@ -97,6 +97,15 @@ class LogRules:
 
 
 @dataclass(frozen=True)
+class MetricPanel:
+    """One chart under the timeline: gauges drawn as they are, counters drawn as per-second rates."""
+
+    title: str
+    gauges: tuple[str, ...]
+    rates: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class MetricRules:
     """Which metrics say an engine works, has work pending, and when its process started."""
 
@@ -104,6 +113,7 @@ class MetricRules:
     pending: tuple[str, ...]
     start_time: str
     stall_min_seconds: float
+    panels: tuple[MetricPanel, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -211,10 +221,23 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
             raise ProfileError(f"{path}: [metrics] {key} must be a list of metric names")
     metric_rules = MetricRules(progress=tuple(metrics.get("progress", [])), pending=tuple(metrics.get("pending", [])),
                                start_time=str(metrics.get("start_time", "process_start_time_seconds")),
-                               stall_min_seconds=float(metrics.get("stall_min_seconds", 10.0)))
+                               stall_min_seconds=float(metrics.get("stall_min_seconds", 10.0)),
+                               panels=tuple(_panel(path, i, p) for i, p in enumerate(metrics.get("panel", []))))
     return Profile(name=str(meta.get("name", path.stem)), description=str(meta.get("description", "")),
                    path=path, components=components, stacks=rules, metrics=metric_rules,
                    logs=_log_rules(path, data.get("logs", {})))
+
+
+def _panel(path: Path, index: int, panel: dict[str, Any]) -> MetricPanel:
+    where = f"{path}: [[metrics.panel]] #{index + 1}"
+    if not isinstance(panel.get("title"), str):
+        raise ProfileError(f"{where} needs a title")
+    for key in ("gauges", "rates"):
+        if not isinstance(panel.get(key, []), list):
+            raise ProfileError(f"{where}: {key} must be a list of metric names")
+    if not panel.get("gauges") and not panel.get("rates"):
+        raise ProfileError(f"{where} ({panel['title']}) names no gauges and no rates")
+    return MetricPanel(panel["title"], tuple(panel.get("gauges", [])), tuple(panel.get("rates", [])))
 
 
 def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:

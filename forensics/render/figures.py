@@ -1,0 +1,353 @@
+"""Plotly figures of an analysis: the timeline, metric panels, stack phases and icicles, errors.
+
+The timeline has one swimlane per host / component / rank: a heat strip of progress lines per
+time bucket (a freeze is where the strip goes blank), warnings and line kinds as markers sized
+by their count per bucket, every lifecycle message, the py-spy phase of every rank at its capture
+time, one lane per symptom track with every finding (a bar for a window), and a dashed line per
+annotation and key time across every panel. The profile's `[[metrics.panel]]` charts share its
+time axis. Dense series are bucketed so that a figure's size depends on the number of lanes and
+series, not on the number of records; lifecycle messages, findings, error templates and
+annotations are never dropped.
+
+Times are drawn as the display zone's wall-clock time (plotly has no time zones): storage stays
+UTC, the axis title names the zone. Every string from the evidence goes through
+`forensics.render.text.hover` (redacted when asked, always escaped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import plotly.graph_objects as go
+import polars as pl
+from plotly.subplots import make_subplots
+
+from forensics.analyze import Analysis
+from forensics.detect import errors
+from forensics.detect.lifecycle import FAILED, RESTART_SCHEDULED, STARTED, STARTING, STOPPED, STOPPING
+from forensics.detect.stacks import Verdict
+from forensics.metrics import counter_rates, named
+from forensics.render.text import Redact, hover
+
+
+LIFECYCLE_IDS = {STARTING: "starting", STARTED: "started", STOPPING: "stopping", STOPPED: "stopped",
+                 FAILED: "failed", RESTART_SCHEDULED: "restart scheduled"}
+BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)  # seconds
+MAX_BUCKETS = 400  # per lane on the timeline
+POINT_BUDGET = 60_000  # metric points over all panels; more series means coarser buckets
+PHASE_COLOURS = {"collective": "#d62728", "idle": "#1f77b4", "transfer": "#9467bd", "compute": "#2ca02c", "device_sync": "#8c564b",
+                 "unknown": "#7f7f7f"}
+KEY_TIME_COLOURS = {"started": "#d62728", "detected": "#ff7f0e", "mitigated": "#9467bd", "resolved": "#2ca02c"}
+ERROR_KINDS_COLOUR = "#d62728"
+LEGEND_SERIES = 16  # more metric series than this are told apart by their hover, not a legend
+
+
+@dataclass(frozen=True)
+class Axis:
+    """The time axis of one figure: the span, the bucket, and the zone times are drawn in."""
+
+    start: datetime
+    end: datetime
+    bucket_s: int
+    zone: str
+
+    @property
+    def every(self) -> str:
+        """The bucket as a polars duration."""
+        return f"{self.bucket_s}s"
+
+
+def axis_for(analysis: Analysis, max_buckets: int = MAX_BUCKETS) -> Axis:
+    """The incident's span (window if declared, else the evidence's) and a bucket giving at most
+    `max_buckets` buckets."""
+    incident = analysis.timeline.incident
+    times = [t for t in (analysis.timeline.events.get_column("ts").min(), analysis.timeline.events.get_column("ts").max())
+             if isinstance(t, datetime)]
+    times += [f.at for f in analysis.findings if f.at] + [f.until for f in analysis.findings if f.until]
+    start, end = (incident.window if incident.window else (min(times), max(times))) if times or incident.window else (
+        datetime.now().astimezone(), datetime.now().astimezone())
+    seconds = max((end - start).total_seconds(), 1.0)
+    bucket = next((b for b in BUCKETS if seconds / b <= max_buckets), BUCKETS[-1])
+    return Axis(start, end, bucket, analysis.display_zone)
+
+
+def wall(column: str | pl.Expr, zone: str) -> pl.Expr:
+    """A UTC time column as the display zone's wall-clock time, naive (what plotly draws)."""
+    expr = pl.col(column) if isinstance(column, str) else column
+    return expr.dt.convert_time_zone(zone).dt.replace_time_zone(None)
+
+
+def wall_time(at: datetime, zone: str) -> datetime:
+    """One UTC time as the display zone's naive wall-clock time."""
+    from zoneinfo import ZoneInfo
+    return at.astimezone(ZoneInfo(zone)).replace(tzinfo=None)
+
+
+def rank_label() -> pl.Expr:
+    """`DP0 PP1 TP3` from a line's scheduler tag (null when it names no rank)."""
+    parts = [pl.when(pl.col(f"line_{k}").is_not_null()).then(pl.format(f"{k.upper()}{{}}", pl.col(f"line_{k}")))
+             for k in ("dp", "pp", "tp")]
+    return pl.concat_str(parts, separator=" ", ignore_nulls=True).replace("", None)
+
+
+def lane_expr() -> pl.Expr:
+    """The swimlane of an event: host · component (or unit) · rank."""
+    what = pl.coalesce(pl.col("component"), pl.col("identifier"), pl.col("unit").str.replace(r"\.service$", ""),
+                       pl.lit("?"))
+    return pl.concat_str([pl.col("host").fill_null("?"), what, rank_label()], separator=" · ",
+                         ignore_nulls=True).alias("lane")
+
+
+def _lane_order(lanes: list[str]) -> list[str]:
+    return sorted(set(lanes))
+
+
+def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_buckets: int = MAX_BUCKETS) -> go.Figure:
+    """The interactive timeline: swimlanes on top, the profile's metric panels below, one time axis."""
+    axis = axis_for(analysis, max_buckets)
+    panels = analysis.timeline.profile.metrics.panels
+    events = analysis.timeline.events.with_columns(lane_expr())
+    stack_lanes = [(r.host or "?") + f" · {r.group} · {r.label}" for v in analysis.verdicts for r in v.ranks]
+    track_lanes = [f"track · {t.name}" for t in analysis.tracks]
+    lanes = track_lanes + _lane_order(events.get_column("lane").unique().to_list() + stack_lanes)
+    shown = [hover(lane, redact, 60) for lane in lanes]
+    # lanes are numbered (top lane highest) rather than categorical: plotly.js fails on a heatmap
+    # whose categories are a subset of the axis' category array
+    lane_y = {lane: len(lanes) - 1 - n for n, lane in enumerate(lanes)}
+    lane_rows = max(len(lanes), 4)
+    heights = [lane_rows * 22 + 60] + [170] * len(panels)
+    fig = make_subplots(rows=1 + len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.03,
+                        row_heights=[h / sum(heights) for h in heights],
+                        subplot_titles=["swimlanes: progress lines per " + _words(axis.bucket_s)]
+                        + [p.title for p in panels])
+    _progress_strip(fig, events, axis, lane_y)
+    _error_markers(fig, events, axis, lane_y, redact)
+    _lifecycle_markers(fig, events, axis, lane_y, redact)
+    _stack_markers(fig, analysis.verdicts, axis, lane_y, redact)
+    _finding_lanes(fig, analysis, axis, lane_y, redact)
+    for row, panel in enumerate(panels, start=2):
+        metric_panel(fig, analysis, panel.gauges, panel.rates, axis, row, len(panels), redact)
+    _vertical_marks(fig, analysis, axis, redact)
+    fig.update_yaxes(tickmode="array", tickvals=[lane_y[lane] for lane in lanes], ticktext=shown,
+                     range=[-0.6, len(lanes) - 0.4], showgrid=False, zeroline=False, row=1, col=1, automargin=True)
+    fig.update_xaxes(title_text=f"time ({axis.zone})", row=1 + len(panels), col=1)
+    fig.update_layout(height=sum(heights) + 120, hovermode="closest", template="plotly_white",
+                      margin={"l": 10, "r": 10, "t": 60, "b": 40},
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.01, "x": 0})
+    return fig
+
+
+def _words(seconds: int) -> str:
+    return f"{seconds} s" if seconds < 60 else (f"{seconds // 60} min" if seconds < 3600 else f"{seconds // 3600} h")
+
+
+def _progress_strip(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: dict[str, int]) -> None:
+    counts = (events.filter(pl.col("progress").is_not_null())
+              .group_by(pl.col("ts").dt.truncate(axis.every).alias("bucket"), "lane").len())
+    if counts.is_empty():
+        return
+    # one row per lane, every lane present: a heatmap cell spans half-way to the next row given,
+    # so a missing lane would be painted by its neighbours; 0 draws transparent
+    buckets = pl.datetime_range(axis.start, axis.end, axis.every, time_zone="UTC", eager=True)
+    buckets = buckets.dt.truncate(axis.every).unique().sort()
+    column = {b: n for n, b in enumerate(buckets.to_list())}
+    z = np.zeros((len(lane_y), len(column)), dtype=np.uint16)
+    for bucket, lane, n in counts.filter(pl.col("bucket").is_in(buckets.implode())).iter_rows():
+        z[lane_y[lane], column[bucket]] = min(n, 65535)
+    top = float(np.percentile(z[z > 0], 95)) if (z > 0).any() else 1.0
+    fig.add_trace(go.Heatmap(
+        x=buckets.to_frame("b").select(wall("b", axis.zone)).to_series().to_list(), y=list(range(len(lane_y))), z=z,
+        zmin=0, zmax=max(top, 1.0), showscale=False, name="progress lines", xgap=0, ygap=2,
+        colorscale=[[0, "rgba(0,0,0,0)"], [0.5 / max(top, 1.0), "rgba(0,0,0,0)"], [0.5 / max(top, 1.0), "#c7e9c0"],
+                    [1, "#006d2c"]],
+        hovertemplate="%{x}<br>%{z} progress lines<extra></extra>"), row=1, col=1)
+
+
+def _error_markers(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: dict[str, int],
+                   redact: Redact | None) -> None:
+    notable = (events.filter((pl.col("priority") <= errors.WARNING) | pl.col("event").is_not_null())
+               .with_columns(errors.template(pl.col("message")).alias("template"))
+               .group_by(pl.col("ts").dt.truncate(axis.every).alias("bucket"), "lane", "template")
+               .agg(pl.len().alias("n"), pl.col("message").first(), pl.col("event").first(), pl.col("ts").min())
+               .sort("ts"))
+    if notable.is_empty():
+        return
+    x = notable.select(wall("ts", axis.zone)).to_series().to_list()
+    text = [hover(f"{n} × {event or 'warning or worse'} in this {_words(axis.bucket_s)}: {message}", redact)
+            for n, event, message in notable.select("n", "event", "message").iter_rows()]
+    sizes = notable.select((pl.col("n").log(2) * 3 + 7).clip(7, 22)).to_series().to_list()
+    fig.add_trace(go.Scatter(x=x, y=[lane_y[v] for v in notable.get_column("lane")], mode="markers",
+                             name="errors and notable lines", text=text, hovertemplate="%{text}<extra></extra>",
+                             marker={"symbol": "x", "color": ERROR_KINDS_COLOUR, "size": sizes, "opacity": 0.8}),
+                  row=1, col=1)
+
+
+def _lifecycle_markers(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: dict[str, int],
+                       redact: Redact | None) -> None:
+    rows = events.filter(pl.col("message_id").is_in(list(LIFECYCLE_IDS))
+                         | pl.col("message").str.contains(r"COMMAND=\S*systemctl\s")).sort("ts")
+    if rows.is_empty():
+        return
+    fig.add_trace(go.Scatter(
+        x=rows.select(wall("ts", axis.zone)).to_series().to_list(),
+        y=[lane_y[v] for v in rows.get_column("lane")], mode="markers", name="lifecycle (systemd, sudo)",
+        text=[hover(f"{LIFECYCLE_IDS.get(mid or '', 'command')}: {message}", redact)
+              for mid, message in rows.select("message_id", "message").iter_rows()],
+        hovertemplate="%{text}<extra></extra>",
+        marker={"symbol": "triangle-up", "size": 12, "color": "#9467bd", "line": {"width": 1, "color": "white"}}),
+        row=1, col=1)
+
+
+def _stack_markers(fig: go.Figure, verdicts: list[Verdict], axis: Axis, lane_y: dict[str, int],
+                   redact: Redact | None) -> None:
+    for phase in sorted({r.phase.phase for v in verdicts for r in v.ranks}):
+        ranks = [(v, r) for v in verdicts for r in v.ranks if r.phase.phase == phase and r.ts]
+        fig.add_trace(go.Scatter(
+            x=[wall_time(r.ts, axis.zone) for _, r in ranks if r.ts],
+            y=[lane_y[(r.host or "?") + f" · {r.group} · {r.label}"] for _, r in ranks],
+            mode="markers", name=f"py-spy: {phase}",
+            text=[hover(f"{v.verdict} ({v.group}, round {v.round + 1}): {r.label} {phase} in "
+                        f"{r.phase.frame.function if r.phase.frame else '?'}"
+                        + (f" called from {r.phase.caller.function}" if r.phase.caller else "")
+                        + f" — {r.source}", redact) for v, r in ranks],
+            hovertemplate="%{text}<extra></extra>",
+            marker={"symbol": "diamond", "size": 13, "color": PHASE_COLOURS.get(phase, "#7f7f7f"),
+                    "line": {"width": 1, "color": "black"}}), row=1, col=1)
+
+
+def _finding_lanes(fig: go.Figure, analysis: Analysis, axis: Axis, lane_y: dict[str, int],
+                   redact: Redact | None) -> None:
+    for track in analysis.tracks:
+        lane = lane_y[f"track · {track.name}"]
+        points = [f for f in track.findings if f.at]
+        fig.add_trace(go.Scatter(
+            x=[wall_time(f.at, axis.zone) for f in points if f.at], y=[lane] * len(points), mode="markers",
+            name=f"findings: {track.name}", text=[hover(f"[{f.kind}] {f.text}", redact) for f in points],
+            hovertemplate="%{text}<extra></extra>", marker={"symbol": "circle", "size": 11}), row=1, col=1)
+        windows = [f for f in points if f.until and f.at and f.until > f.at]
+        if windows:
+            xs: list[datetime | None] = []
+            for f in windows:
+                xs += [wall_time(f.at, axis.zone), wall_time(f.until, axis.zone), None]  # type: ignore[arg-type]
+            fig.add_trace(go.Scatter(x=xs, y=[lane, lane, None] * len(windows), mode="lines", showlegend=False,
+                                     hoverinfo="skip", line={"width": 6}, opacity=0.35), row=1, col=1)
+
+
+def metric_frame(analysis: Analysis, gauges: tuple[str, ...], rates: tuple[str, ...], axis: Axis,
+                 budget_points: int) -> pl.DataFrame:
+    """Gauges as they are and counters as per-second rates, one series per instance and name
+    (ranks and other labels summed for rates, the maximum taken for gauges), bucketed so that
+    all series together stay under `budget_points` points. Columns: series, x (wall time), value."""
+    samples = analysis.timeline.samples
+    frames = []
+    if gauges:
+        frames.append(samples.filter(named(list(gauges)))
+                      .select(pl.coalesce("sample_ts", "ts").alias("at"), pl.col("instance").cast(pl.String),
+                              pl.col("name").cast(pl.String), "value")
+                      .group_by("at", "instance", "name").agg(pl.col("value").max()).collect())
+    if rates:
+        frames.append(counter_rates(samples.filter(named(list(rates))))
+                      .group_by(pl.col("end").alias("at"), "instance", "name")
+                      .agg(pl.col("rate").sum().alias("value"))
+                      .with_columns(pl.col("name") + "/s"))
+    if not frames:
+        return pl.DataFrame(schema={"series": pl.String, "x": pl.Datetime("us"), "value": pl.Float64})
+    points = pl.concat(frames).with_columns(pl.format("{} {}", "instance", "name").alias("series"))
+    n_series = max(points.get_column("series").n_unique(), 1)
+    span_s = max((axis.end - axis.start).total_seconds(), 1.0)
+    per_series = max(budget_points // n_series, 30)
+    bucket = next((b for b in BUCKETS if span_s / b <= per_series), BUCKETS[-1])
+    return (points.group_by("series", pl.col("at").dt.truncate(f"{bucket}s").alias("bucket"))
+            .agg(pl.col("value").mean())
+            .sort("series", "bucket")
+            .select("series", wall("bucket", axis.zone).alias("x"), "value"))
+
+
+def metric_panel(fig: go.Figure, analysis: Analysis, gauges: tuple[str, ...], rates: tuple[str, ...], axis: Axis,
+                 row: int, panels: int, redact: Redact | None, legend: bool | None = None) -> None:
+    """Draw one metric panel into row `row` of `fig` (a legend entry per series when there are
+    few enough series to read one, or when `legend` says so)."""
+    frame = metric_frame(analysis, gauges, rates, axis, POINT_BUDGET // max(panels, 1))
+    show = legend if legend is not None else frame.get_column("series").n_unique() <= LEGEND_SERIES
+    for (series,), rows in frame.group_by("series", maintain_order=True):
+        name = hover(series, redact, 80)
+        fig.add_trace(go.Scatter(x=rows.get_column("x").to_list(), y=rows.get_column("value").to_numpy(),
+                                 mode="lines", name=name, legendgroup=f"panel{row}", line={"width": 1.5},
+                                 hovertemplate=f"{name}<br>%{{x}}<br>%{{y:.4g}}<extra></extra>", showlegend=show),
+                      row=row, col=1)
+
+
+def _vertical_marks(fig: go.Figure, analysis: Analysis, axis: Axis, redact: Redact | None) -> None:
+    marks: list[tuple[datetime, str, str]] = []
+    for name in KEY_TIME_COLOURS:
+        at = getattr(analysis.key_times, name)
+        if at:
+            marks.append((at, f"{name} {wall_time(at, axis.zone):%H:%M:%S}", KEY_TIME_COLOURS[name]))
+    for note in analysis.timeline.incident.annotations:
+        marks.append((note.at, f"✎ {note.text}", "#555555"))
+    for at, text, colour in marks:
+        fig.add_vline(x=wall_time(at, axis.zone), line={"dash": "dash", "width": 1, "color": colour})
+    fig.add_trace(go.Scatter(
+        x=[wall_time(at, axis.zone) for at, _, _ in marks], y=[None] * len(marks), mode="markers",
+        showlegend=False, hoverinfo="skip"), row=1, col=1)
+    for n, (at, text, colour) in enumerate(marks):
+        fig.add_annotation(x=wall_time(at, axis.zone), y=1.0, yref="paper", yshift=-14 * (n % 4), showarrow=False,
+                           text=hover(text if len(text) <= 48 else text[:47] + "…", redact, 60, 1), font={"size": 10, "color": colour},
+                           xanchor="left", bgcolor="rgba(255,255,255,0.7)")
+
+
+def stack_phase_figure(verdicts: list[Verdict], redact: Redact | None = None) -> go.Figure:
+    """Phase per rank for every group and round: a grid of coloured cells, the frame in the hover."""
+    rows = [(f"{v.group} · round {v.round + 1}", r.label, r.phase.phase,
+             hover(f"{v.group} {r.label} round {v.round + 1}: {r.phase.phase} in "
+                   f"{r.phase.frame.function if r.phase.frame else '?'} ({r.source}); verdict {v.verdict}", redact))
+            for v in verdicts for r in v.ranks]
+    phases = sorted({p for _, _, p, _ in rows})
+    fig = go.Figure()
+    for phase in phases:
+        mine = [row for row in rows if row[2] == phase]
+        fig.add_trace(go.Scatter(x=[m[1] for m in mine], y=[m[0] for m in mine], mode="markers+text", name=phase,
+                                 text=[phase] * len(mine), textposition="middle center", customdata=[m[3] for m in mine],
+                                 hovertemplate="%{customdata}<extra></extra>", textfont={"color": "white", "size": 9},
+                                 marker={"symbol": "square", "size": 46, "color": PHASE_COLOURS.get(phase, "#7f7f7f")}))
+    groups = sorted({r[0] for r in rows})
+    fig.update_layout(height=120 + 60 * len(groups), template="plotly_white", title="py-spy: phase of each rank",
+                      margin={"l": 10, "r": 10, "t": 50, "b": 30})
+    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(groups)))
+    return fig
+
+
+def icicle_figure(verdict: Verdict, redact: Redact | None = None) -> go.Figure:
+    """The merged stacks of one group's ranks (outermost frame on top), coloured by phase."""
+    tree = verdict.tree()
+    colours = [PHASE_COLOURS.get(p, "#c7c7c7") if p else "#c7c7c7" for p in tree.get_column("phase")]
+    fig = go.Figure(go.Icicle(
+        ids=tree.get_column("id").to_list(), parents=tree.get_column("parent").to_list(),
+        labels=[hover(label, redact, 60, 2) for label in tree.get_column("label")],
+        values=tree.get_column("value").to_list(), branchvalues="total", marker={"colors": colours},
+        customdata=[", ".join(map(str, ranks)) for ranks in tree.get_column("ranks")],
+        hovertemplate="%{label}<br>ranks %{customdata}<extra></extra>", tiling={"orientation": "v"}))
+    fig.update_layout(height=520, margin={"l": 10, "r": 10, "t": 50, "b": 10},
+                      title=f"{verdict.group}: merged stacks of {len(verdict.ranks)} ranks ({verdict.verdict})")
+    return fig
+
+
+def errors_figure(analysis: Analysis, redact: Redact | None = None, top: int = 12) -> go.Figure:
+    """Notable lines per minute for the `top` templates by count (stacked bars), in the display zone."""
+    counts = errors.per_minute(analysis.timeline)
+    leaders = (counts.group_by("component", "template").agg(pl.col("count").sum())
+               .sort("count", descending=True).head(top))
+    fig = go.Figure()
+    for component, template, _ in leaders.iter_rows():
+        rows = counts.filter((pl.col("component").eq_missing(component)) & (pl.col("template") == template))
+        name = hover(f"{component or '?'}: {template}", redact, 70, 2)
+        fig.add_trace(go.Bar(x=rows.select(wall("minute", analysis.display_zone)).to_series().to_list(),
+                             y=rows.get_column("count").to_list(), name=name,
+                             hovertemplate=f"{name}<br>%{{x}}<br>%{{y}} lines<extra></extra>"))
+    fig.update_layout(barmode="stack", height=420, template="plotly_white", title="notable lines per minute",
+                      xaxis_title=f"minute ({analysis.display_zone})", margin={"l": 10, "r": 10, "t": 50, "b": 40},
+                      legend={"font": {"size": 9}})
+    return fig
+

@@ -1,0 +1,150 @@
+"""HTML pages: the shareable `timeline.html`, the batch `index.html`, and escaped tables.
+
+Every page is self-contained (plotly.js inlined, no other script, no font or CDN request), so it
+opens from a mail attachment or a chat upload with no network. Every string from the evidence is
+escaped (`forensics.render.text`); `timeline.html` is redacted unless told otherwise and says
+what it redacted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+import polars as pl
+from plotly.offline import get_plotlyjs
+
+from forensics.analyze import Analysis
+from forensics.detect import clock, span
+from forensics.render.text import Redact, safe
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.4em; }
+table { border-collapse: collapse; font-size: 0.9em; margin: 0.5em 0; }
+th, td { border: 1px solid #ddd; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.note { color: #555; font-size: 0.9em; } .bad { color: #b00; } .verdict { font-weight: 600; }
+pre.log { white-space: pre-wrap; font-size: 0.85em; background: #f8f8f8; padding: 0.5em; }
+"""
+
+
+def plotly_js_tag() -> str:
+    """plotly.js, inlined once per page."""
+    return f'<script type="text/javascript">{get_plotlyjs()}</script>'
+
+
+def figure_div(fig: go.Figure, div_id: str) -> str:
+    """A figure as a div and the script that draws it (plotly.js must already be on the page).
+    plotly's JSON writer escapes `<`, `>` and `/`, so no string in the figure can end the script."""
+    return pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=div_id,
+                       config={"displaylogo": False, "responsive": True})
+
+
+def table(frame: pl.DataFrame | Sequence[dict[str, Any]], redact: Redact | None = None,
+          columns: Sequence[str] | None = None, numeric: Iterable[str] = ()) -> str:
+    """Rows as an HTML table, every cell escaped (and redacted when asked)."""
+    rows = frame.to_dicts() if isinstance(frame, pl.DataFrame) else list(frame)
+    names = list(columns or (rows[0].keys() if rows else []))
+    numbers = set(numeric)
+    head = "".join(f"<th>{safe(n)}</th>" for n in names)
+    body = []
+    for row in rows:
+        cells = "".join(f'<td class="num">{safe(_cell(row.get(n)))}</td>' if n in numbers
+                        else f"<td>{safe(_cell(row.get(n)), redact)}</td>" for n in names)
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def key_times_rows(analysis: Analysis) -> list[dict[str, str]]:
+    """The key times as table rows: name, time in the display zone, time since started, how found."""
+    t = analysis.key_times
+    rows = []
+    for name in ("started", "detected", "mitigated", "resolved"):
+        at = getattr(t, name)
+        seconds = t.seconds(name)
+        rows.append({"key time": name, analysis.display_zone: clock(at) if at else "not in the evidence",
+                     "UTC": at.isoformat() if at else "—",
+                     "since started": span(seconds) if seconds is not None and name != "started" else "",
+                     "how it was found": t.how.get(name, "")})
+    return rows
+
+
+def timeline_page(analysis: Analysis, fig: go.Figure, redact: Redact | None, statement: str | None) -> str:
+    """The whole shareable timeline page: title, key times, tracks, the figure, what was redacted."""
+    t = analysis.key_times
+    measures = " · ".join(f"{label} {span(s) if (s := t.seconds(name)) is not None else '—'}"
+                          for label, name in (("TTD", "detected"), ("TTM", "mitigated"), ("TTR", "resolved")))
+    tracks = "".join(f"<li><b>{safe(track.name, redact)}</b>: {len(track.findings)} findings, "
+                     f"{safe(clock(track.first))}–{safe(clock(track.last))}</li>" for track in analysis.tracks)
+    contradictions = "".join(f'<p class="bad">contradiction: {safe(c, redact)}</p>' for c in t.contradictions)
+    title = safe(analysis.timeline.incident.title, redact)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title} — timeline</title><style>{STYLE}</style>
+{plotly_js_tag()}
+</head><body>
+<h1>{title}</h1>
+<p class="note">Times in {safe(analysis.display_zone)}; stored and exported in UTC. Made by forensics from
+{safe(_bundle_name(analysis), redact)}.</p>
+<h2>Key times</h2>
+{table(key_times_rows(analysis), redact)}
+<p><b>{safe(measures)}</b></p>{contradictions}
+<h2>Symptom tracks</h2><ul>{tracks}</ul>
+<h2>Timeline</h2>
+{figure_div(fig, "timeline")}
+<p class="note" id="redaction">{safe(statement or "Not redacted: this page shows host names, addresses and log text as recorded.")}</p>
+</body></html>
+"""
+
+
+def _bundle_name(analysis: Analysis) -> str:
+    return Path(analysis.bundle).name
+
+
+def index_page(rows: Sequence[dict[str, Any]], title: str = "Incident reports") -> str:
+    """The batch index: one row per incident (title, window, verdicts, TTD, TTM, links), failed
+    bundles with their error. Every value is escaped; links are relative to the index."""
+    body = []
+    for row in rows:
+        links = " · ".join(f'<a href="{safe(href)}">{safe(name)}</a>' for name, href in row.get("links", []))
+        status = (f'<span class="bad">failed: {safe(row["error"])}</span>' if row.get("error") else "rendered")
+        body.append("<tr>" + "".join([
+            f"<td>{safe(row.get('title') or row.get('bundle'))}<br><span class='note'>{safe(row.get('bundle'))}</span></td>",
+            f"<td>{safe(row.get('window') or '—')}</td>",
+            f"<td class='verdict'>{safe(row.get('verdicts') or '—')}</td>",
+            f"<td class='num'>{safe(row.get('ttd') or '—')}</td>",
+            f"<td class='num'>{safe(row.get('ttm') or '—')}</td>",
+            f"<td>{status}</td>", f"<td>{links}</td>"]) + "</tr>")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{safe(title)}</title><style>{STYLE}</style></head><body>
+<h1>{safe(title)}</h1>
+<p class="note">{len(rows)} bundles, {sum(1 for r in rows if r.get('error'))} failed.</p>
+<table id="incidents"><thead><tr><th>incident</th><th>window</th><th>verdicts</th><th>TTD</th><th>TTM</th>
+<th>status</th><th>outputs</th></tr></thead><tbody>{''.join(body)}</tbody></table>
+<script type="application/json" id="index-data">{_json_for_script(rows)}</script>
+</body></html>
+"""
+
+
+def _json_for_script(value: Any) -> str:
+    """JSON that cannot close its <script> element."""
+    return (json.dumps(value, default=str).replace("<", "\\u003c").replace(">", "\\u003e")
+            .replace("&", "\\u0026"))

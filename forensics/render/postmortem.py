@@ -1,0 +1,154 @@
+"""`postmortem.md`: a first draft of the post-mortem, under the Google SRE book's headings.
+
+What the evidence says is filled in (key times, the freeze, the stack verdict, the blind spot,
+the restart, the other symptom tracks and why they are kept apart); what only people know (user
+impact, the underlying cause, owners, lessons) is left as a visible `TODO` placeholder, never
+invented. Log text is quoted in code spans with backticks removed, so markup in it stays text
+when the Markdown is rendered.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from forensics.analyze import Analysis
+from forensics.detect import Finding, clock, span
+from forensics.detect.stacks import latest
+from forensics.render.text import Redact
+
+HEADINGS = ("Summary", "Impact", "Root Causes", "Trigger", "Resolution", "Detection", "Action Items",
+            "Lessons Learned", "Timeline")
+TRIGGER_LOOKBACK_S = 120  # findings this long before the start may be the trigger
+TODO = "> **TODO (only people know):**"
+
+# Suggested action items per finding kind: what the evidence argues for; people decide.
+SUGGESTIONS = {
+    "silent_hang": "Alert on progress, not only health: e.g. rate of generated tokens = 0 while running "
+                   "requests > 0 for 60 s on any engine.",
+    "stack_verdict": "Capture py-spy dumps of every rank automatically when progress stops, before restarting.",
+    "frozen": "Make the health check exercise the scheduler (a tiny generation), so a frozen engine fails it.",
+    "request_timeout": "Bound client-visible damage: fail requests fast when the engine makes no progress.",
+    "kv_transfer_failure": "Investigate why cancelled requests' KV transfers left the decode ranks out of step.",
+}
+
+
+def _md(text: object, redact: Redact | None) -> str:
+    """Evidence text made safe for Markdown: redacted, and markup neutralised as a code span."""
+    value = "" if text is None else str(text)
+    if redact is not None:
+        value = redact(value) or ""
+    value = value.replace("`", "'").replace("\n", " ")
+    return value.replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _of(analysis: Analysis, *kinds: str, track: str | None = None) -> list[Finding]:
+    return sorted((f for f in analysis.findings if f.kind in kinds and (track is None or f.track == track)),
+                  key=lambda f: (f.at is None, f.at))
+
+
+def _at(at: datetime | None) -> str:
+    return clock(at) if at else "?"
+
+
+def draft(analysis: Analysis, redact: Redact | None = None) -> str:
+    """The post-mortem draft as Markdown, times in the analysis' display zone."""
+    from zoneinfo import ZoneInfo
+
+    from forensics.detect import DISPLAY_ZONE
+    token = DISPLAY_ZONE.set(ZoneInfo(analysis.display_zone))
+    try:
+        return _draft(analysis, redact)
+    finally:
+        DISPLAY_ZONE.reset(token)
+
+
+def _draft(analysis: Analysis, redact: Redact | None) -> str:
+    t, main = analysis.key_times, analysis.timeline.profile.logs.main_track
+    zone = analysis.display_zone
+    out: list[str] = [f"# Post-mortem: {_md(analysis.timeline.incident.title, redact)}", "",
+                      f"*Draft written by forensics from `{_md(analysis.bundle.name, redact)}`; times in {zone}. "
+                      "Every statement below comes from the evidence; replace each TODO.*", ""]
+    freezes, hangs = _of(analysis, "frozen"), _of(analysis, "silent_hang")
+    verdicts = latest(analysis.verdicts)
+    desync = [v for v in verdicts if v.verdict == "TP_DESYNC"]
+    ttr = t.seconds("resolved")
+
+    out += ["## Summary", ""]
+    if freezes:
+        parts = [f"{f.component} froze at {_at(f.at)}" for f in freezes]
+        out.append(f"{'; '.join(parts)}."
+                   + (f" py-spy showed the {desync[0].group} TP group desynchronised ({desync[0].verdict})."
+                      if desync else "")
+                   + (" Health checks kept answering 200 while frozen." if hangs else "")
+                   + (f" A restart at {_at(t.mitigated)} brought service back at {_at(t.resolved)}"
+                      f" ({span(ttr)} after the start)." if t.mitigated and t.resolved and ttr is not None else ""))
+    else:
+        out.append("No engine froze in the evidence.")
+    others = [tr for tr in analysis.tracks if tr.name not in (main, "data quality", "errors")]
+    for track in others:
+        out.append(f"A separate symptom, the {track.name}, was seen {_at(track.first)}–{_at(track.last)}.")
+    out += ["", TODO + " a one-paragraph summary for readers outside the team.", ""]
+
+    out += ["## Impact", ""]
+    for f in _of(analysis, "request_timeout", "request_aborted", "http_5xx", "health_check_failed", track=main):
+        out.append(f"- {_md(f.text, redact)}")
+    for f in hangs:
+        out.append(f"- {_md(f.text, redact)}")
+    out += ["", TODO + " users and requests affected, SLO budget spent, revenue or contractual impact.", ""]
+
+    out += ["## Root Causes", ""]
+    for v in desync or verdicts:
+        out.append(f"- {_md(v.explanation, redact)}")
+    if not verdicts:
+        out.append("- No py-spy stacks in the bundle: the engines' state when frozen is not in the evidence.")
+    for text in analysis.links:
+        out.append(f"- {_md(text, redact)}")
+    out += ["", TODO + " why the ranks took different paths (the underlying bug), and whether the "
+            "separate symptom tracks share a cause (only a hypothesis so far).", ""]
+
+    out += ["## Trigger", ""]
+    before = [f for f in analysis.findings if f.at and t.started and f.track == main
+              and 0 <= (t.started - f.at).total_seconds() <= TRIGGER_LOOKBACK_S and f.kind not in ("frozen",)]
+    if before:
+        out.append(f"In the {span(TRIGGER_LOOKBACK_S)} before the start ({_at(t.started)}):")
+        out += [f"- {_at(f.at)} {_md(f.text, redact)}" for f in sorted(before, key=lambda f: f.at or t.started)]
+    else:
+        out.append("Nothing notable in the evidence in the two minutes before the start.")
+    out += ["", TODO + " confirm the trigger (a client's mass cancellation? a deploy? load?).", ""]
+
+    out += ["## Resolution", ""]
+    for f in _of(analysis, "mitigation", "restart"):
+        out.append(f"- {_at(f.at)} {_md(f.text, redact)}")
+    out.append(f"- Resolved at {_at(t.resolved)}: {_md(t.how.get('resolved', 'not in the evidence'), redact)}")
+    out += [""]
+
+    out += ["## Detection", ""]
+    out.append(f"Detected at {_at(t.detected)} ({_md(t.how.get('detected', 'not in the evidence'), redact)}), "
+               + (f"{span(s)} after the start." if (s := t.seconds("detected")) is not None else "time to detect unknown."))
+    for f in hangs:
+        out.append(f"- Blind spot: {_md(f.text, redact)}")
+    out += ["", TODO + " which alert fired (if any) and who was paged.", ""]
+
+    out += ["## Action Items", "", "| action item | type | owner | bug |", "|---|---|---|---|"]
+    kinds = {f.kind for f in analysis.findings}
+    for kind, text in SUGGESTIONS.items():
+        if kind in kinds:
+            out.append(f"| {text} | suggested by the evidence | TODO | TODO |")
+    out += ["| TODO | mitigate / prevent / detect | TODO | TODO |", ""]
+
+    out += ["## Lessons Learned", "", "### What went well", ""]
+    if t.resolved and t.mitigated:
+        out.append(f"- The restart worked: healthy {span((t.resolved - t.mitigated).total_seconds())} after it was issued.")
+    out += [TODO + " what else went well.", "", "### What went wrong", ""]
+    for f in hangs:
+        out.append(f"- Health checks stayed green for {span(((f.until or f.at) - f.at).total_seconds()) if f.at else '?'} "
+                   f"while {f.component} was frozen.")
+    out += [TODO + " what else went wrong.", "", "### Where we got lucky", "", TODO + " near misses.", ""]
+
+    out += ["## Timeline", "", f"| time ({zone}) | track | kind | what happened |", "|---|---|---|---|"]
+    for f in sorted((f for f in analysis.findings if f.at), key=lambda f: f.at or t.started):
+        if f.kind == "stack_verdict" and not any(v.group == f.component and v.at == f.at for v in verdicts):
+            continue
+        out.append(f"| {_at(f.at)} | {_md(f.track, redact)} | {f.kind} | {_md(f.text, redact).replace('|', '/')} |")
+    out.append("")
+    return "\n".join(out)

@@ -1,0 +1,119 @@
+"""Redaction: IP addresses, host names, user names, bearer tokens and API keys, and e-mail
+addresses replaced by stable pseudonyms before text leaves the machine.
+
+One `Redactor` serves one output: the same value always gets the same pseudonym in it
+(`ip-1`, `host-2`, `user-1`, `secret-3`, `email-1`), numbered in order of first sight so that
+nothing of the value (not even a hash someone could brute-force over the IPv4 space) survives.
+`counts()` says how many distinct values of each kind were replaced, which the outputs state.
+Host names are the ones the evidence names (journald's `_HOSTNAME`, scrape instances, the
+manifest) plus anything shaped like a fully qualified domain name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+# Order matters: secrets and e-mail addresses first, so that their parts are not taken for
+# host names or user names afterwards.
+SECRET_PATTERNS = (
+    r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}",
+    r"\bsk-[A-Za-z0-9_-]{16,}",
+    r"\bhf_[A-Za-z0-9]{20,}",
+    r"\bgh[pousr]_[A-Za-z0-9]{20,}",
+    r"\bAKIA[0-9A-Z]{16}\b",
+    r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}",  # a JWT
+)
+# key=value forms: only the value is replaced, the key stays readable
+SECRET_ASSIGNMENT = re.compile(
+    r"(?i)\b((?:api[_-]?key|access[_-]?token|auth[_-]?token|token|secret|password|passwd|x-api-key)"
+    r"[\"']?\s*[:=]\s*[\"']?)([^\s\"',;&]{6,})")
+EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
+IPV4 = re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])")
+# all eight groups, or a `::` somewhere: clock times (21:42:00) and MAC addresses are neither
+IPV6 = re.compile(r"(?<![\w:])(?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}(?![\w:])"
+                  r"|(?<![\w:])[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4})*::(?:[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4})*)?(?![\w:])"
+                  r"|(?<![\w:])::[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4})*(?![\w:])")
+FQDN = re.compile(r"\b(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+"
+                  r"(?:com|net|org|io|ai|dev|cloud|internal|local|lan|corp|cluster|svc|example)\b", re.I)
+USER_PATTERNS = (
+    re.compile(r"^\s*([a-z_][a-z0-9_.-]*) : (?:TTY|PWD|USER|COMMAND)="),  # sudo's audit line
+    re.compile(r"\b(?:user|username|login|USER|LOGNAME|SUDO_USER)[=:]\s*([a-z_][a-z0-9_.-]*)", re.I),
+    re.compile(r"(?:/home/|/Users/)([a-z_][a-z0-9_.-]*)"),
+    re.compile(r"\bfor user ([a-z_][a-z0-9_.-]*)"),
+)
+# accounts whose names identify nobody
+SYSTEM_USERS = {"root", "nobody", "systemd", "daemon", "www-data", "sglang"}
+KIND_WORDS = {"ip": "IP addresses", "host": "host names", "user": "user names", "secret": "bearer tokens and API keys",
+              "email": "e-mail addresses"}
+
+
+class Redactor:
+    """Stable pseudonyms for one output."""
+
+    def __init__(self, hosts: Iterable[str] = (), users: Iterable[str] = ()) -> None:
+        self._names: dict[tuple[str, str], str] = {}
+        self._next: Counter[str] = Counter()
+        self.replaced: Counter[str] = Counter()  # occurrences replaced, per kind
+        known = sorted({h for h in hosts if h and h not in ("localhost",)}, key=len, reverse=True)
+        self._hosts = (re.compile("|".join(rf"(?<![\w-]){re.escape(h)}(?![\w-])" for h in known), re.I)
+                       if known else None)
+        names = sorted({u for u in users if u and u not in SYSTEM_USERS}, key=len, reverse=True)
+        self._users = re.compile("|".join(rf"\b{re.escape(u)}\b" for u in names)) if names else None
+
+    def pseudonym(self, kind: str, value: str) -> str:
+        """The pseudonym of `value` (the same one every time in this output)."""
+        key = (kind, value.lower() if kind in ("host", "email") else value)
+        if key not in self._names:
+            self._next[kind] += 1
+            self._names[key] = f"{kind}-{self._next[kind]}"
+        self.replaced[kind] += 1
+        return self._names[key]
+
+    def __call__(self, text: str | None) -> str | None:
+        """`text` with every secret and identity replaced."""
+        if not text:
+            return text
+        for pattern in SECRET_PATTERNS:
+            text = re.sub(pattern, lambda m: self.pseudonym("secret", m.group(0)), text)
+        text = SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + self.pseudonym("secret", m.group(2)), text)
+        text = EMAIL.sub(lambda m: self.pseudonym("email", m.group(0)), text)
+        text = IPV4.sub(lambda m: self.pseudonym("ip", m.group(0)), text)
+        text = IPV6.sub(lambda m: self.pseudonym("ip", m.group(0)), text)
+        if self._hosts is not None:
+            text = self._hosts.sub(lambda m: self.pseudonym("host", m.group(0)), text)
+        text = FQDN.sub(lambda m: self.pseudonym("host", m.group(0)), text)
+        for pattern in USER_PATTERNS:
+            text = pattern.sub(lambda m: self._user(m), text)
+        if self._users is not None:
+            text = self._users.sub(lambda m: self.pseudonym("user", m.group(0)), text)
+        return text
+
+    def _user(self, match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in SYSTEM_USERS or re.fullmatch(r"user-\d+", name):
+            return match.group(0)
+        start, end = match.span(1)
+        whole = match.group(0)
+        offset = match.start(0)
+        return whole[:start - offset] + self.pseudonym("user", name) + whole[end - offset:]
+
+    def counts(self) -> dict[str, int]:
+        """Distinct values replaced, per kind."""
+        return dict(Counter(kind for kind, _ in self._names))
+
+    def statement(self) -> str:
+        """What was redacted, in one sentence for the output itself."""
+        counts = self.counts()
+        if not counts:
+            return ("Redaction was on: no IP addresses, host names, user names, bearer tokens or API keys, "
+                    "or e-mail addresses were found.")
+        parts = [f"{n} {KIND_WORDS[kind]}" for kind, n in sorted(counts.items())]
+        return (f"Redacted (each replaced by a stable pseudonym such as {next(iter(self._names.values()))}): "
+                + ", ".join(parts) + f"; {sum(self.replaced.values())} occurrences in all.")
+
+
+def no_redaction(text: str | None) -> str | None:
+    """The identity, for outputs that are not redacted."""
+    return text

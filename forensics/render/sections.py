@@ -1,0 +1,330 @@
+"""The report's sections, built from one analysis, for the notebooks to show.
+
+`ReportSession.open(bundle, ...)` analyzes a bundle once; each method returns something a notebook
+cell displays (escaped HTML, or a figure carrying both plotly's own mimetype for JupyterLab and a
+div for nbconvert's HTML, whose page inlines plotly.js once). `write_outputs` writes
+`summary.json`, `timeline.html` (redacted unless `redact="none"`) and `postmortem.md`, and
+`record` leaves the summary in the notebook as `application/json` so tests and scripts read values,
+not printed text.
+
+Redaction modes: `none` (nothing redacted), `timeline` (the default: the shareable
+`timeline.html` only) and `all` (the report, the post-mortem draft and `summary.json` too).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+import polars as pl
+from plotly.subplots import make_subplots
+
+from forensics.analyze import Analysis, analyze
+from forensics.detect import errors, progress
+from forensics.detect.stacks import latest
+from forensics.errors import ForensicsError
+from forensics.profiles import load_profile
+from forensics.render import figures, html, postmortem
+from forensics.render.redact import Redactor
+from forensics.render.text import Redact, hover, safe
+
+REDACT_MODES = ("none", "timeline", "all")
+GAP_FACTOR = 5.0  # a pause this many times a source's median interval (and over GAP_MIN_S) is a gap
+GAP_MIN_S = 60.0
+SUMMARY_MIME = "application/json"
+
+
+class Figure:
+    """A plotly figure for a notebook output: plotly's mimetype (JupyterLab draws it) and an HTML
+    div that expects plotly.js on the page (the report's template inlines it once)."""
+
+    _count = 0
+
+    def __init__(self, fig: go.Figure, name: str) -> None:
+        self.fig = fig
+        self.name = name
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        Figure._count += 1
+        return {"application/vnd.plotly.v1+json": json.loads(pio.to_json(self.fig, validate=False)),
+                "text/html": html.figure_div(self.fig, f"fig-{self.name}-{Figure._count}"),
+                "text/plain": f"<figure {self.name}: {len(self.fig.data)} traces>"}
+
+
+class Html:
+    """Escaped HTML for a notebook output."""
+
+    def __init__(self, body: str) -> None:
+        self.body = body
+
+    def _repr_html_(self) -> str:
+        return self.body
+
+
+def hosts_and_users(analysis: Analysis) -> tuple[list[str], list[str]]:
+    """Host names the evidence names (journal, scrapes, stacks, manifest) — what redaction hides."""
+    hosts = set(analysis.timeline.events.get_column("host").drop_nulls().unique().to_list())
+    hosts |= set(analysis.timeline.stacks.get_column("host").drop_nulls().unique().to_list())
+    hosts |= {str(h) for h in analysis.timeline.samples.select(pl.col("host").cast(pl.String)).unique()
+              .collect().get_column("host").drop_nulls().to_list()}
+    hosts |= set(analysis.timeline.incident.hosts)
+    return sorted(h for h in hosts if h), []
+
+
+@dataclass
+class ReportSession:
+    """One analyzed bundle and where its outputs go."""
+
+    analysis: Analysis
+    out_dir: Path
+    redact_mode: str = "timeline"
+    _report_redactor: Redactor | None = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, bundle: str | Path, out_dir: str | Path = "", display_tz: str = "UTC", profile: str = "",
+             redact: str = "timeline") -> ReportSession:
+        """Analyze `bundle` (its case under `out_dir/case`); outputs go to `out_dir`
+        (default exports/<bundle name>)."""
+        if redact not in REDACT_MODES:
+            raise ForensicsError(f"redact must be one of {', '.join(REDACT_MODES)}, not {redact!r}")
+        bundle = Path(bundle)
+        out = Path(out_dir) if out_dir else Path("exports") / bundle.resolve().name
+        out.mkdir(parents=True, exist_ok=True)
+        analysis = analyze(bundle, out / "case", load_profile(profile) if profile else load_profile(), display_tz)
+        session = cls(analysis, out, redact)
+        if redact == "all":
+            session._report_redactor = session.redactor()
+        return session
+
+    def redactor(self) -> Redactor:
+        """A fresh redactor knowing this bundle's host names."""
+        hosts, users = hosts_and_users(self.analysis)
+        return Redactor(hosts, users)
+
+    @property
+    def redact(self) -> Redact | None:
+        """What the report and the post-mortem pass text through (None unless redact="all")."""
+        return self._report_redactor
+
+    # -- the report's sections --------------------------------------------------------------
+
+    def header(self) -> Html:
+        """Incident, window, display zone, bundle."""
+        a, r = self.analysis, self.redact
+        window = a.summary()["window"]
+        return Html(f"<h1>{safe(a.timeline.incident.title, r)}</h1><table>"
+                    f"<tr><th>bundle</th><td>{safe(a.bundle, r)}</td></tr>"
+                    f"<tr><th>window (UTC)</th><td>{safe(window[0])} — {safe(window[1])}</td></tr>"
+                    f"<tr><th>display time zone</th><td>{safe(a.display_zone)}</td></tr>"
+                    f"<tr><th>profile</th><td>{safe(a.timeline.profile.name)}</td></tr></table>"
+                    + "".join(f'<p class="note">{safe(n, r)}</p>' for n in a.timeline.incident.notes))
+
+    def sources(self) -> Html:
+        """Records, parsed, quarantined and time span per input."""
+        rows = [{k: e.get(k) for k in ("path", "format", "records", "parsed", "quarantined", "first_ts", "last_ts",
+                                       "error")} for e in self.analysis.timeline.manifest["inputs"]]
+        return Html(html.table(rows, self.redact, numeric=("records", "parsed", "quarantined")))
+
+    def findings(self) -> Html:
+        """The symptom tracks and their findings in plain sentences, and what links them."""
+        r = self.redact
+        parts = []
+        latest_at = {(v.group, v.at) for v in latest(self.analysis.verdicts)}
+        for track in self.analysis.tracks:
+            items = "".join(
+                f"<li><b>{safe(figures.wall_time(f.at, self.analysis.display_zone).strftime('%H:%M:%S') if f.at else '?')}"
+                f"</b> <code>{safe(f.kind)}</code> {safe(f.text, r)}</li>"
+                for f in track.findings
+                if not (f.kind == "stack_verdict" and (f.component, f.at) not in latest_at))
+            parts.append(f"<h3>track: {safe(track.name, r)}</h3><ul>{items}</ul>")
+        if self.analysis.links:
+            parts.append("<h3>between tracks</h3>" + "".join(f"<p>{safe(t, r)}</p>" for t in self.analysis.links))
+        return Html("".join(parts))
+
+    def key_times(self) -> Html:
+        """Started, detected, mitigated, resolved with TTD / TTM / TTR and any contradiction."""
+        t = self.analysis.key_times
+        from forensics.detect import span
+        measures = " · ".join(f"{label} {span(s) if (s := t.seconds(name)) is not None else '—'}"
+                              for label, name in (("TTD", "detected"), ("TTM", "mitigated"), ("TTR", "resolved")))
+        body = html.table(html.key_times_rows(self.analysis), self.redact) + f"<p><b>{safe(measures)}</b></p>"
+        body += "".join(f'<p class="bad">contradiction: {safe(c, self.redact)}</p>' for c in t.contradictions)
+        return Html(body)
+
+    def timeline(self) -> Figure:
+        """Swimlanes and metric panels on one time axis."""
+        return Figure(figures.timeline_figure(self.analysis, self.redact), "timeline")
+
+    def stacks(self) -> list[Any]:
+        """Phase per rank (every round) and the merged-stack icicle of each group's last round."""
+        verdicts = self.analysis.verdicts
+        if not verdicts:
+            return [Html("<p>No py-spy stacks in this bundle.</p>")]
+        rows = [{"group": v.group, "round": v.round + 1, "at": v.at, "verdict": v.verdict, "collective": v.collective,
+                 "ranks by phase": "; ".join(f"{p}: {', '.join(map(str, ranks))}" for p, ranks in v.ranks_by_phase.items()),
+                 "missing": ", ".join(f"{m.label} ({m.reason})" for m in v.missing) or "—"} for v in verdicts]
+        out: list[Any] = [Html(html.table(rows, self.redact)),
+                          Figure(figures.stack_phase_figure(verdicts, self.redact), "phases")]
+        for v in latest(verdicts):
+            out += [Html(f"<p>{safe(v.explanation, self.redact)}</p>"),
+                    Figure(figures.icicle_figure(v, self.redact), f"icicle-{v.group}")]
+        return out
+
+    def errors(self) -> list[Any]:
+        """Notable lines per minute, templates new in the incident window, folded tracebacks."""
+        a = self.analysis
+        start = a.key_times.started or (a.timeline.incident.window[0] if a.timeline.incident.window else None)
+        out: list[Any] = [Figure(figures.errors_figure(a, self.redact), "errors")]
+        if start is not None:
+            table = (errors.templates(a.timeline, start).filter(pl.col("new_in_window"))
+                     .select("component", "template", "count", "first", "last", "peak_per_minute"))
+            out.append(Html("<h3>templates new in the incident window</h3>"
+                            + html.table(table, self.redact, numeric=("count", "peak_per_minute"))))
+        tracebacks = errors.fold_tracebacks(a.timeline.events).select("ts", "component", "pid", "lines", "message")
+        out.append(Html("<h3>tracebacks</h3>" + (
+            "".join(f'<p>{safe(row["ts"])} {safe(row["component"], self.redact)} pid {safe(row["pid"])} '
+                    f'({row["lines"]} lines)</p><pre class="log">{safe(row["message"], self.redact)}</pre>'
+                    for row in tracebacks.iter_rows(named=True)) if tracebacks.height else "<p>none</p>")))
+        return out
+
+    def data_quality(self) -> Html:
+        """Quarantined records, clock offsets applied, wall-clock jumps, and gaps in each source."""
+        a, r = self.analysis, self.redact
+        q = a.timeline.quarantine
+        parts = [f"<h3>quarantine ({q.height} records)</h3>"]
+        if q.height:
+            parts.append(html.table(q.group_by("source_file", "reason").agg(pl.len().alias("records"),
+                                                                            pl.col("line").min().alias("first line"),
+                                                                            pl.col("excerpt").first())
+                                    .sort("records", descending=True).head(50), r, numeric=("records",)))
+        parts.append("<h3>clocks</h3>" + html.table(a.timeline.clock_checks, r))
+        if a.timeline.jumps.height:
+            parts.append("<h3>wall-clock steps</h3>" + html.table(a.timeline.jumps, r))
+        gaps = source_gaps(a)
+        parts.append("<h3>gaps in each source</h3>" + (html.table(gaps, r, numeric=("gap_s", "median_interval_s"))
+                                                        if gaps.height else "<p>none</p>"))
+        return Html("".join(parts))
+
+    def postmortem(self) -> Html:
+        """The post-mortem draft (also written to postmortem.md)."""
+        text = postmortem.draft(self.analysis, self.redact)
+        return Html(f'<pre class="log" id="postmortem">{safe(text)}</pre>')
+
+    # -- deep dives (notebooks/logs, metrics, stacks) -----------------------------------------
+
+    def log_volume(self) -> Figure:
+        """Log lines per minute per host and component."""
+        a = self.analysis
+        counts = (a.timeline.events.with_columns(figures.lane_expr())
+                  .group_by(pl.col("ts").dt.truncate("1m").alias("minute"),
+                            pl.concat_str([pl.col("host").fill_null("?"), pl.col("component").fill_null("other")],
+                                          separator=" · ").alias("where")).len().sort("minute"))
+        fig = go.Figure()
+        for (where,), rows in counts.group_by("where", maintain_order=True):
+            name = hover(where, self.redact, 60)
+            fig.add_trace(go.Bar(x=rows.select(figures.wall("minute", a.display_zone)).to_series().to_list(),
+                                 y=rows.get_column("len").to_list(), name=name))
+        fig.update_layout(barmode="stack", height=380, template="plotly_white", title="log lines per minute",
+                          xaxis_title=f"minute ({a.display_zone})")
+        return Figure(fig, "log-volume")
+
+    def last_progress(self) -> Html:
+        """Per component, host and rank tag: progress lines, first, last, pending at the last."""
+        return Html(html.table(progress.last_progress(self.analysis.timeline), self.redact,
+                               numeric=("lines", "running_req", "queue_req")))
+
+    def templates(self, limit: int = 40) -> Html:
+        """The most frequent warning-and-worse templates and line kinds, with per-minute peaks."""
+        a = self.analysis
+        start = a.key_times.started or a.timeline.events.get_column("ts").min()
+        table = (errors.templates(a.timeline, start).sort("count", descending=True).head(limit)
+                 .select("component", "template", "count", "peak_per_minute", "first", "last", "new_in_window"))
+        return Html(html.table(table, self.redact, numeric=("count", "peak_per_minute")))
+
+    def instances(self) -> Html:
+        """Per metrics instance and format: scrape times, series, samples, first and last."""
+        samples = self.analysis.timeline.samples
+        table = (samples.group_by(pl.col("instance").cast(pl.String), pl.col("format").cast(pl.String))
+                 .agg(pl.col("ts").n_unique().alias("times"), pl.col("series").n_unique().alias("series"),
+                      pl.len().alias("samples"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"))
+                 .sort("instance").collect())
+        return Html(html.table(table, self.redact, numeric=("times", "series", "samples")))
+
+    def metric_panels(self) -> Figure:
+        """The profile's metric panels alone, full width."""
+        a = self.analysis
+        axis = figures.axis_for(a)
+        panels = a.timeline.profile.metrics.panels
+        fig = make_subplots(rows=max(len(panels), 1), cols=1, shared_xaxes=True,
+                                    subplot_titles=[p.title for p in panels])
+        for row, panel in enumerate(panels, start=1):
+            figures.metric_panel(fig, a, panel.gauges, panel.rates, axis, row, len(panels), self.redact,
+                                 legend=True)
+        fig.update_layout(height=260 * max(len(panels), 1), template="plotly_white")
+        return Figure(fig, "metrics")
+
+    def stalls_and_restarts(self) -> Html:
+        """Windows where progress counters stood still, and restarts seen in the metrics."""
+        from forensics.metrics import restarts, stalled
+        a = self.analysis
+        stalls = stalled(a.timeline.samples, a.timeline.profile)
+        seen = restarts(a.timeline.samples, a.timeline.profile)
+        return Html("<h3>stalled progress counters</h3>" + html.table(stalls, self.redact)
+                    + "<h3>restarts</h3>" + html.table(seen, self.redact))
+
+    def rank_stacks(self) -> Html:
+        """Every rank's main-thread stack in every round, innermost frame first."""
+        rows = [{"group": v.group, "round": v.round + 1, "rank": r.label, "pid": r.pid, "phase": r.phase.phase,
+                 "stack": " ← ".join(f"{f.function} ({f.file}:{f.line})" for f in r.frames), "source": r.source}
+                for v in self.analysis.verdicts for r in v.ranks]
+        return Html(html.table(rows, self.redact) if rows else "<p>No py-spy stacks in this bundle.</p>")
+
+    # -- outputs ------------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """summary.json's content (redacted when redact="all")."""
+        data = self.analysis.summary()
+        if self.redact is not None:
+            data = json.loads(self.redact(json.dumps(data, default=str)) or "{}")
+        return data
+
+    def write_outputs(self) -> dict[str, str]:
+        """Write summary.json, timeline.html and postmortem.md into the output folder."""
+        out = self.out_dir
+        (out / "summary.json").write_text(json.dumps(self.summary(), indent=2, default=str) + "\n")
+        timeline_redactor = None if self.redact_mode == "none" else self.redactor()
+        fig = figures.timeline_figure(self.analysis, timeline_redactor)
+        statement = timeline_redactor.statement() if timeline_redactor else None
+        (out / "timeline.html").write_text(html.timeline_page(self.analysis, fig, timeline_redactor, statement))
+        (out / "postmortem.md").write_text(postmortem.draft(self.analysis, self.redact))
+        return {name: str(out / name) for name in ("summary.json", "timeline.html", "postmortem.md")}
+
+    def record(self) -> Any:
+        """The summary as a notebook output of type application/json (what tests read)."""
+        from IPython.display import JSON
+        return JSON(json.loads(json.dumps(self.summary(), default=str)), metadata={"forensics": "summary"})
+
+
+def source_gaps(analysis: Analysis) -> pl.DataFrame:
+    """Pauses in each source longer than GAP_FACTOR × its median interval and GAP_MIN_S:
+    journal files by host and unit, scrapes by instance."""
+    events = (analysis.timeline.events.select("ts", pl.format("{} {}", pl.col("source_file"),
+                                                              pl.col("unit").fill_null("?")).alias("source")))
+    samples = (analysis.timeline.samples.select("ts", pl.format("{} (scrapes)", pl.col("instance").cast(pl.String))
+                                                .alias("source")).unique().collect())
+    both = pl.concat([events, samples]).sort("source", "ts")
+    gaps = (both.with_columns(((pl.col("ts") - pl.col("ts").shift(1).over("source")).dt.total_microseconds() / 1e6)
+                              .alias("gap_s"), pl.col("ts").shift(1).over("source").alias("from"))
+            .with_columns(pl.col("gap_s").median().over("source").alias("median_interval_s")))
+    return (gaps.filter((pl.col("gap_s") > GAP_MIN_S) & (pl.col("gap_s") > GAP_FACTOR * pl.col("median_interval_s")))
+            .select("source", "from", pl.col("ts").alias("to"), "gap_s", "median_interval_s").sort("from"))
+
+
+def last_progress_table(analysis: Analysis) -> pl.DataFrame:
+    """Per component, host and rank tag: progress lines, first and last, pending at the last."""
+    return progress.last_progress(analysis.timeline)
+

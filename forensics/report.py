@@ -1,0 +1,208 @@
+"""Rendering reports: papermill runs the notebooks, nbconvert turns them into HTML, batch renders many.
+
+`render(bundle, out)` executes `notebooks/incident_report.ipynb` with papermill (progress shown),
+which writes `summary.json`, `timeline.html` and `postmortem.md` itself (so running the notebook
+directly with papermill gives the same files), then converts the executed notebook into
+`report.html` with code hidden and plotly.js inlined once (template
+`render/templates/forensics_report`: nothing is fetched from a CDN). `batch(bundles)` renders
+many bundles in worker processes, goes on past a failing bundle, records its error, and writes
+`index.html` and `index.json`.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import traceback
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import ForensicsError
+
+NOTEBOOKS = Path(os.environ.get("FORENSICS_NOTEBOOKS", Path(__file__).resolve().parents[1] / "notebooks"))
+MAIN_NOTEBOOK = "incident_report.ipynb"
+DEEP_DIVES = ("logs.ipynb", "metrics.ipynb", "stacks.ipynb")
+TEMPLATES = Path(__file__).resolve().parent / "render" / "templates"
+BUNDLE_MARKERS = ("incident.toml", "journal", "metrics", "stacks")
+RECORD_TAG = "record"
+
+
+class ReportError(ForensicsError):
+    """A report could not be rendered (the notebook failed, or a bundle is not one)."""
+
+
+@dataclass
+class Rendered:
+    """What one report wrote."""
+
+    bundle: Path
+    out: Path
+    files: dict[str, Path]
+    summary: dict[str, Any]
+
+
+def notebook_path(name: str = MAIN_NOTEBOOK) -> Path:
+    """One of the suite's notebooks (`FORENSICS_NOTEBOOKS` overrides the folder)."""
+    path = NOTEBOOKS / name
+    if not path.is_file():
+        raise ReportError(f"notebook {path} not found (set FORENSICS_NOTEBOOKS to the folder holding {name})")
+    return path
+
+
+def execute(notebook: Path, output: Path, parameters: dict[str, Any], progress: bool = True) -> Path:
+    """Run one notebook with papermill; a failing cell raises ReportError naming the cell's error."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        papermill.execute_notebook(str(notebook), str(output), parameters=parameters, progress_bar=progress,
+                                   kernel_name="python3", cwd=str(Path.cwd()))
+    except PapermillExecutionError as error:
+        raise ReportError(f"{notebook.name} failed in cell {error.exec_count}: {error.ename}: {error.evalue} "
+                          f"(executed copy with the traceback: {output})") from None
+    return output
+
+
+def to_html(executed: Path, output: Path) -> Path:
+    """The executed notebook as one HTML page: outputs only, plotly.js inlined once, no CDN."""
+    import nbformat
+    from nbconvert import HTMLExporter
+    from plotly.offline import get_plotlyjs
+
+    from traitlets.config import Config
+
+    config = Config()
+    # the cell tagged "record" leaves the summary for scripts and tests; people read it in summary.json
+    config.TagRemovePreprocessor.remove_all_outputs_tags = {RECORD_TAG}
+    config.TagRemovePreprocessor.enabled = True
+    exporter = HTMLExporter(config=config, template_name="forensics_report",
+                            extra_template_basedirs=[str(TEMPLATES)],
+                            exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    notebook = nbformat.read(executed, as_version=4)
+    body, _ = exporter.from_notebook_node(notebook, resources={"plotly_js": get_plotlyjs()})
+    output.write_text(body, encoding="utf-8")
+    return output
+
+
+def render(bundle: str | Path, out: str | Path | None = None, display_tz: str = "UTC", profile: str = "",
+           redact: str = "timeline", progress: bool = True) -> Rendered:
+    """Render the incident report of `bundle` into `out` (default exports/<bundle name>)."""
+    bundle = Path(bundle).resolve()
+    if not bundle.is_dir():
+        raise ReportError(f"{bundle}: not a folder (a bundle is a folder of journal / metrics / stacks inputs)")
+    out_dir = Path(out).resolve() if out else (Path("exports") / bundle.name).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    executed = execute(notebook_path(), out_dir / MAIN_NOTEBOOK,
+                       {"bundle": str(bundle), "out_dir": str(out_dir), "display_tz": display_tz,
+                        "profile": profile, "redact": redact}, progress)
+    files = {"notebook": executed, "report.html": to_html(executed, out_dir / "report.html")}
+    for name in ("timeline.html", "postmortem.md", "summary.json"):
+        path = out_dir / name
+        if not path.is_file():
+            raise ReportError(f"{executed} ran but wrote no {name}")
+        files[name] = path
+    summary = json.loads(files["summary.json"].read_text())
+    return Rendered(bundle, out_dir, files, summary)
+
+
+def find_bundles(patterns: Iterable[str]) -> list[Path]:
+    """Bundles named by folders or globs: a folder that looks like a bundle (incident.toml, or a
+    journal/metrics/stacks folder) is one; any other folder holds bundles one level down."""
+    found: list[Path] = []
+    for pattern in patterns:
+        matches = sorted(Path(p) for p in glob.glob(pattern)) or [Path(pattern)]
+        for path in matches:
+            if not path.is_dir():
+                raise ReportError(f"{path}: no such folder")
+            if _is_bundle(path):
+                found.append(path)
+            else:
+                inner = [p for p in sorted(path.iterdir()) if p.is_dir() and _is_bundle(p)]
+                if not inner:
+                    raise ReportError(f"{path}: neither a bundle nor a folder of bundles "
+                                      f"(a bundle holds one of {', '.join(BUNDLE_MARKERS)})")
+                found += inner
+    unique: dict[Path, None] = {}
+    for path in found:
+        unique.setdefault(path.resolve(), None)
+    return list(unique)
+
+
+def _is_bundle(path: Path) -> bool:
+    return any((path / marker).exists() for marker in BUNDLE_MARKERS)
+
+
+def _out_names(bundles: Sequence[Path]) -> list[str]:
+    """A folder name per bundle, unique even when two bundles share a name."""
+    names: list[str] = []
+    for bundle in bundles:
+        name, n = bundle.name, 2
+        while name in names:
+            name, n = f"{bundle.name}-{n}", n + 1
+        names.append(name)
+    return names
+
+
+def _render_one(bundle: Path, out: Path, display_tz: str, profile: str, redact: str) -> dict[str, Any]:
+    """One batch job (in a worker process): the index row, with the error instead when it failed."""
+    row: dict[str, Any] = {"bundle": str(bundle), "out": out.name}
+    try:
+        rendered = render(bundle, out, display_tz, profile, redact, progress=False)
+    except Exception as error:  # noqa: BLE001 - a batch goes on past any failing bundle and records why
+        row["error"] = str(error) if isinstance(error, ForensicsError) else (
+            f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}")
+        if (out / MAIN_NOTEBOOK).is_file():
+            row["links"] = [("executed notebook", f"{out.name}/{MAIN_NOTEBOOK}")]
+        return row
+    s = rendered.summary
+    key = s.get("key_times", {})
+    row.update(title=s.get("incident"), window=" — ".join(str(w) for w in s.get("window") or [] if w),
+               verdicts="; ".join(f"{v['group']}: {v['verdict']}" for v in s.get("stack_verdicts", [])),
+               ttd=_seconds(key.get("ttd_s")), ttm=_seconds(key.get("ttm_s")), ttr=_seconds(key.get("ttr_s")),
+               links=[(name, f"{out.name}/{name}") for name in ("report.html", "timeline.html", "postmortem.md",
+                                                                "summary.json")])
+    return row
+
+
+def _seconds(value: float | None) -> str | None:
+    from forensics.detect import span
+    return span(value) if value is not None else None
+
+
+def batch(patterns: Iterable[str], out: str | Path = "exports", workers: int = 2, display_tz: str = "UTC",
+          profile: str = "", redact: str = "timeline", progress: bool = True) -> list[dict[str, Any]]:
+    """Render every bundle matched by `patterns` with `workers` processes; write out/index.html
+    and out/index.json; return the index rows (failed bundles carry `error`)."""
+    from tqdm import tqdm
+
+    from forensics.render.html import index_page
+
+    bundles = find_bundles(patterns)
+    if not bundles:
+        raise ReportError("no bundles to render")
+    out_root = Path(out)
+    out_root.mkdir(parents=True, exist_ok=True)
+    names = _out_names(bundles)
+    rows: dict[int, dict[str, Any]] = {}
+    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = {pool.submit(_render_one, b, (out_root / n).resolve(), display_tz, profile, redact): i
+                   for i, (b, n) in enumerate(zip(bundles, names, strict=True))}
+        with tqdm(total=len(futures), desc="reports", unit="bundle", disable=not progress) as bar:
+            for future in as_completed(futures):
+                i = futures[future]
+                try:
+                    rows[i] = future.result()
+                except Exception as error:  # noqa: BLE001 - a worker that died still gets its row
+                    rows[i] = {"bundle": str(bundles[i]), "out": names[i], "error": f"worker died: {error!r}"}
+                bar.update(1)
+                if rows[i].get("error"):
+                    bar.write(f"failed: {bundles[i]}: {rows[i]['error'].splitlines()[0]}")
+    ordered = [rows[i] for i in range(len(bundles))]
+    (out_root / "index.json").write_text(json.dumps(ordered, indent=2, default=str) + "\n")
+    (out_root / "index.html").write_text(index_page(ordered))
+    return ordered
