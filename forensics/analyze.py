@@ -8,6 +8,8 @@ stacks (py-spy verdicts on the timeline), then key times and tracks over all of 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,13 +147,20 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None)
                     DISPLAY_ZONE.get().key)
 
 
-def report_text(analysis: Analysis) -> str:
-    """The findings, tracks and key times in plain sentences, times in the analysis' display zone."""
+@contextmanager
+def in_display_zone(analysis: Analysis) -> Iterator[None]:
+    """Within it, `forensics.detect.clock` writes times in the analysis' display zone."""
     token = DISPLAY_ZONE.set(ZoneInfo(analysis.display_zone))
     try:
-        return _report_text(analysis)
+        yield
     finally:
         DISPLAY_ZONE.reset(token)
+
+
+def report_text(analysis: Analysis) -> str:
+    """The findings, tracks and key times in plain sentences, times in the analysis' display zone."""
+    with in_display_zone(analysis):
+        return _report_text(analysis)
 
 
 def _report_text(analysis: Analysis) -> str:

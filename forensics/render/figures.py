@@ -37,6 +37,8 @@ LIFECYCLE_IDS = {STARTING: "starting", STARTED: "started", STOPPING: "stopping",
 BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)  # seconds
 MAX_BUCKETS = 400  # per lane on the timeline
 POINT_BUDGET = 60_000  # metric points over all panels; more series means coarser buckets
+MAX_CELLS = 300_000  # progress-strip cells (lanes × buckets); more lanes means coarser buckets
+MAX_SERIES = 48  # per panel; beyond it, instances no finding names are folded into a median
 PHASE_COLOURS = {"collective": "#d62728", "idle": "#1f77b4", "transfer": "#9467bd", "compute": "#2ca02c", "device_sync": "#8c564b",
                  "unknown": "#7f7f7f"}
 KEY_TIME_COLOURS = {"started": "#d62728", "detected": "#ff7f0e", "mitigated": "#9467bd", "resolved": "#2ca02c"}
@@ -79,6 +81,12 @@ def wall(column: str | pl.Expr, zone: str) -> pl.Expr:
     return expr.dt.convert_time_zone(zone).dt.replace_time_zone(None)
 
 
+def wall_ms(column: str | pl.Expr, zone: str) -> pl.Expr:
+    """Wall-clock time as milliseconds since the epoch (float): dense series travel as base64
+    numbers instead of one ISO string per point; the figure's x axes are typed "date"."""
+    return wall(column, zone).dt.epoch("ms").cast(pl.Float64)
+
+
 def wall_time(at: datetime, zone: str) -> datetime:
     """One UTC time as the display zone's naive wall-clock time."""
     from zoneinfo import ZoneInfo
@@ -100,8 +108,9 @@ def lane_expr() -> pl.Expr:
                          ignore_nulls=True).alias("lane")
 
 
-def _lane_order(lanes: list[str]) -> list[str]:
-    return sorted(set(lanes))
+def _lane_order(lanes: list[str], involved: set[str | None]) -> list[str]:
+    """Lanes of hosts that findings or stacks name first, then the rest, each by name."""
+    return sorted(set(lanes), key=lambda lane: (lane.split(" · ", 1)[0] not in involved, lane))
 
 
 def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_buckets: int = MAX_BUCKETS) -> go.Figure:
@@ -111,14 +120,17 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     events = analysis.timeline.events.with_columns(lane_expr())
     stack_lanes = [(r.host or "?") + f" · {r.group} · {r.label}" for v in analysis.verdicts for r in v.ranks]
     track_lanes = [f"track · {t.name}" for t in analysis.tracks]
-    lanes = track_lanes + _lane_order(events.get_column("lane").unique().to_list() + stack_lanes)
+    involved = {f.host for f in analysis.findings if f.host} | {r.host for v in analysis.verdicts for r in v.ranks}
+    lanes = track_lanes + _lane_order(events.get_column("lane").unique().to_list() + stack_lanes, involved)
     shown = [hover(lane, redact, 60) for lane in lanes]
     # lanes are numbered (top lane highest) rather than categorical: plotly.js fails on a heatmap
     # whose categories are a subset of the axis' category array
     lane_y = {lane: len(lanes) - 1 - n for n, lane in enumerate(lanes)}
     lane_rows = max(len(lanes), 4)
     heights = [lane_rows * 22 + 60] + [170] * len(panels)
-    fig = make_subplots(rows=1 + len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.03,
+    gap_px = 56  # between panels, room for a panel's title
+    fig = make_subplots(rows=1 + len(panels), cols=1, shared_xaxes=True,
+                        vertical_spacing=gap_px / (sum(heights) + gap_px * len(panels)),
                         row_heights=[h / sum(heights) for h in heights],
                         subplot_titles=["swimlanes: progress lines per " + _words(axis.bucket_s)]
                         + [p.title for p in panels])
@@ -132,8 +144,9 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     _vertical_marks(fig, analysis, axis, redact)
     fig.update_yaxes(tickmode="array", tickvals=[lane_y[lane] for lane in lanes], ticktext=shown,
                      range=[-0.6, len(lanes) - 0.4], showgrid=False, zeroline=False, row=1, col=1, automargin=True)
+    fig.update_xaxes(type="date")
     fig.update_xaxes(title_text=f"time ({axis.zone})", row=1 + len(panels), col=1)
-    fig.update_layout(height=sum(heights) + 120, hovermode="closest", template="plotly_white",
+    fig.update_layout(height=sum(heights) + gap_px * len(panels) + 120, hovermode="closest", template="plotly_white",
                       margin={"l": 10, "r": 10, "t": 60, "b": 40},
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.01, "x": 0})
     return fig
@@ -150,15 +163,21 @@ def _progress_strip(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: di
         return
     # one row per lane, every lane present: a heatmap cell spans half-way to the next row given,
     # so a missing lane would be painted by its neighbours; 0 draws transparent
-    buckets = pl.datetime_range(axis.start, axis.end, axis.every, time_zone="UTC", eager=True)
-    buckets = buckets.dt.truncate(axis.every).unique().sort()
+    span_s = max((axis.end - axis.start).total_seconds(), 1.0)
+    every = next((f"{b}s" for b in BUCKETS if b >= axis.bucket_s and len(lane_y) * span_s / b <= MAX_CELLS),
+                 f"{BUCKETS[-1]}s")
+    if every != axis.every:
+        counts = counts.with_columns(pl.col("bucket").dt.truncate(every)).group_by("bucket", "lane").agg(
+            pl.col("len").sum())
+    buckets = pl.datetime_range(axis.start, axis.end, every, time_zone="UTC", eager=True)
+    buckets = buckets.dt.truncate(every).unique().sort()
     column = {b: n for n, b in enumerate(buckets.to_list())}
     z = np.zeros((len(lane_y), len(column)), dtype=np.uint16)
     for bucket, lane, n in counts.filter(pl.col("bucket").is_in(buckets.implode())).iter_rows():
         z[lane_y[lane], column[bucket]] = min(n, 65535)
     top = float(np.percentile(z[z > 0], 95)) if (z > 0).any() else 1.0
     fig.add_trace(go.Heatmap(
-        x=buckets.to_frame("b").select(wall("b", axis.zone)).to_series().to_list(), y=list(range(len(lane_y))), z=z,
+        x=buckets.to_frame("b").select(wall_ms("b", axis.zone)).to_series().to_numpy(), y=list(range(len(lane_y))), z=z,
         zmin=0, zmax=max(top, 1.0), showscale=False, name="progress lines", xgap=0, ygap=2,
         colorscale=[[0, "rgba(0,0,0,0)"], [0.5 / max(top, 1.0), "rgba(0,0,0,0)"], [0.5 / max(top, 1.0), "#c7e9c0"],
                     [1, "#006d2c"]],
@@ -174,7 +193,7 @@ def _error_markers(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: dic
                .sort("ts"))
     if notable.is_empty():
         return
-    x = notable.select(wall("ts", axis.zone)).to_series().to_list()
+    x = notable.select(wall_ms("ts", axis.zone)).to_series().to_numpy()
     text = [hover(f"{n} × {event or 'warning or worse'} in this {_words(axis.bucket_s)}: {message}", redact)
             for n, event, message in notable.select("n", "event", "message").iter_rows()]
     sizes = notable.select((pl.col("n").log(2) * 3 + 7).clip(7, 22)).to_series().to_list()
@@ -239,7 +258,8 @@ def metric_frame(analysis: Analysis, gauges: tuple[str, ...], rates: tuple[str, 
                  budget_points: int) -> pl.DataFrame:
     """Gauges as they are and counters as per-second rates, one series per instance and name
     (ranks and other labels summed for rates, the maximum taken for gauges), bucketed so that
-    all series together stay under `budget_points` points. Columns: series, x (wall time), value."""
+    all series together stay under `budget_points` points. Columns: series, x (wall time in epoch
+    ms, see `wall_ms`), value."""
     samples = analysis.timeline.samples
     frames = []
     if gauges:
@@ -253,8 +273,13 @@ def metric_frame(analysis: Analysis, gauges: tuple[str, ...], rates: tuple[str, 
                       .agg(pl.col("rate").sum().alias("value"))
                       .with_columns(pl.col("name") + "/s"))
     if not frames:
-        return pl.DataFrame(schema={"series": pl.String, "x": pl.Datetime("us"), "value": pl.Float64})
-    points = pl.concat(frames).with_columns(pl.format("{} {}", "instance", "name").alias("series"))
+        return pl.DataFrame(schema={"series": pl.String, "x": pl.Float64, "value": pl.Float64})
+    points = _fold_uninvolved(pl.concat(frames), analysis)
+    incident, profile = analysis.timeline.incident, analysis.timeline.profile
+    components = {i: incident.component_of_instance(i, profile) for i in points.get_column("instance").unique()}
+    points = points.with_columns(
+        pl.format("{} {} {}", pl.col("instance").replace_strict(components, default=None, return_dtype=pl.String)
+                  .fill_null(""), "instance", "name").str.strip_chars().alias("series"))
     n_series = max(points.get_column("series").n_unique(), 1)
     span_s = max((axis.end - axis.start).total_seconds(), 1.0)
     per_series = max(budget_points // n_series, 30)
@@ -262,7 +287,22 @@ def metric_frame(analysis: Analysis, gauges: tuple[str, ...], rates: tuple[str, 
     return (points.group_by("series", pl.col("at").dt.truncate(f"{bucket}s").alias("bucket"))
             .agg(pl.col("value").mean())
             .sort("series", "bucket")
-            .select("series", wall("bucket", axis.zone).alias("x"), "value"))
+            .select("series", wall_ms("bucket", axis.zone).alias("x"), "value"))
+
+
+def _fold_uninvolved(points: pl.DataFrame, analysis: Analysis) -> pl.DataFrame:
+    """Past MAX_SERIES instance × name series, keep the instances of hosts a finding or a stack
+    names and draw the others as one median line per name (a fleet's background)."""
+    series = points.select("instance", "name").unique()
+    if series.height <= MAX_SERIES:
+        return points
+    involved = {f.host for f in analysis.findings if f.host} | {r.host for v in analysis.verdicts for r in v.ranks}
+    mine = pl.col("instance").str.split(":").list.first().is_in([h for h in involved if h])
+    others = points.filter(~mine)
+    count = others.get_column("instance").n_unique()
+    folded = (others.group_by("at", "name").agg(pl.col("value").median())
+              .with_columns(pl.lit(f"median of {count} other instances").alias("instance")))
+    return pl.concat([points.filter(mine), folded.select(points.columns)])
 
 
 def metric_panel(fig: go.Figure, analysis: Analysis, gauges: tuple[str, ...], rates: tuple[str, ...], axis: Axis,
@@ -273,7 +313,7 @@ def metric_panel(fig: go.Figure, analysis: Analysis, gauges: tuple[str, ...], ra
     show = legend if legend is not None else frame.get_column("series").n_unique() <= LEGEND_SERIES
     for (series,), rows in frame.group_by("series", maintain_order=True):
         name = hover(series, redact, 80)
-        fig.add_trace(go.Scatter(x=rows.get_column("x").to_list(), y=rows.get_column("value").to_numpy(),
+        fig.add_trace(go.Scatter(x=rows.get_column("x").to_numpy(), y=rows.get_column("value").to_numpy(),
                                  mode="lines", name=name, legendgroup=f"panel{row}", line={"width": 1.5},
                                  hovertemplate=f"{name}<br>%{{x}}<br>%{{y:.4g}}<extra></extra>", showlegend=show),
                       row=row, col=1)
@@ -325,7 +365,8 @@ def icicle_figure(verdict: Verdict, redact: Redact | None = None) -> go.Figure:
     colours = [PHASE_COLOURS.get(p, "#c7c7c7") if p else "#c7c7c7" for p in tree.get_column("phase")]
     fig = go.Figure(go.Icicle(
         ids=tree.get_column("id").to_list(), parents=tree.get_column("parent").to_list(),
-        labels=[hover(label, redact, 60, 2) for label in tree.get_column("label")],
+        labels=[hover(label, redact, 60, 2) + "<br>ranks " + ", ".join(map(str, ranks))
+                for label, ranks in tree.select("label", "ranks").iter_rows()],
         values=tree.get_column("value").to_list(), branchvalues="total", marker={"colors": colours},
         customdata=[", ".join(map(str, ranks)) for ranks in tree.get_column("ranks")],
         hovertemplate="%{label}<br>ranks %{customdata}<extra></extra>", tiling={"orientation": "v"}))

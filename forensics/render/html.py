@@ -19,7 +19,7 @@ import plotly.io as pio
 import polars as pl
 from plotly.offline import get_plotlyjs
 
-from forensics.analyze import Analysis
+from forensics.analyze import Analysis, in_display_zone
 from forensics.detect import clock, span
 from forensics.render.text import Redact, safe
 
@@ -75,12 +75,17 @@ def _cell(value: Any) -> str:
 
 def key_times_rows(analysis: Analysis) -> list[dict[str, str]]:
     """The key times as table rows: name, time in the display zone, time since started, how found."""
+    with in_display_zone(analysis):
+        return _key_times_rows(analysis)
+
+
+def _key_times_rows(analysis: Analysis) -> list[dict[str, str]]:
     t = analysis.key_times
     rows = []
     for name in ("started", "detected", "mitigated", "resolved"):
         at = getattr(t, name)
         seconds = t.seconds(name)
-        rows.append({"key time": name, analysis.display_zone: clock(at) if at else "not in the evidence",
+        rows.append({"key time": name, f"time ({analysis.display_zone})": clock(at) if at else "not in the evidence",
                      "UTC": at.isoformat() if at else "—",
                      "since started": span(seconds) if seconds is not None and name != "started" else "",
                      "how it was found": t.how.get(name, "")})
@@ -89,6 +94,11 @@ def key_times_rows(analysis: Analysis) -> list[dict[str, str]]:
 
 def timeline_page(analysis: Analysis, fig: go.Figure, redact: Redact | None, statement: str | None) -> str:
     """The whole shareable timeline page: title, key times, tracks, the figure, what was redacted."""
+    with in_display_zone(analysis):
+        return _timeline_page(analysis, fig, redact, statement)
+
+
+def _timeline_page(analysis: Analysis, fig: go.Figure, redact: Redact | None, statement: str | None) -> str:
     t = analysis.key_times
     measures = " · ".join(f"{label} {span(s) if (s := t.seconds(name)) is not None else '—'}"
                           for label, name in (("TTD", "detected"), ("TTM", "mitigated"), ("TTR", "resolved")))

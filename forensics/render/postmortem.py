@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from forensics.analyze import Analysis
+from forensics.analyze import Analysis, in_display_zone
 from forensics.detect import Finding, clock, span
 from forensics.detect.stacks import latest
 from forensics.render.text import Redact
@@ -52,14 +52,8 @@ def _at(at: datetime | None) -> str:
 
 def draft(analysis: Analysis, redact: Redact | None = None) -> str:
     """The post-mortem draft as Markdown, times in the analysis' display zone."""
-    from zoneinfo import ZoneInfo
-
-    from forensics.detect import DISPLAY_ZONE
-    token = DISPLAY_ZONE.set(ZoneInfo(analysis.display_zone))
-    try:
+    with in_display_zone(analysis):
         return _draft(analysis, redact)
-    finally:
-        DISPLAY_ZONE.reset(token)
 
 
 def _draft(analysis: Analysis, redact: Redact | None) -> str:

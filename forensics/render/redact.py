@@ -57,7 +57,8 @@ class Redactor:
         self._next: Counter[str] = Counter()
         self.replaced: Counter[str] = Counter()  # occurrences replaced, per kind
         known = sorted({h for h in hosts if h and h not in ("localhost",)}, key=len, reverse=True)
-        self._hosts = (re.compile("|".join(rf"(?<![\w-]){re.escape(h)}(?![\w-])" for h in known), re.I)
+        # "_" may follow a host name (metrics/gpu-node-00_30000): only letters, digits and "-" extend it
+        self._hosts = (re.compile("|".join(rf"(?<![A-Za-z0-9-]){re.escape(h)}(?![A-Za-z0-9-])" for h in known), re.I)
                        if known else None)
         names = sorted({u for u in users if u and u not in SYSTEM_USERS}, key=len, reverse=True)
         self._users = re.compile("|".join(rf"\b{re.escape(u)}\b" for u in names)) if names else None

@@ -23,7 +23,7 @@ import plotly.io as pio
 import polars as pl
 from plotly.subplots import make_subplots
 
-from forensics.analyze import Analysis, analyze
+from forensics.analyze import Analysis, analyze, in_display_zone
 from forensics.detect import errors, progress
 from forensics.detect.stacks import latest
 from forensics.errors import ForensicsError
@@ -131,6 +131,10 @@ class ReportSession:
 
     def findings(self) -> Html:
         """The symptom tracks and their findings in plain sentences, and what links them."""
+        with in_display_zone(self.analysis):
+            return self._findings()
+
+    def _findings(self) -> Html:
         r = self.redact
         parts = []
         latest_at = {(v.group, v.at) for v in latest(self.analysis.verdicts)}
@@ -264,6 +268,7 @@ class ReportSession:
         for row, panel in enumerate(panels, start=1):
             figures.metric_panel(fig, a, panel.gauges, panel.rates, axis, row, len(panels), self.redact,
                                  legend=True)
+        fig.update_xaxes(type="date")
         fig.update_layout(height=260 * max(len(panels), 1), template="plotly_white")
         return Figure(fig, "metrics")
 

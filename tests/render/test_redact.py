@@ -15,6 +15,7 @@ CASES = [
     ("password=hunter2hunter2", "password=secret-1", "secret"),
     ("mail from alice.smith@example.com", "mail from email-1", "email"),
     ("on gpu-node-00 restarted", "on host-1 restarted", "host"),
+    ("metrics/gpu-node-00_30000/scrapes.prom", "metrics/host-1_30000/scrapes.prom", "host"),
     ("resolved db-7.prod.example.internal", "resolved host-1", "host"),
     ("      sre : TTY=pts/0 ; PWD=/home/sre ; USER=root", "      user-1 : TTY=pts/0 ; PWD=/home/user-1 ; USER=root", "user"),
     ("login=bob accepted", "login=user-1 accepted", "user"),

@@ -1,0 +1,95 @@
+"""The report's pieces without papermill: figures keep every finding, lifecycle message and
+annotation, stay bounded, show the display zone; redaction modes; the data-quality gaps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import plotly.graph_objects as go
+import pytest
+
+from forensics.render import figures
+from forensics.render.sections import ReportSession, source_gaps
+
+REFERENCE = Path(__file__).resolve().parents[2] / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"
+
+
+@pytest.fixture(scope="module")
+def shanghai(tmp_path_factory: pytest.TempPathFactory) -> ReportSession:
+    return ReportSession.open(REFERENCE, tmp_path_factory.mktemp("sh"), display_tz="Asia/Shanghai")
+
+
+def _traces(fig: go.Figure, prefix: str) -> list[go.Scatter]:
+    return [t for t in fig.data if (t.name or "").startswith(prefix)]
+
+
+def test_timeline_keeps_every_finding_lifecycle_message_and_annotation(shanghai: ReportSession) -> None:
+    a = shanghai.analysis
+    fig = figures.timeline_figure(a)
+    drawn = sum(len(t.x) for t in _traces(fig, "findings: "))
+    assert drawn == sum(1 for f in a.findings if f.at)
+    lifecycle = _traces(fig, "lifecycle")[0]
+    systemd = a.timeline.events.filter(a.timeline.events["message_id"].is_in(list(figures.LIFECYCLE_IDS)))
+    assert len(lifecycle.x) == systemd.height + 1  # + sudo's systemctl restart
+    labels = [ann.text for ann in fig.layout.annotations]
+    for note in a.timeline.incident.annotations:
+        assert any(note.text[:30] in label for label in labels)
+    # the py-spy phases: decode TP0–2 in the collective, TP3 idle, at the capture times
+    collective = _traces(fig, "py-spy: collective")[0]
+    assert len(collective.x) == 6  # 3 ranks × 2 rounds
+
+
+def test_times_are_drawn_and_written_in_the_display_zone(shanghai: ReportSession) -> None:
+    out = shanghai.write_outputs()
+    page = Path(out["timeline.html"]).read_text()
+    assert "<td>05:34:47</td>" in page and "<td>05:42:00</td>" in page
+    assert "time (Asia/Shanghai)" in page
+    fig = figures.timeline_figure(shanghai.analysis)
+    started = [a for a in fig.layout.annotations if a.text.startswith("started")][0]
+    assert started.text == "started 05:34:47"
+    assert "05:34:47" in shanghai.key_times().body and "decode froze at 05:34:47" in Path(out["postmortem.md"]).read_text()
+
+
+def test_figures_stay_bounded_when_lanes_and_series_grow(shanghai: ReportSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(figures, "MAX_CELLS", 2_000)
+    monkeypatch.setattr(figures, "POINT_BUDGET", 600)
+    fig = figures.timeline_figure(shanghai.analysis)
+    strip = [t for t in fig.data if t.type == "heatmap"][0]
+    assert len(strip.z) * len(strip.z[0]) <= 2_000
+    metric_points = sum(len(t.x) for t in fig.data if t.type == "scatter" and (t.legendgroup or "").startswith("panel"))
+    assert metric_points <= 600 + 30 * 14  # the budget, or 30 points per series at least
+
+
+def test_series_past_the_limit_fold_into_a_median_but_keep_involved_hosts(
+        shanghai: ReportSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(figures, "MAX_SERIES", 2)
+    axis = figures.axis_for(shanghai.analysis)
+    frame = figures.metric_frame(shanghai.analysis, ("sglang:num_running_reqs",), (), axis, 10_000)
+    # the only host is involved (it froze): its series stay, nothing is folded
+    assert sorted(frame.get_column("series").unique()) == [
+        "decode gpu-node-00:30002 sglang:num_running_reqs", "prefill gpu-node-00:30000 sglang:num_running_reqs"]
+
+
+def test_redaction_modes(tmp_path: Path) -> None:
+    none = ReportSession.open(REFERENCE, tmp_path / "none", redact="none")
+    none.write_outputs()
+    assert "gpu-node-00" in (tmp_path / "none" / "timeline.html").read_text().split("<h1>", 1)[1]
+    everything = ReportSession.open(REFERENCE, tmp_path / "all", redact="all")
+    everything.write_outputs()
+    for name in ("timeline.html", "postmortem.md", "summary.json"):
+        text = (tmp_path / "all" / name).read_text()
+        assert "gpu-node-00" not in text.split("<h1>", 1)[-1], name
+    summary = json.loads((tmp_path / "all" / "summary.json").read_text())
+    assert summary["key_times"]["started"] == "2026-06-18T21:34:47+00:00"  # times survive redaction
+    assert "gpu-node-00" not in everything.sources().body + everything.findings().body
+    with pytest.raises(Exception, match="redact must be one of none, timeline, all"):
+        ReportSession.open(REFERENCE, tmp_path / "bad", redact="some")
+
+
+def test_gaps_name_the_silent_sources(shanghai: ReportSession) -> None:
+    gaps = source_gaps(shanghai.analysis)
+    decode = gaps.filter(gaps["source"].str.contains("sglang-dsv4-decode"))
+    # decode logged nothing but access lines between the freeze and the restart
+    assert decode.height == 0 or decode["gap_s"].max() > 60
+    assert set(gaps.columns) == {"source", "from", "to", "gap_s", "median_interval_s"}
