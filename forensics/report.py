@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import tempfile
 import traceback
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -53,6 +54,20 @@ def notebook_path(name: str = MAIN_NOTEBOOK) -> Path:
     return path
 
 
+def _ipc_kernel_manager(folder: str) -> type:
+    """A kernel manager whose kernel talks over socket files in `folder` rather than TCP ports:
+    no port open to other users of the machine (and no warning from ipykernel about it)."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class IpcKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.transport = "ipc"
+            self.ip = os.path.join(folder, "kernel")
+
+    return IpcKernelManager
+
+
 def execute(notebook: Path, output: Path, parameters: dict[str, Any], progress: bool = True) -> Path:
     """Run one notebook with papermill; a failing cell raises ReportError naming the cell's error."""
     import papermill
@@ -60,8 +75,10 @@ def execute(notebook: Path, output: Path, parameters: dict[str, Any], progress: 
 
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
-        papermill.execute_notebook(str(notebook), str(output), parameters=parameters, progress_bar=progress,
-                                   kernel_name="python3", cwd=str(Path.cwd()))
+        with tempfile.TemporaryDirectory(prefix="forensics-kernel-") as sockets:
+            papermill.execute_notebook(str(notebook), str(output), parameters=parameters, progress_bar=progress,
+                                       kernel_name="python3", cwd=str(Path.cwd()),
+                                       kernel_manager_class=_ipc_kernel_manager(sockets))
     except PapermillExecutionError as error:
         raise ReportError(f"{notebook.name} failed in cell {error.exec_count}: {error.ename}: {error.evalue} "
                           f"(executed copy with the traceback: {output})") from None
