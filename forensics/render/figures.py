@@ -116,7 +116,7 @@ def _lane_order(lanes: list[str], involved: set[str | None]) -> list[str]:
 def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_buckets: int = MAX_BUCKETS) -> go.Figure:
     """The interactive timeline: swimlanes on top, the profile's metric panels below, one time axis."""
     axis = axis_for(analysis, max_buckets)
-    panels = analysis.timeline.profile.metrics.panels
+    panels = metric_panels(analysis, axis)
     events = analysis.timeline.events.with_columns(lane_expr())
     stack_lanes = [(r.host or "?") + f" · {r.group} · {r.label}" for v in analysis.verdicts for r in v.ranks]
     track_lanes = [f"track · {t.name}" for t in analysis.tracks]
@@ -133,14 +133,14 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
                         vertical_spacing=gap_px / (sum(heights) + gap_px * len(panels)),
                         row_heights=[h / sum(heights) for h in heights],
                         subplot_titles=["swimlanes: progress lines per " + _words(axis.bucket_s)]
-                        + [p.title for p in panels])
+                        + [title for title, _ in panels])
     _progress_strip(fig, events, axis, lane_y)
     _error_markers(fig, events, axis, lane_y, redact)
     _lifecycle_markers(fig, events, axis, lane_y, redact)
     _stack_markers(fig, analysis.verdicts, axis, lane_y, redact)
     _finding_lanes(fig, analysis, axis, lane_y, redact)
-    for row, panel in enumerate(panels, start=2):
-        metric_panel(fig, analysis, panel.gauges, panel.rates, axis, row, len(panels), redact)
+    for row, (_, frame) in enumerate(panels, start=2):
+        metric_panel(fig, frame, row, redact)
     _vertical_marks(fig, analysis, axis, redact)
     fig.update_yaxes(tickmode="array", tickvals=[lane_y[lane] for lane in lanes], ticktext=shown,
                      range=[-0.6, len(lanes) - 0.4], showgrid=False, zeroline=False, row=1, col=1, automargin=True)
@@ -305,11 +305,18 @@ def _fold_uninvolved(points: pl.DataFrame, analysis: Analysis) -> pl.DataFrame:
     return pl.concat([points.filter(mine), folded.select(points.columns)])
 
 
-def metric_panel(fig: go.Figure, analysis: Analysis, gauges: tuple[str, ...], rates: tuple[str, ...], axis: Axis,
-                 row: int, panels: int, redact: Redact | None, legend: bool | None = None) -> None:
-    """Draw one metric panel into row `row` of `fig` (a legend entry per series when there are
-    few enough series to read one, or when `legend` says so)."""
-    frame = metric_frame(analysis, gauges, rates, axis, POINT_BUDGET // max(panels, 1))
+def metric_panels(analysis: Analysis, axis: Axis) -> list[tuple[str, pl.DataFrame]]:
+    """The profile's panels that have data in this bundle: (title, `metric_frame`)."""
+    panels = analysis.timeline.profile.metrics.panels
+    budget = POINT_BUDGET // max(len(panels), 1)
+    frames = [(p.title, metric_frame(analysis, p.gauges, p.rates, axis, budget)) for p in panels]
+    return [(title, frame) for title, frame in frames if frame.height]
+
+
+def metric_panel(fig: go.Figure, frame: pl.DataFrame, row: int, redact: Redact | None,
+                 legend: bool | None = None) -> None:
+    """Draw one panel's `metric_frame` into row `row` of `fig` (a legend entry per series when
+    there are few enough series to read one, or when `legend` says so)."""
     show = legend if legend is not None else frame.get_column("series").n_unique() <= LEGEND_SERIES
     for (series,), rows in frame.group_by("series", maintain_order=True):
         name = hover(series, redact, 80)

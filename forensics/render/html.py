@@ -85,10 +85,12 @@ def _key_times_rows(analysis: Analysis) -> list[dict[str, str]]:
     for name in ("started", "detected", "mitigated", "resolved"):
         at = getattr(t, name)
         seconds = t.seconds(name)
-        rows.append({"key time": name, f"time ({analysis.display_zone})": clock(at) if at else "not in the evidence",
-                     "UTC": at.isoformat() if at else "—",
-                     "since started": span(seconds) if seconds is not None and name != "started" else "",
-                     "how it was found": t.how.get(name, "")})
+        row = {"key time": name, f"time ({analysis.display_zone})": clock(at) if at else "not in the evidence"}
+        if analysis.display_zone != "UTC":
+            row["UTC"] = at.isoformat() if at else "—"
+        row.update({"since started": span(seconds) if seconds is not None and name != "started" else "",
+                    "how it was found": t.how.get(name, "")})
+        rows.append(row)
     return rows
 
 
@@ -117,7 +119,7 @@ def _timeline_page(analysis: Analysis, fig: go.Figure, redact: Redact | None, st
 <h2>Key times</h2>
 {table(key_times_rows(analysis), redact)}
 <p><b>{safe(measures)}</b></p>{contradictions}
-<h2>Symptom tracks</h2><ul>{tracks}</ul>
+<h2>Symptom tracks</h2>{f"<ul>{tracks}</ul>" if tracks else "<p>No findings.</p>"}
 <h2>Timeline</h2>
 {figure_div(fig, "timeline")}
 <p class="note" id="redaction">{safe(statement or "Not redacted: this page shows host names, addresses and log text as recorded.")}</p>

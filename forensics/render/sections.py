@@ -258,16 +258,16 @@ class ReportSession:
                  .sort("instance").collect())
         return Html(html.table(table, self.redact, numeric=("times", "series", "samples")))
 
-    def metric_panels(self) -> Figure:
+    def metric_panels(self) -> Figure | Html:
         """The profile's metric panels alone, full width."""
         a = self.analysis
         axis = figures.axis_for(a)
-        panels = a.timeline.profile.metrics.panels
-        fig = make_subplots(rows=max(len(panels), 1), cols=1, shared_xaxes=True,
-                                    subplot_titles=[p.title for p in panels])
-        for row, panel in enumerate(panels, start=1):
-            figures.metric_panel(fig, a, panel.gauges, panel.rates, axis, row, len(panels), self.redact,
-                                 legend=True)
+        panels = figures.metric_panels(a, axis)
+        if not panels:
+            return Html("<p>No samples of the profile's panel metrics in this bundle.</p>")
+        fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, subplot_titles=[t for t, _ in panels])
+        for row, (_, frame) in enumerate(panels, start=1):
+            figures.metric_panel(fig, frame, row, self.redact, legend=True)
         fig.update_xaxes(type="date")
         fig.update_layout(height=260 * max(len(panels), 1), template="plotly_white")
         return Figure(fig, "metrics")
