@@ -103,17 +103,22 @@ def estimate_offsets(pairs: pl.DataFrame, hosts: list[str], incident: Incident) 
 def clock_jumps(events: pl.DataFrame) -> pl.DataFrame:
     """Per host and boot, in monotonic order: where the wall clock stepped (realtime minus monotonic
     changed by more than JUMP_S), by how much, and the records either side."""
-    both = events.filter(pl.col("__REALTIME_TIMESTAMP").is_not_null() & pl.col("__MONOTONIC_TIMESTAMP").is_not_null()
-                         & pl.col("_BOOT_ID").is_not_null())
-    drift = (pl.col("__REALTIME_TIMESTAMP") - pl.col("__MONOTONIC_TIMESTAMP")).alias("_drift")
-    return (both.sort("host", "_BOOT_ID", "__MONOTONIC_TIMESTAMP").with_columns(drift)
-            .with_columns(((pl.col("_drift") - pl.col("_drift").shift(1).over("host", "_BOOT_ID")) / 1e6)
-                          .alias("jump_s"),
-                          pl.col("ts").shift(1).over("host", "_BOOT_ID").alias("before"),
-                          pl.col("message").shift(1).over("host", "_BOOT_ID").alias("message_before"))
-            .filter(pl.col("jump_s").abs() > JUMP_S)
-            .select("host", "_BOOT_ID", "before", pl.col("ts").alias("after"), "jump_s", "message_before", "message",
-                    "source_file", "source_offset", "source_line"))
+    # Sort only the clocks and a row number: the few steps found fetch their rows afterwards.
+    clocks = (events.select("host", "_BOOT_ID", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP")
+              .with_row_index("_row")
+              .filter(pl.col("__REALTIME_TIMESTAMP").is_not_null() & pl.col("__MONOTONIC_TIMESTAMP").is_not_null()
+                      & pl.col("_BOOT_ID").is_not_null())
+              .sort("host", "_BOOT_ID", "__MONOTONIC_TIMESTAMP"))
+    drift = pl.col("__REALTIME_TIMESTAMP") - pl.col("__MONOTONIC_TIMESTAMP")
+    steps = (clocks.with_columns(((drift - drift.shift(1).over("host", "_BOOT_ID")) / 1e6).alias("jump_s"),
+                                 pl.col("_row").shift(1).over("host", "_BOOT_ID").alias("_before"))
+             .filter(pl.col("jump_s").abs() > JUMP_S))
+    after = events[steps.get_column("_row")]
+    before = events[steps.get_column("_before")]
+    return after.select("host", "_BOOT_ID").with_columns(
+        before.get_column("ts").alias("before"), after.get_column("ts").alias("after"), steps.get_column("jump_s"),
+        before.get_column("message").alias("message_before"), after.get_column("message"),
+        after.get_column("source_file"), after.get_column("source_offset"), after.get_column("source_line"))
 
 
 def _line_ts(events: pl.DataFrame, incident: Incident, offsets: dict[str, float]) -> pl.Series:
@@ -137,8 +142,7 @@ def build_timeline(case: Case, incident: Incident, profile: Profile) -> Timeline
               .with_columns(pl.col("message").str.extract(rules.request_sent.replace("(?P<rid>", "(", 1), 1)
                             .alias("rid_sent"),
                             pl.col("message").str.extract(rules.request_received.replace("(?P<rid>", "(", 1), 1)
-                            .alias("rid_received"))
-              .collect())
+                            .alias("rid_received")))
     hosts = sorted(h for h in events.get_column("host").unique().to_list() if h is not None)
     pairs = request_pairs(events)
     placed = estimate_offsets(pairs, hosts, incident)
@@ -155,7 +159,7 @@ def build_timeline(case: Case, incident: Incident, profile: Profile) -> Timeline
     stacks = case.stacks.with_columns(
         (pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host")))).alias("ts")).collect()
     skew = (pl.col("line_ts") - pl.col("ts")).dt.total_microseconds() / 1e6
-    checks = (events.filter(pl.col("line_ts").is_not_null())
+    checks = (events.select("host", "ts", "line_ts").filter(pl.col("line_ts").is_not_null())
               .group_by("host").agg(skew.median().alias("line_minus_journal_s"),
                                     (skew.quantile(0.95) - skew.quantile(0.05)).alias("spread_s"),
                                     pl.len().alias("lines"))

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import polars as pl
 
 from forensics.align import Timeline, build_timeline
-from forensics.case import ingest, load_case
+from forensics.case import ingest_in_background
 from forensics.detect import (
     DISPLAY_ZONE,
     Finding,
@@ -121,8 +121,7 @@ def analyze(bundle: str | Path, case_dir: str | Path | None = None, profile: Pro
 def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None) -> Analysis:
     profile = profile or load_profile()
     case_dir = Path(case_dir) if case_dir else Path("exports") / bundle.resolve().name / "case"
-    ingest(bundle, case_dir)
-    case = load_case(case_dir)
+    case, written = ingest_in_background(bundle, case_dir)
     incident = load_incident(bundle, profile)
     timeline = build_timeline(case, incident, profile)
     main = profile.logs.main_track
@@ -143,6 +142,7 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None)
     found += errors.detect(timeline, times.started)
     found += contradictions
     all_tracks = tracks(found, main)
+    written()
     return Analysis(bundle, timeline, found, times, all_tracks, links(all_tracks, times.resolved), verdicts,
                     DISPLAY_ZONE.get().key)
 

@@ -19,6 +19,7 @@ import fnmatch
 import hashlib
 import json
 import shutil
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,10 +116,63 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+def _drop_repeated_cursors(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    """`events` without the records whose `__CURSOR` an earlier row already has, and how many
+    were dropped per input. Cursors are compared by 64-bit hash first; only rows whose hash
+    repeats are compared as strings, and the frame is copied only when something is dropped."""
+    if events.is_empty() or "__CURSOR" not in events.columns:
+        return events, {}
+    hashes = events.select(pl.col("__CURSOR").hash().alias("h"), pl.col("__CURSOR").is_null().alias("null"))
+    suspects = hashes.select(pl.col("h").is_duplicated() & ~pl.col("null")).to_series().arg_true()
+    if suspects.is_empty():
+        return events, {}
+    repeated = (events[suspects].select("__CURSOR", "source_file").with_columns(pl.Series("row", suspects))
+                .filter(~pl.col("__CURSOR").is_first_distinct()))
+    if repeated.is_empty():
+        return events, {}
+    keep = pl.Series("keep", [True]).extend_constant(True, events.height - 1).scatter(
+        repeated.get_column("row"), False)
+    dropped = dict(repeated.group_by("source_file").len().iter_rows())
+    return events.filter(keep), dropped
+
+
 def ingest(bundle: str | Path, case_dir: str | Path,
            progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None) -> dict[str, Any]:
     """Read every input of `bundle` into a case at `case_dir`; returns the manifest."""
-    bundle, case_dir = Path(bundle), Path(case_dir)
+    frames, manifest = read_bundle(bundle, progress)
+    write_case(case_dir, frames, manifest)
+    return manifest
+
+
+def ingest_in_background(bundle: str | Path, case_dir: str | Path) -> tuple[Case, Callable[[], None]]:
+    """Read `bundle` and return its case at once, from memory, while the Parquet case is written
+    to `case_dir` in a thread (polars writes without holding the GIL, so analysis goes on beside
+    it); call the returned function to wait for the write (it raises what the write raised)."""
+    frames, manifest = read_bundle(bundle)
+    failure: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            write_case(case_dir, frames, manifest)
+        except BaseException as error:  # noqa: BLE001 - handed to the caller by finished()
+            failure.append(error)
+
+    writer = threading.Thread(target=write, name="forensics-case-writer")
+    writer.start()
+
+    def finished() -> None:
+        writer.join()
+        if failure:
+            raise failure[0]
+
+    case = Case(Path(case_dir), *(frames[name].lazy() for name in FRAMES), manifest)
+    return case, finished
+
+
+def read_bundle(bundle: str | Path, progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None
+                ) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
+    """Every input of `bundle` read and checked: the case's frames (by name) and its manifest."""
+    bundle = Path(bundle)
     found, skipped = discover(bundle, load_incident(bundle).inputs if bundle.is_dir() else None)
     rows_by_frame: dict[str, list[pl.DataFrame]] = {name: [] for name in SCHEMAS}
     quarantine: list[pl.DataFrame] = []
@@ -145,10 +199,8 @@ def ingest(bundle: str | Path, case_dir: str | Path,
     events = rows_by_frame["events"]
     all_events = pl.concat(events, how="diagonal_relaxed") if events else empty(EVENTS_SCHEMA)
     # The same journal record reached through two inputs has one cursor: keep the first.
-    first = pl.col("__CURSOR").is_null() | pl.col("__CURSOR").is_first_distinct()
-    dropped = all_events.filter(~first).group_by("source_file").len()
-    duplicates = dict(dropped.iter_rows())
-    all_events = all_events.filter(first).sort("ts", maintain_order=True)
+    all_events, duplicates = _drop_repeated_cursors(all_events)
+    all_events = all_events.sort("ts", maintain_order=True)
     all_quarantine = pl.concat(quarantine) if quarantine else empty(QUARANTINE_SCHEMA)
     all_stacks = pl.concat(rows_by_frame["stacks"]) if rows_by_frame["stacks"] else empty(STACKS_SCHEMA)
     all_stacks = all_stacks.sort("ts", "source_file", "source_line", maintain_order=True)
@@ -186,12 +238,22 @@ def ingest(bundle: str | Path, case_dir: str | Path,
     window = timed.select(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).row(0)
     manifest["first_ts"], manifest["last_ts"] = _iso(window[0]), _iso(window[1])
 
+    return ({"events": all_events, "samples": all_samples, "stacks": all_stacks, "quarantine": all_quarantine},
+            manifest)
+
+
+def write_case(case_dir: str | Path, frames: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> None:
+    """The case folder: one Parquet dataset per frame and manifest.json, replaced whole (written
+    beside it first, so a reader never sees half a case)."""
+    case_dir = Path(case_dir)
     staging = case_dir.with_name(case_dir.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    for name, frame in (("events", all_events), ("samples", all_samples), ("stacks", all_stacks),
-                        ("quarantine", all_quarantine)):
+    for name in FRAMES:
+        frame = frames[name]
         (staging / name).mkdir(parents=True)
-        frame.write_parquet(staging / name / "part-0.parquet", compression="zstd", statistics=True)
+        # zstd level 1: about the size of the default level, a fifth faster to write
+        frame.write_parquet(staging / name / "part-0.parquet", compression="zstd", compression_level=1,
+                            statistics=True)
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     shutil.rmtree(case_dir, ignore_errors=True)
     staging.rename(case_dir)

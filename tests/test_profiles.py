@@ -64,7 +64,7 @@ def test_every_log_sample_of_every_profile_reads_as_claimed(name: str) -> None:
     profile = load_profile(name)
     assert profile.logs.samples, f"{name} has no [[logs.sample]]"
     lines = pl.DataFrame({"message": [s.line for s in profile.logs.samples]})
-    read = read_lines(lines, profile).collect()
+    read = read_lines(lines, profile)
     for sample, row in zip(profile.logs.samples, read.iter_rows(named=True), strict=True):
         assert (row["progress"] or row["event"]) == sample.kind, sample.line
         fields = dict(sample.fields)
