@@ -28,7 +28,8 @@ SUGGESTIONS = {
     "stack_verdict": "Capture py-spy dumps of every rank automatically when progress stops, before restarting.",
     "frozen": "Make the health check exercise the scheduler (a tiny generation), so a frozen engine fails it.",
     "request_timeout": "Bound client-visible damage: fail requests fast when the engine makes no progress.",
-    "kv_transfer_failure": "Investigate why cancelled requests' KV transfers left the decode ranks out of step.",
+    "kv_transfer_failure": "Test the hypothesis that the KV-transfer failures just before the freeze put the ranks "
+                           "out of step (the evidence shows them in time order, not as a cause).",
 }
 
 
@@ -102,7 +103,7 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
 
     out += ["## Trigger", ""]
     before = [f for f in analysis.findings if f.at and t.started and f.track == main
-              and 0 <= (t.started - f.at).total_seconds() <= TRIGGER_LOOKBACK_S and f.kind not in ("frozen",)]
+              and 0 < (t.started - f.at).total_seconds() <= TRIGGER_LOOKBACK_S]
     if before:
         out.append(f"In the {span(TRIGGER_LOOKBACK_S)} before the start ({_at(t.started)}):")
         out += [f"- {_at(f.at)} {_md(f.text, redact)}" for f in sorted(before, key=lambda f: f.at or t.started)]
@@ -133,11 +134,11 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
     out += ["## Lessons Learned", "", "### What went well", ""]
     if t.resolved and t.mitigated:
         out.append(f"- The restart worked: healthy {span((t.resolved - t.mitigated).total_seconds())} after it was issued.")
-    out += [TODO + " what else went well.", "", "### What went wrong", ""]
+    out += ["", TODO + " what else went well.", "", "### What went wrong", ""]
     for f in hangs:
         out.append(f"- Health checks stayed green for {span(((f.until or f.at) - f.at).total_seconds()) if f.at else '?'} "
                    f"while {f.component} was frozen.")
-    out += [TODO + " what else went wrong.", "", "### Where we got lucky", "", TODO + " near misses.", ""]
+    out += ["", TODO + " what else went wrong.", "", "### Where we got lucky", "", TODO + " near misses.", ""]
 
     out += ["## Timeline", "", f"| time ({zone}) | track | kind | what happened |", "|---|---|---|---|"]
     for f in sorted((f for f in analysis.findings if f.at), key=lambda f: f.at or t.started):
