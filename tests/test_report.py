@@ -232,9 +232,10 @@ def test_timeline_html_is_redacted_and_says_so(rendered: Path) -> None:
     statement = re.search(r'<p class="note" id="redaction">(.*?)</p>', body).group(1)
     assert "host names" in statement and "IP addresses" in statement and "bearer tokens and API keys" in statement
     assert "e-mail addresses" in statement and "user names" in statement
-    # the report itself is not redacted by default
+    # the report itself is not redacted by default, and says what timeline.html redacted
     report = (rendered / "report.html").read_text()
     assert SECRETS[0] in report and SECRETS[4] in report
+    assert "<b>timeline.html</b>: Redacted (each replaced by a stable pseudonym" in report
 
 
 def test_timeline_size_is_plotly_plus_a_little(rendered: Path) -> None:

@@ -304,9 +304,20 @@ class ReportSession:
         timeline_redactor = None if self.redact_mode == "none" else self.redactor()
         fig = figures.timeline_figure(self.analysis, timeline_redactor)
         statement = timeline_redactor.statement() if timeline_redactor else None
+        self._timeline_statement = statement
         (out / "timeline.html").write_text(html.timeline_page(self.analysis, fig, timeline_redactor, statement))
-        (out / "postmortem.md").write_text(postmortem.draft(self.analysis, self.redact))
+        draft = postmortem.draft(self.analysis, self.redact)
+        if self._report_redactor is not None:
+            draft += f"\n*{self._report_redactor.statement()}*\n"
+        (out / "postmortem.md").write_text(draft)
         return {name: str(out / name) for name in ("summary.json", "timeline.html", "postmortem.md")}
+
+    def redaction_note(self) -> Html:
+        """What each output redacted (after `write_outputs`), kinds and counts."""
+        timeline = getattr(self, "_timeline_statement", None) or "not redacted (redact=none)"
+        report = (self._report_redactor.statement() if self._report_redactor is not None
+                  else "not redacted (redact=all would redact it, the post-mortem draft and summary.json too)")
+        return Html(f"<p><b>timeline.html</b>: {safe(timeline)}</p><p><b>this report</b>: {safe(report)}</p>")
 
     def record(self) -> Any:
         """The summary as a notebook output of type application/json (what tests read)."""

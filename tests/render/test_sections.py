@@ -80,6 +80,8 @@ def test_redaction_modes(tmp_path: Path) -> None:
     for name in ("timeline.html", "postmortem.md", "summary.json"):
         text = (tmp_path / "all" / name).read_text()
         assert "gpu-node-00" not in text.split("<h1>", 1)[-1], name
+    assert "host names" in (tmp_path / "all" / "postmortem.md").read_text().splitlines()[-1]
+    assert "host names" in everything.redaction_note().body
     summary = json.loads((tmp_path / "all" / "summary.json").read_text())
     assert summary["key_times"]["started"] == "2026-06-18T21:34:47+00:00"  # times survive redaction
     assert "gpu-node-00" not in everything.sources().body + everything.findings().body
