@@ -39,8 +39,8 @@ MAX_BUCKETS = 400  # per lane on the timeline
 POINT_BUDGET = 60_000  # metric points over all panels; more series means coarser buckets
 MAX_CELLS = 300_000  # progress-strip cells (lanes × buckets); more lanes means coarser buckets
 MAX_SERIES = 48  # per panel; beyond it, instances no finding names are folded into a median
-PHASE_COLOURS = {"collective": "#d62728", "idle": "#1f77b4", "transfer": "#9467bd", "compute": "#2ca02c", "device_sync": "#8c564b",
-                 "unknown": "#7f7f7f"}
+PHASE_COLOURS = {"collective": "#d62728", "idle": "#1f77b4", "transfer": "#9467bd", "compute": "#2ca02c",
+                 "device_sync": "#8c564b", "unknown": "#7f7f7f"}
 KEY_TIME_COLOURS = {"started": "#d62728", "detected": "#ff7f0e", "mitigated": "#9467bd", "resolved": "#2ca02c"}
 ERROR_KINDS_COLOUR = "#d62728"
 LEGEND_SERIES = 16  # more metric series than this are told apart by their hover, not a legend
@@ -65,8 +65,8 @@ def axis_for(analysis: Analysis, max_buckets: int = MAX_BUCKETS) -> Axis:
     """The incident's span (window if declared, else the evidence's) and a bucket giving at most
     `max_buckets` buckets."""
     incident = analysis.timeline.incident
-    times = [t for t in (analysis.timeline.events.get_column("ts").min(), analysis.timeline.events.get_column("ts").max())
-             if isinstance(t, datetime)]
+    stamps = analysis.timeline.events.get_column("ts")
+    times = [t for t in (stamps.min(), stamps.max()) if isinstance(t, datetime)]
     times += [f.at for f in analysis.findings if f.at] + [f.until for f in analysis.findings if f.until]
     start, end = (incident.window if incident.window else (min(times), max(times))) if times or incident.window else (
         datetime.now().astimezone(), datetime.now().astimezone())
@@ -336,12 +336,14 @@ def _vertical_marks(fig: go.Figure, analysis: Analysis, axis: Axis, redact: Reda
         marks.append((note.at, f"✎ {note.text}", "#555555"))
     for at, text, colour in marks:
         fig.add_vline(x=wall_time(at, axis.zone), line={"dash": "dash", "width": 1, "color": colour})
+    # an invisible point per mark, so that autorange takes in marks outside the data
     fig.add_trace(go.Scatter(
         x=[wall_time(at, axis.zone) for at, _, _ in marks], y=[None] * len(marks), mode="markers",
         showlegend=False, hoverinfo="skip"), row=1, col=1)
     for n, (at, text, colour) in enumerate(marks):
+        label = text if len(text) <= 48 else text[:47] + "…"
         fig.add_annotation(x=wall_time(at, axis.zone), y=1.0, yref="paper", yshift=-14 * (n % 4), showarrow=False,
-                           text=hover(text if len(text) <= 48 else text[:47] + "…", redact, 60, 1), font={"size": 10, "color": colour},
+                           text=hover(label, redact, 60, 1), font={"size": 10, "color": colour},
                            xanchor="left", bgcolor="rgba(255,255,255,0.7)")
 
 
@@ -356,7 +358,8 @@ def stack_phase_figure(verdicts: list[Verdict], redact: Redact | None = None) ->
     for phase in phases:
         mine = [row for row in rows if row[2] == phase]
         fig.add_trace(go.Scatter(x=[m[1] for m in mine], y=[m[0] for m in mine], mode="markers+text", name=phase,
-                                 text=[phase] * len(mine), textposition="middle center", customdata=[m[3] for m in mine],
+                                 text=[phase] * len(mine), textposition="middle center",
+                                 customdata=[m[3] for m in mine],
                                  hovertemplate="%{customdata}<extra></extra>", textfont={"color": "white", "size": 9},
                                  marker={"symbol": "square", "size": 46, "color": PHASE_COLOURS.get(phase, "#7f7f7f")}))
     groups = sorted({r[0] for r in rows})

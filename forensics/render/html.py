@@ -32,6 +32,7 @@ th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: ta
 .note { color: #555; font-size: 0.9em; } .bad { color: #b00; } .verdict { font-weight: 600; }
 pre.log { white-space: pre-wrap; font-size: 0.85em; background: #f8f8f8; padding: 0.5em; }
 """
+NOT_REDACTED = "Not redacted: this page shows host names, addresses and log text as recorded."
 
 
 def plotly_js_tag() -> str:
@@ -122,7 +123,7 @@ def _timeline_page(analysis: Analysis, fig: go.Figure, redact: Redact | None, st
 <h2>Symptom tracks</h2>{f"<ul>{tracks}</ul>" if tracks else "<p>No findings.</p>"}
 <h2>Timeline</h2>
 {figure_div(fig, "timeline")}
-<p class="note" id="redaction">{safe(statement or "Not redacted: this page shows host names, addresses and log text as recorded.")}</p>
+<p class="note" id="redaction">{safe(statement or NOT_REDACTED)}</p>
 </body></html>
 """
 
@@ -139,7 +140,8 @@ def index_page(rows: Sequence[dict[str, Any]], title: str = "Incident reports") 
         links = " · ".join(f'<a href="{safe(href)}">{safe(name)}</a>' for name, href in row.get("links", []))
         status = (f'<span class="bad">failed: {safe(row["error"])}</span>' if row.get("error") else "rendered")
         body.append("<tr>" + "".join([
-            f"<td>{safe(row.get('title') or row.get('bundle'))}<br><span class='note'>{safe(row.get('bundle'))}</span></td>",
+            f"<td>{safe(row.get('title') or row.get('bundle'))}<br>"
+            f"<span class='note'>{safe(row.get('bundle'))}</span></td>",
             f"<td>{safe(row.get('window') or '—')}</td>",
             f"<td class='verdict'>{safe(row.get('verdicts') or '—')}</td>",
             f"<td class='num'>{safe(row.get('ttd') or '—')}</td>",

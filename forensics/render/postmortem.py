@@ -119,7 +119,8 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
 
     out += ["## Detection", ""]
     out.append(f"Detected at {_at(t.detected)} ({_md(t.how.get('detected', 'not in the evidence'), redact)}), "
-               + (f"{span(s)} after the start." if (s := t.seconds("detected")) is not None else "time to detect unknown."))
+               + (f"{span(s)} after the start." if (s := t.seconds("detected")) is not None
+                  else "time to detect unknown."))
     for f in hangs:
         out.append(f"- Blind spot: {_md(f.text, redact)}")
     out += ["", TODO + " which alert fired (if any) and who was paged.", ""]
@@ -133,10 +134,12 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
 
     out += ["## Lessons Learned", "", "### What went well", ""]
     if t.resolved and t.mitigated:
-        out.append(f"- The restart worked: healthy {span((t.resolved - t.mitigated).total_seconds())} after it was issued.")
+        back = span((t.resolved - t.mitigated).total_seconds())
+        out.append(f"- The restart worked: healthy {back} after it was issued.")
     out += ["", TODO + " what else went well.", "", "### What went wrong", ""]
     for f in hangs:
-        out.append(f"- Health checks stayed green for {span(((f.until or f.at) - f.at).total_seconds()) if f.at else '?'} "
+        green = span(((f.until or f.at) - f.at).total_seconds()) if f.at else "?"
+        out.append(f"- Health checks stayed green for {green} "
                    f"while {f.component} was frozen.")
     out += ["", TODO + " what else went wrong.", "", "### Where we got lucky", "", TODO + " near misses.", ""]
 

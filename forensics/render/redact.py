@@ -33,7 +33,8 @@ EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
 IPV4 = re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])")
 # all eight groups, or a `::` somewhere: clock times (21:42:00) and MAC addresses are neither
 IPV6 = re.compile(r"(?<![\w:])(?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}(?![\w:])"
-                  r"|(?<![\w:])[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4})*::(?:[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4})*)?(?![\w:])"
+                  r"|(?<![\w:])[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4})*::"
+                  r"(?:[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4})*)?(?![\w:])"
                   r"|(?<![\w:])::[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4})*(?![\w:])")
 FQDN = re.compile(r"\b(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+"
                   r"(?:com|net|org|io|ai|dev|cloud|internal|local|lan|corp|cluster|svc|example)\b", re.I)

@@ -24,7 +24,7 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from forensics.analyze import Analysis, analyze, in_display_zone
-from forensics.detect import errors, progress
+from forensics.detect import clock, errors, progress
 from forensics.detect.stacks import latest
 from forensics.errors import ForensicsError
 from forensics.profiles import load_profile
@@ -140,8 +140,7 @@ class ReportSession:
         latest_at = {(v.group, v.at) for v in latest(self.analysis.verdicts)}
         for track in self.analysis.tracks:
             items = "".join(
-                f"<li><b>{safe(figures.wall_time(f.at, self.analysis.display_zone).strftime('%H:%M:%S') if f.at else '?')}"
-                f"</b> <code>{safe(f.kind)}</code> {safe(f.text, r)}</li>"
+                f"<li><b>{safe(clock(f.at))}</b> <code>{safe(f.kind)}</code> {safe(f.text, r)}</li>"
                 for f in track.findings
                 if not (f.kind == "stack_verdict" and (f.component, f.at) not in latest_at))
             parts.append(f"<h3>track: {safe(track.name, r)}</h3><ul>{items}</ul>")
@@ -169,7 +168,8 @@ class ReportSession:
         if not verdicts:
             return [Html("<p>No py-spy stacks in this bundle.</p>")]
         rows = [{"group": v.group, "round": v.round + 1, "at": v.at, "verdict": v.verdict, "collective": v.collective,
-                 "ranks by phase": "; ".join(f"{p}: {', '.join(map(str, ranks))}" for p, ranks in v.ranks_by_phase.items()),
+                 "ranks by phase": "; ".join(f"{p}: {', '.join(map(str, ranks))}"
+                                             for p, ranks in v.ranks_by_phase.items()),
                  "missing": ", ".join(f"{m.label} ({m.reason})" for m in v.missing) or "—"} for v in verdicts]
         out: list[Any] = [Html(html.table(rows, self.redact)),
                           Figure(figures.stack_phase_figure(verdicts, self.redact), "phases")]
