@@ -35,7 +35,7 @@ from forensics.render.text import Redact, hover, safe
 REDACT_MODES = ("none", "timeline", "all")
 GAP_FACTOR = 5.0  # a pause this many times a source's median interval (and over GAP_MIN_S) is a gap
 GAP_MIN_S = 60.0
-SUMMARY_MIME = "application/json"
+SUDO_USER = r"^\s*([a-z_][a-z0-9_.-]*) : (?:TTY|PWD|USER|COMMAND)="  # who ran the command
 
 
 class Figure:
@@ -66,13 +66,17 @@ class Html:
 
 
 def hosts_and_users(analysis: Analysis) -> tuple[list[str], list[str]]:
-    """Host names the evidence names (journal, scrapes, stacks, manifest) — what redaction hides."""
-    hosts = set(analysis.timeline.events.get_column("host").drop_nulls().unique().to_list())
+    """Host names the evidence names (journal, scrapes, stacks, manifest) and the users sudo's audit
+    lines name: redaction hides them wherever they appear, free text included."""
+    events = analysis.timeline.events
+    users = (events.filter(pl.col("identifier") == "sudo")
+             .select(pl.col("message").str.extract(SUDO_USER, 1)).to_series().drop_nulls().unique().to_list())
+    hosts = set(events.get_column("host").drop_nulls().unique().to_list())
     hosts |= set(analysis.timeline.stacks.get_column("host").drop_nulls().unique().to_list())
     hosts |= {str(h) for h in analysis.timeline.samples.select(pl.col("host").cast(pl.String)).unique()
               .collect().get_column("host").drop_nulls().to_list()}
     hosts |= set(analysis.timeline.incident.hosts)
-    return sorted(h for h in hosts if h), []
+    return sorted(h for h in hosts if h), sorted(users)
 
 
 @dataclass

@@ -95,3 +95,11 @@ def test_gaps_name_the_silent_sources(shanghai: ReportSession) -> None:
     # decode logged nothing but access lines between the freeze and the restart
     assert decode.height == 0 or decode["gap_s"].max() > 60
     assert set(gaps.columns) == {"source", "from", "to", "gap_s", "median_interval_s"}
+
+
+def test_users_that_sudo_names_are_redacted_in_free_text_too(shanghai: ReportSession) -> None:
+    from forensics.render.sections import hosts_and_users
+    hosts, users = hosts_and_users(shanghai.analysis)
+    assert hosts == ["gpu-node-00"] and users == ["sre"]
+    redactor = shanghai.redactor()
+    assert redactor("paged sre about gpu-node-00; root stays") == "paged user-1 about host-1; root stays"
