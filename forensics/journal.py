@@ -27,6 +27,7 @@ from forensics.schema import (
     EVENTS_SCHEMA,
     QUARANTINE_SCHEMA,
     RAW_FIELD,
+    empty,
     excerpt_text,
 )
 
@@ -135,6 +136,9 @@ def _problems(fields: pl.DataFrame) -> pl.Expr:
 
 def assemble_events(fields: pl.DataFrame, *, source_file: str, fmt: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split a field frame into canonical `events` rows and `quarantine` rows."""
+    if fields.height == 0:
+        # literal columns on a frame without columns would make one row out of none
+        return empty(EVENTS_SCHEMA), empty(QUARANTINE_SCHEMA)
     fields = _decode_text_columns(fields)
     fields = fields.with_columns(_problems(fields).alias("@why"))
     bad = fields.filter(pl.col("@why").is_not_null())

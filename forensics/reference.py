@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from typing import BinaryIO
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -44,7 +45,7 @@ from zoneinfo import ZoneInfo
 
 import zstandard
 
-from forensics.synth import write_export_entry
+from forensics.synth import export_fields
 
 DAY = datetime(2026, 6, 18, tzinfo=UTC)
 LAB_DUMPS = Path(__file__).resolve().parent.parent / "data" / "lab" / "tp-desync"
@@ -99,7 +100,6 @@ class Host:
     boot_id: str = ""
     machine_id: str = ""
     seqnum_id: str = ""
-    seqnum: int = 0
     invocations: dict[str, str] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
 
@@ -114,11 +114,13 @@ def _local(host: Host, when: datetime, millis: bool = False) -> str:
 
 
 class Journal:
-    """Entries of one host, in the fields journald writes, kept sorted by time when written."""
+    """Entries of one host, in the fields journald writes, kept sorted by time when written.
+    Each entry is kept as its export bytes (about 500 bytes, not a list of Python strings), so a
+    10 M-entry story fits in memory."""
 
     def __init__(self, host: Host) -> None:
         self.host = host
-        self.entries: list[tuple[datetime, list[tuple[str, bytes]]]] = []
+        self.entries: list[tuple[datetime, bytes]] = []
 
     def add(self, when: datetime, message: str, *, unit: str | None, pid: int, ident: str, priority: int = 6,
             transport: str = "stdout", extra: tuple[tuple[str, str], ...] = ()) -> None:
@@ -129,25 +131,27 @@ class Journal:
         else:
             fields += [("_SYSTEMD_UNIT", "init.scope" if pid == 1 else "session-4.scope")]
         fields += [("_HOSTNAME", self.host.name), *extra, ("MESSAGE", message)]
-        self.entries.append((when, [(k, v.encode()) for k, v in fields]))
+        self.entries.append((when, export_fields([(k, v.encode()) for k, v in fields]) + b"\n"))
 
-    def export(self) -> bytes:
-        """The entries as `journalctl -o export` writes them, with cursors and both clocks."""
-        out = io.BytesIO()
+    def write(self, out: BinaryIO) -> None:
+        """The entries as `journalctl -o export` writes them, with cursors and both clocks, in time order."""
         host = self.host
         boot_us = int((STORY.start - timedelta(days=2)).timestamp() * 1_000_000)
-        for when, fields in sorted(self.entries, key=lambda e: e[0]):
-            host.seqnum += 1
+        fixed = [("_BOOT_ID", host.boot_id.encode()), ("_MACHINE_ID", host.machine_id.encode())]
+        batch: list[bytes] = []
+        for seqnum, (when, body) in enumerate(sorted(self.entries, key=lambda e: e[0]), start=1):
             realtime = int((when + host.skew).timestamp() * 1_000_000)
             monotonic = realtime - boot_us
-            digest = hashlib.blake2b(f"{host.seqnum_id}{host.seqnum}".encode(), digest_size=8).hexdigest()
-            cursor = (f"s={host.seqnum_id};i={host.seqnum:x};b={host.boot_id};m={monotonic:x};t={realtime:x};"
+            digest = hashlib.blake2b(f"{host.seqnum_id}{seqnum}".encode(), digest_size=8).hexdigest()
+            cursor = (f"s={host.seqnum_id};i={seqnum:x};b={host.boot_id};m={monotonic:x};t={realtime:x};"
                       f"x={digest}")
-            write_export_entry(out, [("__CURSOR", cursor.encode()), ("__REALTIME_TIMESTAMP", str(realtime).encode()),
-                                     ("__MONOTONIC_TIMESTAMP", str(monotonic).encode()),
-                                     ("_BOOT_ID", host.boot_id.encode()), ("_MACHINE_ID", host.machine_id.encode()),
-                                     *fields])
-        return out.getvalue()
+            batch.append(export_fields([("__CURSOR", cursor.encode()), ("__REALTIME_TIMESTAMP", str(realtime).encode()),
+                                        ("__MONOTONIC_TIMESTAMP", str(monotonic).encode()), *fixed]))
+            batch.append(body)
+            if len(batch) >= 8192:
+                out.write(b"".join(batch))
+                batch.clear()
+        out.write(b"".join(batch))
 
 
 def _ticks(start: datetime, end: datetime, every: float, jitter: float, rng: random.Random) -> Iterator[datetime]:
@@ -405,11 +409,12 @@ def write_reference(out: Path, *, scale: int = 1, hosts: int = 1, time_zone: str
     if hosts > 1:
         _cross_host(journals[0], journals[1])
     for host, journal in zip(machines, journals, strict=True):
-        export = journal.export()
-        name = out / "journal" / f"{host.name}.export.zst"
-        name.write_bytes(zstandard.ZstdCompressor(level=10).compress(export))
+        with open(out / "journal" / f"{host.name}.export.zst", "wb") as raw, \
+                zstandard.ZstdCompressor(level=10).stream_writer(raw) as compressed:
+            journal.write(compressed)
         if "json" in journal_formats or "journal" in journal_formats:
-            _real_journal(export, out / "journal", host.name, journal_formats)
+            _real_journal(journal, out / "journal", host.name, journal_formats)
+        journal.entries.clear()
         for role in ("prefill", "decode"):
             folder = out / "metrics" / f"{host.name}_{PORTS[role]}"
             folder.mkdir(parents=True)
@@ -431,12 +436,13 @@ def _shifted(match: re.Match[str], shift: timedelta) -> str:
     return "ts=" + moved.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _real_journal(export: bytes, folder: Path, name: str, formats: tuple[str, ...]) -> None:
+def _real_journal(journal: Journal, folder: Path, name: str, formats: tuple[str, ...]) -> None:
     """Real journal files from systemd-journal-remote (into a folder: it rotates big outputs), and
     journalctl's JSON of them."""
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "in.export"
-        source.write_bytes(export)
+        with open(source, "wb") as plain:
+            journal.write(plain)
         journals = Path(tmp) / "journal"
         journals.mkdir()
         subprocess.run([JOURNAL_REMOTE, f"--output={journals}/{name}.journal", str(source)], check=True,

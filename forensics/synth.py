@@ -132,16 +132,20 @@ def _printable(value: bytes) -> bool:
     return True
 
 
-def write_export_entry(out: BinaryIO, fields: list[tuple[str, bytes]]) -> None:
-    """Write one entry in Journal Export Format, binary-encoding values that need it."""
+def export_fields(fields: list[tuple[str, bytes]]) -> bytes:
+    """Fields in Journal Export Format (no closing blank line), binary-encoding values that need it."""
     parts = []
     for name, value in fields:
         if _printable(value):
             parts.append(b"%s=%s\n" % (name.encode(), value))
         else:
             parts.append(b"%s\n%s%s\n" % (name.encode(), struct.pack("<Q", len(value)), value))
-    parts.append(b"\n")
-    out.write(b"".join(parts))
+    return b"".join(parts)
+
+
+def write_export_entry(out: BinaryIO, fields: list[tuple[str, bytes]]) -> None:
+    """Write one entry in Journal Export Format, binary-encoding values that need it."""
+    out.write(export_fields(fields) + b"\n")
 
 
 def write_export(path: Path, count: int, *, hosts: int = 1, seed: int = 0) -> Path:

@@ -98,3 +98,24 @@ def test_load_case_names_what_is_missing(tmp_path: Path) -> None:
         load_case(tmp_path)
     with pytest.raises(CaseError, match="not a directory"):
         ingest(tmp_path / "nope", tmp_path / "case")
+
+
+def test_a_journal_folder_with_exports_beside_journal_files_reads_every_part(tmp_path: Path) -> None:
+    from forensics.reference import write_reference
+    bundle = write_reference(tmp_path / "bundle", journal_formats=("export", "json", "journal"))
+    manifest = ingest(bundle, tmp_path / "case")
+    journal = {e["path"]: e for e in manifest["inputs"] if e["path"].startswith("journal/")}
+    assert {p: e["format"] for p, e in journal.items()} == {
+        "journal/gpu-node-00.export.zst": "journal_export", "journal/gpu-node-00.journal.d": "journal_native",
+        "journal/gpu-node-00.json.zst": "journal_json"}
+    assert all(e["records"] == e["parsed"] == 10_467 and not e.get("error") for e in journal.values())
+    # journalctl's JSON of the .journal files repeats their cursors: dropped as duplicates
+    assert journal["journal/gpu-node-00.json.zst"]["duplicates"] == 10_467
+
+
+def test_no_records_make_no_rows() -> None:
+    import polars as pl
+
+    from forensics.journal import assemble_events
+    events, quarantine = assemble_events(pl.DataFrame(), source_file="empty.journal", fmt="journal_native")
+    assert events.height == 0 and quarantine.height == 0

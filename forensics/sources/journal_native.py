@@ -19,9 +19,12 @@ SUFFIXES = (".journal", ".journal~")
 
 
 def sniff(head: bytes, path: Path) -> bool:
-    """A journal file by its magic, or a directory holding journal files."""
+    """A journal file by its magic, or a directory of journal files (like /var/log/journal, with its
+    machine-id folders) holding no other files: a folder that also holds exports or JSON is not
+    one journal, its parts are read each by its own format."""
     if path.is_dir():
-        return any(p.name.endswith(SUFFIXES) for p in path.rglob("*"))
+        files = [p for p in path.rglob("*") if p.is_file()]
+        return bool(files) and all(p.name.endswith(SUFFIXES) for p in files)
     return head.startswith(MAGIC)
 
 
