@@ -271,3 +271,41 @@ def test_batch_goes_on_past_a_failing_bundle_and_indexes_both(tmp_path: Path, br
     hrefs = page.evaluate("[...document.querySelectorAll('#incidents a')].map(a => a.getAttribute('href'))")
     assert "good-incident/timeline.html" in hrefs and all((out / h).exists() for h in hrefs)
     page.context.close()
+
+
+def test_the_executed_notebook_draws_its_figures_in_jupyterlab(rendered: Path, browser: Any) -> None:
+    """What an SRE opens to dig further: JupyterLab draws the figures from plotly's own mimetype
+    (the plotly labextension ships in the plotly wheel), not from the HTML nbconvert uses."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from tests.conftest import free_port
+    port = free_port()
+    lab = subprocess.Popen([str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", f"--port={port}",
+                            "--ServerApp.token=", "--ServerApp.password=", f"--ServerApp.root_dir={rendered}",
+                            "--allow-root", "--LabApp.news_url=", "--LabApp.check_for_updates_class="
+                            "jupyterlab.NeverCheckForUpdate"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.25)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        context.route("**/*", lambda r: r.continue_() if r.request.url.startswith(f"http://127.0.0.1:{port}/")
+                      else r.abort())
+        page = context.new_page()
+        crashes: list[str] = []
+        page.on("pageerror", lambda e: crashes.append(str(e)))
+        page.goto(f"http://127.0.0.1:{port}/lab/tree/{MAIN_NOTEBOOK}")
+        page.wait_for_selector(".jp-OutputArea .js-plotly-plot .main-svg", timeout=90_000)
+        page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 5", timeout=30_000)
+        assert crashes == []
+        context.close()
+    finally:
+        lab.terminate()
+        lab.wait(timeout=30)
