@@ -116,23 +116,43 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def _drop_repeated_cursors(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
-    """`events` without the records whose `__CURSOR` an earlier row already has, and how many
-    were dropped per input. Cursors are compared by 64-bit hash first; only rows whose hash
-    repeats are compared as strings, and the frame is copied only when something is dropped."""
-    if events.is_empty() or "__CURSOR" not in events.columns:
-        return events, {}
-    hashes = events.select(pl.col("__CURSOR").hash().alias("h"), pl.col("__CURSOR").is_null().alias("null"))
-    suspects = hashes.select(pl.col("h").is_duplicated() & ~pl.col("null")).to_series().arg_true()
+# What one journal record keeps through every form it is exported in (export, JSON, a .journal
+# that systemd-journal-remote rebuilt from an export, which gets cursors of its own).
+RECORD_IDENTITY = ("host", "_BOOT_ID", "__MONOTONIC_TIMESTAMP", "__REALTIME_TIMESTAMP", "pid", "message")
+
+
+def _repeated(events: pl.DataFrame, key: pl.Expr, repeat: pl.Expr) -> pl.Series:
+    """Row numbers where `repeat` holds among the rows whose `key` hash occurs more than once
+    (the expensive comparison runs on those few rows only)."""
+    suspects = events.select(key.hash().is_duplicated()).to_series().arg_true()
     if suspects.is_empty():
+        return suspects
+    chosen = events[suspects].select(repeat.alias("repeat")).to_series()
+    return suspects.filter(chosen)
+
+
+def _drop_repeated_records(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    """`events` without the records an earlier input already gave, and how many were dropped per
+    input: the same `__CURSOR`, or — from another input, as cursors differ between a journal and
+    its copies — the same host, boot, both clocks, pid and message. Repeats within one input with
+    different cursors are kept (journald logs identical lines). Hashes first, the frame is copied
+    only when something is dropped."""
+    if events.is_empty():
         return events, {}
-    repeated = (events[suspects].select("__CURSOR", "source_file").with_columns(pl.Series("row", suspects))
-                .filter(~pl.col("__CURSOR").is_first_distinct()))
-    if repeated.is_empty():
+    columns = set(events.columns)
+    drop: list[pl.Series] = []
+    if "__CURSOR" in columns:
+        cursor = pl.col("__CURSOR")
+        drop.append(_repeated(events, cursor, cursor.is_not_null() & ~cursor.is_first_distinct()))
+    if set(RECORD_IDENTITY) <= columns and events.get_column("source_file").n_unique() > 1:
+        identity = pl.struct(*RECORD_IDENTITY)
+        first_input = pl.col("source_file").first().over(identity)
+        drop.append(_repeated(events, identity, pl.col("source_file") != first_input))
+    rows = pl.concat(drop).unique() if drop else pl.Series(dtype=pl.UInt32)
+    if rows.is_empty():
         return events, {}
-    keep = pl.Series("keep", [True]).extend_constant(True, events.height - 1).scatter(
-        repeated.get_column("row"), False)
-    dropped = dict(repeated.group_by("source_file").len().iter_rows())
+    keep = pl.Series("keep", [True]).extend_constant(True, events.height - 1).scatter(rows, False)
+    dropped = dict(events[rows].group_by("source_file").len().iter_rows())
     return events.filter(keep), dropped
 
 
@@ -198,8 +218,8 @@ def read_bundle(bundle: str | Path, progress: Callable[[Iterable[Any]], Iterable
 
     events = rows_by_frame["events"]
     all_events = pl.concat(events, how="diagonal_relaxed") if events else empty(EVENTS_SCHEMA)
-    # The same journal record reached through two inputs has one cursor: keep the first.
-    all_events, duplicates = _drop_repeated_cursors(all_events)
+    # The same journal record reached through two inputs: keep the first.
+    all_events, duplicates = _drop_repeated_records(all_events)
     all_events = all_events.sort("ts", maintain_order=True)
     all_quarantine = pl.concat(quarantine) if quarantine else empty(QUARANTINE_SCHEMA)
     all_stacks = pl.concat(rows_by_frame["stacks"]) if rows_by_frame["stacks"] else empty(STACKS_SCHEMA)

@@ -109,8 +109,27 @@ def test_a_journal_folder_with_exports_beside_journal_files_reads_every_part(tmp
         "journal/gpu-node-00.export.zst": "journal_export", "journal/gpu-node-00.journal.d": "journal_native",
         "journal/gpu-node-00.json.zst": "journal_json"}
     assert all(e["records"] == e["parsed"] == 10_467 and not e.get("error") for e in journal.values())
-    # journalctl's JSON of the .journal files repeats their cursors: dropped as duplicates
+    # the .journal systemd-journal-remote rebuilt from the export has cursors of its own but the same
+    # records (host, boot, clocks, pid, message); journalctl's JSON of it repeats its cursors:
+    # both are dropped as duplicates of the export, read first
+    assert journal["journal/gpu-node-00.journal.d"]["duplicates"] == 10_467
     assert journal["journal/gpu-node-00.json.zst"]["duplicates"] == 10_467
+    assert manifest["totals"]["events"] == 10_467
+
+
+def test_identical_lines_within_one_input_are_all_kept(tmp_path: Path) -> None:
+    """journald may log the same line twice in one microsecond; only a copy from another input is a duplicate."""
+    same = [("__REALTIME_TIMESTAMP", "1781818200000000"), ("__MONOTONIC_TIMESTAMP", "5000"), ("_BOOT_ID", "b" * 32),
+            ("_HOSTNAME", "h"), ("_PID", "7"), ("MESSAGE", "retrying")]
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "a.export").write_bytes(export_entry(("__CURSOR", "s=a;i=1"), *same)
+                                      + export_entry(("__CURSOR", "s=a;i=2"), *same))
+    (bundle / "b.export").write_bytes(export_entry(("__CURSOR", "s=b;i=9"), *same))
+    manifest = ingest(bundle, tmp_path / "case")
+    by_path = {e["path"]: e for e in manifest["inputs"]}
+    assert by_path["a.export"]["duplicates"] == 0 and by_path["b.export"]["duplicates"] == 1
+    assert manifest["totals"]["events"] == 2
 
 
 def test_no_records_make_no_rows() -> None:
