@@ -167,7 +167,8 @@ def _out_names(bundles: Sequence[Path]) -> list[str]:
 
 def _render_one(bundle: Path, out: Path, display_tz: str, profile: str, redact: str) -> dict[str, Any]:
     """One batch job (in a worker process): the index row, with the error instead when it failed."""
-    row: dict[str, Any] = {"bundle": str(bundle), "out": out.name}
+    # relative to where batch ran: the index may be shared, the machine's folder layout need not be
+    row: dict[str, Any] = {"bundle": os.path.relpath(bundle), "out": out.name}
     try:
         rendered = render(bundle, out, display_tz, profile, redact, progress=False)
     except Exception as error:  # noqa: BLE001 - a batch goes on past any failing bundle and records why
@@ -215,7 +216,8 @@ def batch(patterns: Iterable[str], out: str | Path = "exports", workers: int = 2
                 try:
                     rows[i] = future.result()
                 except Exception as error:  # noqa: BLE001 - a worker that died still gets its row
-                    rows[i] = {"bundle": str(bundles[i]), "out": names[i], "error": f"worker died: {error!r}"}
+                    rows[i] = {"bundle": os.path.relpath(bundles[i]), "out": names[i],
+                               "error": f"worker died: {error!r}"}
                 bar.update(1)
                 if rows[i].get("error"):
                     bar.write(f"failed: {bundles[i]}: {rows[i]['error'].splitlines()[0]}")
