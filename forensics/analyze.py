@@ -52,6 +52,12 @@ class Analysis:
     verdicts: list[Verdict]
     display_zone: str = "UTC"  # the zone the findings' text is written in
 
+    def superseded(self, finding: Finding) -> bool:
+        """A stack verdict of an earlier py-spy round than its group's last (reports show the last)."""
+        if finding.kind != "stack_verdict":
+            return False
+        return {v.group: v.at for v in latest(self.verdicts)}.get(finding.component or "") != finding.at
+
     def findings_frame(self) -> pl.DataFrame:
         """The canonical `findings` frame."""
         return findings_frame(self.findings)
@@ -179,7 +185,7 @@ def _report_text(analysis: Analysis) -> str:
         lines += ["", (f"## track: {track.name} ({', '.join(track.components) or 'no component'}, "
                       f"{clock(track.first)}–{clock(track.last)})")]
         for f in track.findings:
-            if f.kind == "stack_verdict" and f not in _latest_stack_findings(analysis):
+            if analysis.superseded(f):
                 continue
             lines.append(f"  {clock(f.at)}  [{f.kind}] {f.text}")
     if analysis.links:
@@ -196,7 +202,3 @@ def _report_text(analysis: Analysis) -> str:
         lines.append(f"  note: {note}")
     return "\n".join(lines)
 
-
-def _latest_stack_findings(analysis: Analysis) -> list[Finding]:
-    last = {v.group: v.at for v in latest(analysis.verdicts)}
-    return [f for f in analysis.findings if f.kind == "stack_verdict" and last.get(f.component or "") == f.at]

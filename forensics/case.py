@@ -307,9 +307,11 @@ def host_unit_summary(case: Case) -> pl.DataFrame:
             .sort("host", "unit", nulls_last=True).collect())
 
 
-def instance_summary(case: Case) -> pl.DataFrame:
-    """Per metrics instance and source format: scrapes (or API points), series, samples, first and last time."""
-    return (case.samples.group_by(pl.col("instance").cast(pl.String), pl.col("format").cast(pl.String))
+def instance_summary(case: Case | pl.LazyFrame) -> pl.DataFrame:
+    """Per metrics instance and source format: scrapes (or API points), series, samples, first and
+    last time — of a case, or of a `samples` frame (a timeline's, say)."""
+    samples = case.samples if isinstance(case, Case) else case
+    return (samples.group_by(pl.col("instance").cast(pl.String), pl.col("format").cast(pl.String))
             .agg(pl.col("ts").n_unique().alias("times"), pl.col("series").n_unique().alias("series"),
                  pl.len().alias("samples"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"))
             .sort("instance", "format", nulls_last=True).collect())

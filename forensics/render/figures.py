@@ -171,10 +171,11 @@ def _progress_strip(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: di
             pl.col("len").sum())
     buckets = pl.datetime_range(axis.start, axis.end, every, time_zone="UTC", eager=True)
     buckets = buckets.dt.truncate(every).unique().sort()
-    column = {b: n for n, b in enumerate(buckets.to_list())}
-    z = np.zeros((len(lane_y), len(column)), dtype=np.uint16)
-    for bucket, lane, n in counts.filter(pl.col("bucket").is_in(buckets.implode())).iter_rows():
-        z[lane_y[lane], column[bucket]] = min(n, 65535)
+    cells = (counts.join(buckets.to_frame("bucket").with_row_index("column"), on="bucket")
+             .select(pl.col("lane").replace_strict(lane_y, return_dtype=pl.Int64), "column",
+                     pl.col("len").clip(upper_bound=65535)))
+    z = np.zeros((len(lane_y), buckets.len()), dtype=np.uint16)
+    z[cells.get_column("lane").to_numpy(), cells.get_column("column").to_numpy()] = cells.get_column("len").to_numpy()
     top = float(np.percentile(z[z > 0], 95)) if (z > 0).any() else 1.0
     fig.add_trace(go.Heatmap(
         x=buckets.to_frame("b").select(wall_ms("b", axis.zone)).to_series().to_numpy(), y=list(range(len(lane_y))), z=z,

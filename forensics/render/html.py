@@ -95,6 +95,15 @@ def _key_times_rows(analysis: Analysis) -> list[dict[str, str]]:
     return rows
 
 
+def key_times_block(analysis: Analysis, redact: Redact | None) -> str:
+    """The key-times table, TTD / TTM / TTR, and any contradiction between the key times."""
+    t = analysis.key_times
+    measures = " · ".join(f"{label} {span(s) if (s := t.seconds(name)) is not None else '—'}"
+                          for label, name in (("TTD", "detected"), ("TTM", "mitigated"), ("TTR", "resolved")))
+    contradictions = "".join(f'<p class="bad">contradiction: {safe(c, redact)}</p>' for c in t.contradictions)
+    return f"{table(key_times_rows(analysis), redact)}\n<p><b>{safe(measures)}</b></p>{contradictions}"
+
+
 def timeline_page(analysis: Analysis, fig: go.Figure, redact: Redact | None, statement: str | None) -> str:
     """The whole shareable timeline page: title, key times, tracks, the figure, what was redacted."""
     with in_display_zone(analysis):
@@ -102,12 +111,8 @@ def timeline_page(analysis: Analysis, fig: go.Figure, redact: Redact | None, sta
 
 
 def _timeline_page(analysis: Analysis, fig: go.Figure, redact: Redact | None, statement: str | None) -> str:
-    t = analysis.key_times
-    measures = " · ".join(f"{label} {span(s) if (s := t.seconds(name)) is not None else '—'}"
-                          for label, name in (("TTD", "detected"), ("TTM", "mitigated"), ("TTR", "resolved")))
     tracks = "".join(f"<li><b>{safe(track.name, redact)}</b>: {len(track.findings)} findings, "
                      f"{safe(clock(track.first))}–{safe(clock(track.last))}</li>" for track in analysis.tracks)
-    contradictions = "".join(f'<p class="bad">contradiction: {safe(c, redact)}</p>' for c in t.contradictions)
     title = safe(analysis.timeline.incident.title, redact)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -118,8 +123,7 @@ def _timeline_page(analysis: Analysis, fig: go.Figure, redact: Redact | None, st
 <p class="note">Times in {safe(analysis.display_zone)}; stored and exported in UTC. Made by forensics from
 {safe(_bundle_name(analysis), redact)}.</p>
 <h2>Key times</h2>
-{table(key_times_rows(analysis), redact)}
-<p><b>{safe(measures)}</b></p>{contradictions}
+{key_times_block(analysis, redact)}
 <h2>Symptom tracks</h2>{f"<ul>{tracks}</ul>" if tracks else "<p>No findings.</p>"}
 <h2>Timeline</h2>
 {figure_div(fig, "timeline")}

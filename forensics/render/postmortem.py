@@ -145,7 +145,7 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
 
     out += ["## Timeline", "", f"| time ({zone}) | track | kind | what happened |", "|---|---|---|---|"]
     for f in sorted((f for f in analysis.findings if f.at), key=lambda f: f.at or t.started):
-        if f.kind == "stack_verdict" and not any(v.group == f.component and v.at == f.at for v in verdicts):
+        if analysis.superseded(f):
             continue
         out.append(f"| {_at(f.at)} | {_md(f.track, redact)} | {f.kind} | {_md(f.text, redact).replace('|', '/')} |")
     out.append("")

@@ -115,7 +115,3 @@ class Redactor:
         return (f"Redacted (each replaced by a stable pseudonym such as {next(iter(self._names.values()))}): "
                 + ", ".join(parts) + f"; {sum(self.replaced.values())} occurrences in all.")
 
-
-def no_redaction(text: str | None) -> str | None:
-    """The identity, for outputs that are not redacted."""
-    return text

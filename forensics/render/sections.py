@@ -24,6 +24,7 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from forensics.analyze import Analysis, analyze, in_display_zone
+from forensics.case import instance_summary
 from forensics.detect import clock, errors, progress
 from forensics.detect.stacks import latest
 from forensics.errors import ForensicsError
@@ -87,6 +88,7 @@ class ReportSession:
     out_dir: Path
     redact_mode: str = "timeline"
     _report_redactor: Redactor | None = field(default=None, repr=False)
+    timeline_statement: str | None = None  # what write_outputs redacted in timeline.html
 
     @classmethod
     def open(cls, bundle: str | Path, out_dir: str | Path = "", display_tz: str = "UTC", profile: str = "",
@@ -141,12 +143,10 @@ class ReportSession:
     def _findings(self) -> Html:
         r = self.redact
         parts = []
-        latest_at = {(v.group, v.at) for v in latest(self.analysis.verdicts)}
         for track in self.analysis.tracks:
             items = "".join(
                 f"<li><b>{safe(clock(f.at))}</b> <code>{safe(f.kind)}</code> {safe(f.text, r)}</li>"
-                for f in track.findings
-                if not (f.kind == "stack_verdict" and (f.component, f.at) not in latest_at))
+                for f in track.findings if not self.analysis.superseded(f))
             parts.append(f"<h3>track: {safe(track.name, r)}</h3><ul>{items}</ul>")
         if self.analysis.links:
             parts.append("<h3>between tracks</h3>" + "".join(f"<p>{safe(t, r)}</p>" for t in self.analysis.links))
@@ -154,13 +154,7 @@ class ReportSession:
 
     def key_times(self) -> Html:
         """Started, detected, mitigated, resolved with TTD / TTM / TTR and any contradiction."""
-        t = self.analysis.key_times
-        from forensics.detect import span
-        measures = " · ".join(f"{label} {span(s) if (s := t.seconds(name)) is not None else '—'}"
-                              for label, name in (("TTD", "detected"), ("TTM", "mitigated"), ("TTR", "resolved")))
-        body = html.table(html.key_times_rows(self.analysis), self.redact) + f"<p><b>{safe(measures)}</b></p>"
-        body += "".join(f'<p class="bad">contradiction: {safe(c, self.redact)}</p>' for c in t.contradictions)
-        return Html(body)
+        return Html(html.key_times_block(self.analysis, self.redact))
 
     def timeline(self) -> Figure:
         """Swimlanes and metric panels on one time axis."""
@@ -255,11 +249,7 @@ class ReportSession:
 
     def instances(self) -> Html:
         """Per metrics instance and format: scrape times, series, samples, first and last."""
-        samples = self.analysis.timeline.samples
-        table = (samples.group_by(pl.col("instance").cast(pl.String), pl.col("format").cast(pl.String))
-                 .agg(pl.col("ts").n_unique().alias("times"), pl.col("series").n_unique().alias("series"),
-                      pl.len().alias("samples"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"))
-                 .sort("instance").collect())
+        table = instance_summary(self.analysis.timeline.samples)
         return Html(html.table(table, self.redact, numeric=("times", "series", "samples")))
 
     def metric_panels(self) -> Figure | Html:
@@ -308,7 +298,7 @@ class ReportSession:
         timeline_redactor = None if self.redact_mode == "none" else self.redactor()
         fig = figures.timeline_figure(self.analysis, timeline_redactor)
         statement = timeline_redactor.statement() if timeline_redactor else None
-        self._timeline_statement = statement
+        self.timeline_statement = statement
         (out / "timeline.html").write_text(html.timeline_page(self.analysis, fig, timeline_redactor, statement))
         draft = postmortem.draft(self.analysis, self.redact)
         if self._report_redactor is not None:
@@ -318,7 +308,7 @@ class ReportSession:
 
     def redaction_note(self) -> Html:
         """What each output redacted (after `write_outputs`), kinds and counts."""
-        timeline = getattr(self, "_timeline_statement", None) or "not redacted (redact=none)"
+        timeline = self.timeline_statement or "not redacted (redact=none)"
         report = (self._report_redactor.statement() if self._report_redactor is not None
                   else "not redacted (redact=all would redact it, the post-mortem draft and summary.json too)")
         return Html(f"<p><b>timeline.html</b>: {safe(timeline)}</p><p><b>this report</b>: {safe(report)}</p>")
@@ -342,9 +332,4 @@ def source_gaps(analysis: Analysis) -> pl.DataFrame:
             .with_columns(pl.col("gap_s").median().over("source").alias("median_interval_s")))
     return (gaps.filter((pl.col("gap_s") > GAP_MIN_S) & (pl.col("gap_s") > GAP_FACTOR * pl.col("median_interval_s")))
             .select("source", "from", pl.col("ts").alias("to"), "gap_s", "median_interval_s").sort("from"))
-
-
-def last_progress_table(analysis: Analysis) -> pl.DataFrame:
-    """Per component, host and rank tag: progress lines, first and last, pending at the last."""
-    return progress.last_progress(analysis.timeline)
 
