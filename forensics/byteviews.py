@@ -55,3 +55,10 @@ def binary_views(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid: n
     validity = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
     array = pa.Array.from_buffers(pa.binary_view(), n, [validity, pa.py_buffer(views), pa.py_buffer(buf)])
     return pl.Series(array)
+
+
+def compact(series: pl.Series) -> pl.Series:
+    """`series` copied into one dense buffer. Views into a large buffer (a decompressed export)
+    are scattered through it; scanning them is several times slower than scanning the same
+    values laid end to end, so a column that every detector searches is worth one copy."""
+    return pl.Series(series.name, series.to_arrow())

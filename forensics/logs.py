@@ -50,21 +50,25 @@ def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = No
                           message.str.contains(" HTTP/", literal=True).alias("access"),
                           pl.col("progress").is_not_null().alias("progress"))
     columns: list[pl.Series] = []
+    messages = frame.select("message")  # the subsets below gather this column only
     rows = picked.get_column("rare").arg_true()
-    notable = frame[rows].select(message.str.contains(rules.health_ok).alias("health_ok"),
+    notable = messages[rows].select(message.str.contains(rules.health_ok).alias("health_ok"),
                                  message.str.contains(rules.ready).alias("ready"),
                                  event_kind.alias("event"), event_track.alias("track"))
     columns += _spread(frame, rows, notable)
     rows = picked.get_column("access").arg_true()
-    access = frame[rows].select(message.str.extract_groups(rules.access).alias("a")).select(
+    access = messages[rows].select(message.str.extract_groups(rules.access).alias("a")).select(
         pl.col("a").struct.field("method").alias("http_method"), pl.col("a").struct.field("path").alias("http_path"),
         pl.col("a").struct.field("status").cast(pl.Int16, strict=False).alias("http_status"))
     columns += _spread(frame, rows, access)
     rows = picked.get_column("progress").arg_true()
-    fields = frame[rows].select(*[message.str.extract(regex, 1).cast(pl.Float64, strict=False).alias(name)
+    fields = messages[rows].select(*[message.str.extract(regex, 1).cast(pl.Float64, strict=False).alias(name)
                                   for name, regex in rules.fields.items()])
     columns += _spread(frame, rows, fields)
-    tag = pl.col("tag").fill_null("")
+    # A handful of distinct tags (TP0 … TP7): ranks are read from those, then mapped onto every row.
+    tags = frame.select(pl.col("tag").unique().drop_nulls()).with_columns(
+        pl.col("tag").str.extract(rf"\b{r.upper()}(\d+)\b", 1).cast(pl.Int32).alias(f"line_{r}") for r in RANKS)
+    ranks = [pl.col("tag").replace_strict(tags.get_column("tag"), tags.get_column(f"line_{r}"), default=None,
+                                          return_dtype=pl.Int32).alias(f"line_{r}") for r in RANKS]
     return frame.with_columns(columns).with_columns(
-        pl.col("health_ok").fill_null(False), pl.col("ready").fill_null(False),
-        *[tag.str.extract(rf"\b{r.upper()}(\d+)\b", 1).cast(pl.Int32).alias(f"line_{r}") for r in RANKS])
+        pl.col("health_ok").fill_null(False), pl.col("ready").fill_null(False), *ranks)

@@ -30,11 +30,18 @@ FREEZE_GAP_S = 60.0  # SGLang logs a batch line every few seconds while it works
 TRACK = "wedge"
 
 
+def progress_lines(timeline: Timeline, *columns: str) -> pl.DataFrame:
+    """The progress lines in time order, with `columns` beside who logged them and when (the
+    columns are chosen before filtering, so the wide events frame is not copied)."""
+    keep = dict.fromkeys(("ts", "component", "host", "tag", "progress", *columns))
+    return (timeline.events.lazy().select([c for c in keep if c in timeline.events.columns])
+            .filter(pl.col("progress").is_not_null()).sort("ts", maintain_order=True).collect())
+
+
 def last_progress(timeline: Timeline) -> pl.DataFrame:
     """Per component, host and scheduler tag: progress lines, first and last time, and the last line's
     running and queued requests."""
-    progress = timeline.events.filter(pl.col("progress").is_not_null())
-    return (progress.sort("ts").group_by("component", "host", "tag")
+    return (progress_lines(timeline, "running_req", "queue_req").group_by("component", "host", "tag")
             .agg(pl.len().alias("lines"), pl.col("ts").first().alias("first"), pl.col("ts").last().alias("last"),
                  pl.col("running_req").last(), pl.col("queue_req").last())
             .sort("component", "host", "tag", nulls_last=True))
@@ -45,9 +52,10 @@ def freezes(timeline: Timeline) -> pl.DataFrame:
     work pending: component, host, from (the last line), to (the next one, or null when progress
     never came back), the pending counts, and the rows. With no later progress line the gap runs
     to the component's own last line: a log that simply ends is not a freeze."""
-    progress = timeline.events.filter(pl.col("progress").is_not_null()).sort("ts")
-    own_end = (timeline.events.filter(pl.col("component").is_not_null())
-               .group_by("host", "component").agg(pl.col("ts").max().alias("own_end")))
+    progress = progress_lines(timeline, "running_req", "queue_req", "inflight_req", "source_file", "source_line",
+                              "source_offset", "message")
+    own_end = (timeline.events.lazy().select("host", "component", "ts").filter(pl.col("component").is_not_null())
+               .group_by("host", "component").agg(pl.col("ts").max().alias("own_end")).collect())
     pending = (pl.col("running_req").fill_null(0) > 0) | (pl.col("queue_req").fill_null(0) > 0)
     if "inflight_req" in progress.columns:
         pending = pending | (pl.col("inflight_req").fill_null(0) > 0)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from forensics.byteviews import SLACK, binary_views
+from forensics.byteviews import SLACK, binary_views, compact
 from forensics.journal import FIELD_NAME, assemble_events, field_name_problem
 from forensics.rawio import read_all
 from forensics.schema import EXCERPT_CHARS, RAW_FIELD
@@ -28,6 +28,8 @@ from forensics.sources import ParseResult, register
 
 NAME = "journal_export"
 CHUNK_BYTES = 8 << 20
+# Fields every detector searches: copied into a dense buffer per chunk (see `byteviews.compact`).
+DENSE_FIELDS = {"MESSAGE"}
 _NL, _EQ = 10, 61
 
 
@@ -168,6 +170,8 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int) -> 
         present[member_entries[~repeat]] = True
         columns[name] = binary_views(readable, value_start[line_of_entry], value_end[line_of_entry],
                                      present).alias(name)
+        if name in DENSE_FIELDS:
+            columns[name] = compact(columns[name])
         if repeat.any():
             later = lines_of_key[repeat]
             raw_items.append((member_entries[repeat], name,
