@@ -35,7 +35,12 @@ def fold_tracebacks(events: pl.DataFrame) -> pl.DataFrame:
     """Multi-line Python tracebacks (one journal record per line) folded into one row per
     traceback: the lines of one process from `Traceback (most recent call last):` to the
     exception line, joined, at the first line's time."""
-    lines = events.sort("ts").with_columns(pl.col("message").str.contains(TRACEBACK_START).alias("_start"))
+    kept = ("ts", "host", "pid", "component", "unit", "source_file", "source_line", "source_offset", "message")
+    lines = events.lazy().select(kept).with_columns(pl.col("message").str.contains(TRACEBACK_START).alias("_start"))
+    # only the processes that printed a traceback are sorted and walked
+    printed = lines.filter(pl.col("_start")).select("host", "pid").unique()
+    lines = (lines.join(printed, on=["host", "pid"], how="semi", nulls_equal=True)
+             .sort("ts", maintain_order=True).collect())
     lines = lines.with_columns(pl.col("_start").cast(pl.Int32).cum_sum().over("host", "pid").alias("_tb"))
     inside = lines.filter(pl.col("_tb") > 0).with_columns(
         (pl.col("_start") | pl.col("message").str.contains(r"^\s") |

@@ -7,12 +7,12 @@ length, the bytes, and `\\n`. Fields may repeat. Several hosts' exports may be c
 The hot path is vectorised: numpy finds every newline and '=' once, binary fields (rare) are
 walked one by one, and keys and values become zero-copy Binary views that polars splits into one
 column per field. The file is read in chunks of about 8 MB cut at entry boundaries (measured
-fastest on 2 cores, with the least transient memory), parsed two at a time.
+fastest on 2 cores, with the least transient memory), parsed two at a time while the next piece is
+decompressed (`forensics.rawio.pieces`).
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,8 +22,8 @@ import polars as pl
 
 from forensics.byteviews import SLACK, binary_views, compact
 from forensics.journal import FIELD_NAME, assemble_events, field_name_problem
-from forensics.rawio import read_all
-from forensics.schema import EXCERPT_CHARS, RAW_FIELD
+from forensics.rawio import Piece, pieces
+from forensics.schema import EVENTS_SCHEMA, EXCERPT_CHARS, RAW_FIELD
 from forensics.sources import ParseResult, register
 
 NAME = "journal_export"
@@ -45,17 +45,15 @@ def sniff(head: bytes, path: Path) -> bool:
 
 
 class _Overrun(Exception):
-    """A binary value runs past the chunk: the chunk must be extended to `need` bytes at least."""
+    """A binary value runs past the chunk: the chunk must be extended (to `need` bytes at least)."""
 
     def __init__(self, need: int) -> None:
         self.need = need
 
 
-def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int) -> tuple[pl.DataFrame, int]:
+def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, line_base: int) -> pl.DataFrame:
     """Parse one chunk (whole entries, the first `m` bytes of `readable`, found at `byte_base` in
-    the file) into a field frame (see `forensics.journal`) with chunk-relative line numbers; also
-    the chunk's line count.
-    Problems are reported as ``@problem_line`` (chunk-relative) and ``@problem`` text."""
+    the file, after `line_base` lines) into a field frame (see `forensics.journal`)."""
     a = readable[:m]
     newlines = np.flatnonzero(a == _NL)
     unterminated_line = m > 0 and a[m - 1] != _NL
@@ -183,12 +181,13 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int) -> 
         entry_problem[-1] = "entry at end of file is not closed by a blank line (file truncated?)"
         problem_line[-1] = int(opens[-1]) + 1
 
+    located = [None if why is None else f"line {at + line_base}: {why}"
+               for why, at in zip(entry_problem, problem_line, strict=True)] if any(entry_problem) else None
     frame = pl.DataFrame(columns, height=n_entries) if columns else pl.DataFrame(height=n_entries)
     frame = frame.with_columns(
         pl.Series("@offset", entry_start + byte_base, dtype=pl.Int64),
-        pl.Series("@line", opens + 1, dtype=pl.Int64),
-        pl.Series("@problem", entry_problem, dtype=pl.String),
-        pl.Series("@problem_line", problem_line, dtype=pl.Int64),
+        pl.Series("@line", opens + 1 + line_base, dtype=pl.Int64),
+        pl.Series("@problem", located, dtype=pl.String) if located else pl.lit(None, pl.String).alias("@problem"),
         binary_views(readable, entry_start, np.minimum(entry_end, entry_start + EXCERPT_CHARS))
         .alias("@excerpt"),
     )
@@ -200,67 +199,46 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int) -> 
             pl.struct("name", "value").cast(RAW_FIELD).alias("@raw"))
         frame = (frame.with_row_index("@row").join(raw.rename({"row": "@row"}).with_columns(pl.col("@row").cast(pl.UInt32)),
                                                    on="@row", how="left").drop("@row"))
-    return frame, len(newlines)
+    return frame
 
 
-def _chunk_bounds(data: bytes | mmap.mmap, lo: int, need: int = 0) -> int:
-    """End of the chunk starting at `lo`: just past the first blank line at or after lo + CHUNK_BYTES
-    (or lo + need, if larger), or the end of the data."""
-    total = len(data)
-    cut = data.find(b"\n\n", min(lo + max(CHUNK_BYTES, need) - 1, total))
-    return total if cut < 0 else cut + 2
-
-
-def _parse_from(whole: np.ndarray, lo: int, hi: int) -> tuple[pl.DataFrame, int] | _Overrun:
-    total = whole.shape[0]
+def _read_piece(piece: Piece, line_base: int, source_file: str
+                ) -> tuple[pl.DataFrame, pl.DataFrame, int] | _Overrun:
+    """One piece's `events` and `quarantine` rows and its record count."""
     try:
-        return _parse_chunk(whole[lo:min(hi + SLACK, total)], hi - lo, hi >= total, lo)
+        fields = _parse_chunk(piece.data, piece.length, piece.at_eof, piece.offset, line_base)
     except _Overrun as overrun:
         return overrun
+    events, quarantine = assemble_events(fields, source_file=source_file, fmt=NAME)
+    return events, quarantine, fields.height
 
 
 def parse(path: Path) -> ParseResult:
     """Read an export file into `events` and `quarantine` rows."""
-    data = read_all(path)
-    total = len(data)
-    whole = np.frombuffer(data, np.uint8) if total else np.zeros(0, np.uint8)
-    bounds = [0]
-    while bounds[-1] < total:
-        bounds.append(_chunk_bounds(data, bounds[-1]))
-    # Chunks are independent and numpy/polars release the GIL, so two threads use both cores.
+    # Pieces are independent and numpy/polars release the GIL, so parsing uses both cores while
+    # the next piece is decompressed.
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        results = list(pool.map(_parse_from, [whole] * (len(bounds) - 1), bounds[:-1], bounds[1:]))
-    pieces: list[pl.DataFrame] = []
-    line_bases: list[int] = []
-    line_base = 0
-    i = 0
-    while i < len(results):
-        lo, hi = bounds[i], bounds[i + 1]
-        result = results[i]
-        while isinstance(result, _Overrun):  # a binary value crosses the cut: parse a longer chunk
-            hi = _chunk_bounds(data, lo, result.need)
-            result = _parse_from(whole, lo, hi)
-        frame, line_count = result
-        pieces.append(frame)
-        line_bases.append(line_base)
-        line_base += line_count
-        while i < len(results) and bounds[i + 1] <= hi:
+        jobs = []
+        line_base = 0
+        for piece in pieces(path, CHUNK_BYTES, b"\n\n", SLACK):
+            jobs.append((piece, line_base, pool.submit(_read_piece, piece, line_base, str(path))))
+            line_base += int(np.count_nonzero(piece.data[:piece.length] == _NL))
+        done: list[tuple[pl.DataFrame, pl.DataFrame, int]] = []
+        i = 0
+        while i < len(jobs):
+            piece, line_base, job = jobs[i]
+            result = job.result()
+            while isinstance(result, _Overrun):  # a binary value crosses the cut: parse it with the next piece
+                i += 1
+                piece = piece.joined(jobs[i][0], SLACK)
+                result = _read_piece(piece, line_base, str(path))
+            done.append(result)
             i += 1
-        if i < len(results) and bounds[i] != hi:  # the longer chunk swallowed part of the next one
-            bounds[i] = hi
-            results[i] = _parse_from(whole, hi, bounds[i + 1])
-    # Line numbers become file-relative as one chunked column laid out like the frame's own chunks,
-    # so polars need not copy (rechunk) every column to line them up.
-    lines = [piece.get_column("@line") + base for piece, base in zip(pieces, line_bases, strict=True)]
-    flagged = [piece.select(pl.format("line {}: {}", pl.col("@problem_line") + base, pl.col("@problem")))
-               .to_series() for piece, base in zip(pieces, line_bases, strict=True)]
-    pieces = [piece.drop("@line", "@problem", "@problem_line") for piece in pieces]
-    fields = pl.concat(pieces, how="diagonal_relaxed") if pieces else pl.DataFrame()
-    if pieces:
-        fields = fields.with_columns(pl.concat(lines, rechunk=False).alias("@line"),
-                                     pl.concat(flagged, rechunk=False).alias("@problem"))
-    events, quarantine = assemble_events(fields, source_file=str(path), fmt=NAME)
-    return ParseResult("events", events, quarantine, records=fields.height)
+    events = pl.concat([e for e, _, _ in done], how="diagonal_relaxed")
+    named = list(EVENTS_SCHEMA)  # columns beyond the schema in name order, whichever piece had them first
+    events = events.select(*named, *sorted(set(events.columns) - set(named)))
+    quarantine = pl.concat([q for _, q, _ in done])
+    return ParseResult("events", events, quarantine, records=sum(n for _, _, n in done))
 
 
 register(NAME, sniff, parse, module=__name__)

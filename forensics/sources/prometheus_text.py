@@ -35,7 +35,7 @@ from forensics.capture import (
     from_path,
     parse_header,
 )
-from forensics.rawio import read_all
+from forensics.rawio import read_all, release
 from forensics.schema import QUARANTINE_SCHEMA, SAMPLES_SCHEMA, empty, excerpt_text
 from forensics.sources import ParseResult, register
 
@@ -389,9 +389,7 @@ def parse(path: Path) -> ParseResult:
     for start, end in _scrape_runs(data, CHUNK_BYTES):
         text = bytes(data[start:end]).decode("utf-8", "replace")
         results.append(parse_text(text, str(path), fallback, target, line, scrape))
-        if isinstance(data, mmap.mmap):  # done with these pages: let them leave memory
-            aligned = start - start % mmap.PAGESIZE
-            data.madvise(mmap.MADV_DONTNEED, aligned, end - aligned)
+        release(data, start, end)  # done with these pages: let them leave memory
         line += text.count("\n")
         scrape += text.startswith(HEADER_PREFIX) + text.count("\n" + HEADER_PREFIX)
     if len(results) == 1:

@@ -1,0 +1,86 @@
+"""rawio: whole files and pieces of them, plain or compressed, byte for byte."""
+
+from __future__ import annotations
+
+import gzip
+import lzma
+import random
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from forensics import rawio
+
+COMPRESSORS = {
+    "plain": lambda data: data,
+    "gzip": gzip.compress,
+    "zstd": lambda data: zstandard.ZstdCompressor().compress(data),
+    "xz": lzma.compress,
+}
+
+
+def _records(count: int, seed: int = 7) -> bytes:
+    """Records of uneven length separated by blank lines; some hold a lone newline."""
+    rng = random.Random(seed)
+    parts = []
+    for i in range(count):
+        body = "x" * rng.randrange(0, 300)
+        parts.append(f"NUMBER={i}\nBODY={body}\n" + ("ONE\nLINE\n" if i % 7 == 0 else "") + "\n")
+    return "".join(parts).encode()
+
+
+@pytest.mark.parametrize("kind", COMPRESSORS)
+def test_pieces_cover_the_file_and_end_at_separators(tmp_path: Path, kind: str) -> None:
+    data = _records(5000)
+    path = tmp_path / f"records.{kind}"
+    path.write_bytes(COMPRESSORS[kind](data))
+    pieces = list(rawio.pieces(path, 4096, b"\n\n", slack=16))
+    assert len(pieces) > 10
+    assert b"".join(bytes(p.data[:p.length]) for p in pieces) == data
+    assert [p.offset for p in pieces] == [sum(q.length for q in pieces[:i]) for i in range(len(pieces))]
+    for piece in pieces[:-1]:
+        assert not piece.at_eof and bytes(piece.data[piece.length - 2:piece.length]) == b"\n\n"
+        assert len(piece.data) >= piece.length + 16  # room for views to read past a value's start
+    assert pieces[-1].at_eof
+    joined = pieces[0].joined(pieces[1], 16)
+    assert bytes(joined.data[:joined.length]) == data[:pieces[0].length + pieces[1].length]
+    assert rawio.read_all(path)[:] == data
+
+
+def test_a_piece_grows_until_it_holds_a_separator(tmp_path: Path) -> None:
+    data = b"A=" + b"y" * 50_000 + b"\n\nB=1\n\n"
+    for kind in ("plain", "zstd"):
+        path = tmp_path / f"long.{kind}"
+        path.write_bytes(COMPRESSORS[kind](data))
+        pieces = list(rawio.pieces(path, 1024, b"\n\n"))
+        first = bytes(pieces[0].data[:pieces[0].length])
+        assert first.startswith(data[:50_004]) and first.endswith(b"\n\n")
+        assert b"".join(bytes(p.data[:p.length]) for p in pieces) == data
+
+
+@pytest.mark.parametrize("kind", COMPRESSORS)
+def test_empty_files(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / f"empty.{kind}"
+    path.write_bytes(COMPRESSORS[kind](b""))
+    assert rawio.read_all(path)[:] == b""
+    (piece,) = rawio.pieces(path, 1024, b"\n\n")
+    assert piece.length == 0 and piece.at_eof
+
+
+@pytest.mark.parametrize("kind", COMPRESSORS)
+def test_release_never_loses_bytes(tmp_path: Path, kind: str) -> None:
+    """Released pages of a file map come back from the file; decompressed bytes are kept."""
+    data = _records(20_000)
+    path = tmp_path / f"records.{kind}"
+    path.write_bytes(COMPRESSORS[kind](data))
+    whole = rawio.read_all(path)
+    rawio.release(whole, 0, 10_001)
+    assert whole[:] == data
+
+
+def test_a_failing_decompression_reaches_the_reader(tmp_path: Path) -> None:
+    path = tmp_path / "broken.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(_records(2000))[:-200] + b"\x00" * 200)
+    with pytest.raises(zstandard.ZstdError):
+        list(rawio.pieces(path, 4096, b"\n\n"))
