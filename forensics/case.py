@@ -220,7 +220,8 @@ def read_bundle(bundle: str | Path, progress: Callable[[Iterable[Any]], Iterable
     all_events = pl.concat(events, how="diagonal_relaxed") if events else empty(EVENTS_SCHEMA)
     # The same journal record reached through two inputs: keep the first.
     all_events, duplicates = _drop_repeated_records(all_events)
-    all_events = all_events.sort("ts", maintain_order=True)
+    if not all_events.get_column("ts").is_sorted():  # one export is in order already: no copy then
+        all_events = all_events.sort("ts", maintain_order=True)
     all_quarantine = pl.concat(quarantine) if quarantine else empty(QUARANTINE_SCHEMA)
     all_stacks = pl.concat(rows_by_frame["stacks"]) if rows_by_frame["stacks"] else empty(STACKS_SCHEMA)
     all_stacks = all_stacks.sort("ts", "source_file", "source_line", maintain_order=True)

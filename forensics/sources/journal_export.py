@@ -5,10 +5,9 @@ a blank line; a value that is not printable UTF-8 is written as `KEY\\n`, a 64-b
 length, the bytes, and `\\n`. Fields may repeat. Several hosts' exports may be concatenated.
 
 The hot path is vectorised: numpy finds every newline and '=' once, binary fields (rare) are
-walked one by one, and keys and values become zero-copy Binary views that polars splits into one
-column per field. The file is read in chunks of about 8 MB cut at entry boundaries (measured
-fastest on 2 cores, with the least transient memory), parsed two at a time while the next piece is
-decompressed (`forensics.rawio.pieces`).
+walked one by one, keys become zero-copy Binary views that polars codes, and each field's values
+are gathered into one dense column. The file is read in pieces of about 8 MB cut at entry
+boundaries, parsed two at a time while the next piece is decompressed (`forensics.rawio.pieces`).
 """
 
 from __future__ import annotations
@@ -28,8 +27,6 @@ from forensics.sources import ParseResult, register
 
 NAME = "journal_export"
 CHUNK_BYTES = 8 << 20
-# Fields every detector searches: copied into a dense buffer per chunk (see `byteviews.compact`).
-DENSE_FIELDS = {"MESSAGE"}
 _NL, _EQ = 10, 61
 
 
@@ -166,10 +163,11 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
         present = np.zeros(n_entries, bool)
         line_of_entry[member_entries[~repeat]] = lines_of_key[~repeat]
         present[member_entries[~repeat]] = True
-        columns[name] = binary_views(readable, value_start[line_of_entry], value_end[line_of_entry],
-                                     present).alias(name)
-        if name in DENSE_FIELDS:
-            columns[name] = compact(columns[name])
+        # Copied out of the piece into one dense buffer per column (`byteviews.compact`): every
+        # later scan, hash and write of the column runs several times faster, and the piece's
+        # memory is let go once parsed.
+        columns[name] = compact(binary_views(readable, value_start[line_of_entry], value_end[line_of_entry],
+                                             present).alias(name))
         if repeat.any():
             later = lines_of_key[repeat]
             raw_items.append((member_entries[repeat], name,
