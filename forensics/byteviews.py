@@ -57,9 +57,26 @@ def binary_views(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid: n
     return pl.Series(array)
 
 
-def compact(series: pl.Series) -> pl.Series:
-    """`series` copied into one dense buffer. Views into a large buffer (a decompressed export)
-    are scattered through it; scanning them is several times slower than scanning the same
-    values laid end to end (measured: a regex over 1 M messages 0.15 s against 0.025 s), and
-    the large buffer can be let go once nothing points into it."""
-    return pl.Series(series.name, series.to_arrow())
+def dense_binary(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid: np.ndarray | None = None
+                 ) -> pl.Series:
+    """A Binary series whose i-th value is a copy of buf[starts[i]:ends[i]] (null where `valid` is
+    False), the values laid end to end in one buffer. `starts` must not decrease and each value
+    must end before the next starts (a field's values in file order).
+
+    Why a copy: views into a large buffer (a decompressed export) are scattered through it, and
+    scanning them is several times slower than scanning the same values laid end to end
+    (measured: a regex over 1 M messages 0.15 s against 0.025 s); the large buffer can also be
+    let go once parsed. How: the buffer is described as one Arrow array alternating values and
+    the gaps between them (offsets only, nothing copied), and Arrow's `take` of every other
+    element copies the values out in one pass."""
+    n = len(starts)
+    if valid is not None:
+        reach = np.maximum.accumulate(np.where(valid, ends, 0)) if n else ends
+        starts, ends = np.where(valid, starts, reach), np.where(valid, ends, reach)
+    offsets = np.empty(2 * n + 1, np.int64)
+    offsets[0:2 * n:2] = starts
+    offsets[1:2 * n:2] = ends
+    offsets[2 * n] = ends[-1] if n else 0
+    spread = pa.Array.from_buffers(pa.large_binary(), 2 * n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
+    picks = pa.array(np.arange(0, 2 * n, 2), mask=None if valid is None else ~valid)
+    return pl.Series(spread.take(picks))

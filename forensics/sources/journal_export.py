@@ -5,9 +5,10 @@ a blank line; a value that is not printable UTF-8 is written as `KEY\\n`, a 64-b
 length, the bytes, and `\\n`. Fields may repeat. Several hosts' exports may be concatenated.
 
 The hot path is vectorised: numpy finds every newline and '=' once, binary fields (rare) are
-walked one by one, keys become zero-copy Binary views that polars codes, and each field's values
-are gathered into one dense column. The file is read in pieces of about 8 MB cut at entry
-boundaries, parsed two at a time while the next piece is decompressed (`forensics.rawio.pieces`).
+walked one by one, keys become zero-copy Binary views that polars codes, and each
+field's values are gathered into one dense column. The file is read in pieces of about 8 MB cut
+at entry boundaries, parsed two at a time while the next piece is decompressed
+(`forensics.rawio.pieces`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from forensics.byteviews import SLACK, binary_views, compact
+from forensics.byteviews import SLACK, binary_views, dense_binary
 from forensics.journal import FIELD_NAME, assemble_events, field_name_problem
 from forensics.rawio import Piece, pieces
 from forensics.schema import EVENTS_SCHEMA, EXCERPT_CHARS, RAW_FIELD
@@ -163,11 +164,10 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
         present = np.zeros(n_entries, bool)
         line_of_entry[member_entries[~repeat]] = lines_of_key[~repeat]
         present[member_entries[~repeat]] = True
-        # Copied out of the piece into one dense buffer per column (`byteviews.compact`): every
-        # later scan, hash and write of the column runs several times faster, and the piece's
-        # memory is let go once parsed.
-        columns[name] = compact(binary_views(readable, value_start[line_of_entry], value_end[line_of_entry],
-                                             present).alias(name))
+        # Copied out of the piece into one dense buffer per column (`byteviews.dense_binary`):
+        # every later scan, hash and write of the column runs several times faster.
+        columns[name] = dense_binary(readable, value_start[line_of_entry], value_end[line_of_entry],
+                                     present).alias(name)
         if repeat.any():
             later = lines_of_key[repeat]
             raw_items.append((member_entries[repeat], name,
