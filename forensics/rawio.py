@@ -130,15 +130,43 @@ def read_all(path: str | os.PathLike[str]) -> bytes | mmap.mmap:
     return whole
 
 
+class _Buffers:
+    """Populated buffers that pieces were read into, handed back for the next pieces once their
+    reader is done: a whole export then passes through a few buffers instead of its size in
+    fresh memory."""
+
+    def __init__(self) -> None:
+        self._free: queue.SimpleQueue[mmap.mmap] = queue.SimpleQueue()
+
+    def take(self, size: int) -> mmap.mmap:
+        """A buffer of at least `size` bytes (its bytes are whatever the last piece left)."""
+        try:
+            buf = self._free.get_nowait()
+        except queue.Empty:
+            return populated(size + size // 4)  # room for the part of the last piece carried over
+        return buf if len(buf) >= size else populated(size + size // 4)
+
+    def give(self, buf: mmap.mmap) -> None:
+        """Take `buf` back, unless something still points into it (an array made from the
+        piece): then it is left to be freed when that goes."""
+        try:
+            buf.resize(len(buf))  # refused while any buffer export of it is alive
+        except BufferError:
+            return
+        self._free.put(buf)
+
+
 @dataclass
 class Piece:
     """A run of a file's (decompressed) bytes: `data[:length]`, which starts at byte `offset` of
-    the file; `data` goes on for at least `slack` bytes more (zeros or the file's next bytes)."""
+    the file; `data` goes on for at least `slack` bytes more (the file's next bytes or filler)."""
 
     data: np.ndarray
     length: int
     offset: int
     at_eof: bool
+    _buffer: mmap.mmap | None = None
+    _owner: _Buffers | None = None
 
     def joined(self, after: "Piece", slack: int) -> "Piece":
         """This piece and the one after it as one piece."""
@@ -147,6 +175,14 @@ class Piece:
         both[:self.length] = self.data[:self.length]
         both[self.length:self.length + after.length] = after.data[:after.length]
         return Piece(both, self.length + after.length, self.offset, after.at_eof)
+
+    def release(self) -> None:
+        """Done with this piece: its memory may hold the next one (only if nothing made from it
+        still points into it)."""
+        buf, owner = self._buffer, self._owner
+        self.data, self._buffer, self._owner = np.zeros(0, np.uint8), None, None
+        if buf is not None and owner is not None:
+            owner.give(buf)
 
 
 def _plain_pieces(mapped: mmap.mmap, size: int, separator: bytes, slack: int) -> Iterator[Piece]:
@@ -161,15 +197,14 @@ def _plain_pieces(mapped: mmap.mmap, size: int, separator: bytes, slack: int) ->
         lo = hi
 
 
-def _decompressed_pieces(reader, size: int, separator: bytes, slack: int) -> Iterator[Piece]:
+def _decompressed_pieces(reader, size: int, separator: bytes, slack: int, buffers: _Buffers) -> Iterator[Piece]:
     carry, offset = b"", 0
     while True:
-        buf = populated(len(carry) + size + slack)
+        buf = buffers.take(len(carry) + size + slack)
         buf[:len(carry)] = carry
         end = _fill(reader, buf, len(carry), len(carry) + size)
-        data = np.frombuffer(buf, np.uint8)
         if end < len(carry) + size:  # the input ended
-            yield Piece(data, end, offset, True)
+            yield Piece(np.frombuffer(buf, np.uint8), end, offset, True, buf, buffers)
             return
         cut = buf.rfind(separator, 0, end)
         if cut < 0:  # no separator in the whole piece: read on
@@ -177,7 +212,7 @@ def _decompressed_pieces(reader, size: int, separator: bytes, slack: int) -> Ite
             continue
         cut += len(separator)
         carry = buf[cut:end]
-        yield Piece(data, cut, offset, False)
+        yield Piece(np.frombuffer(buf, np.uint8), cut, offset, False, buf, buffers)
         offset += cut
 
 
@@ -185,7 +220,8 @@ def pieces(path: str | os.PathLike[str], size: int, separator: bytes, slack: int
     """The (decompressed) file in pieces of about `size` bytes, each ending just after a
     `separator` (the last at the end of the file; a piece may hold a separator that is not a
     record boundary, e.g. inside a binary value: `Piece.joined` merges it with the next).
-    Compressed files are decompressed one piece ahead in a thread."""
+    Compressed files are decompressed one piece ahead in a thread; `Piece.release` a piece once
+    done with it, so that its memory can take a later one."""
     path = Path(path)
     with open(path, "rb") as f:
         kind = compression_of(f.read(8))
@@ -201,7 +237,7 @@ def pieces(path: str | os.PathLike[str], size: int, separator: bytes, slack: int
     def produce() -> None:
         try:
             with _open_decompressed(path, kind) as reader:
-                for piece in _decompressed_pieces(reader, size, separator, slack):
+                for piece in _decompressed_pieces(reader, size, separator, slack, _Buffers()):
                     while not stop.is_set():
                         try:
                             ahead.put(piece, timeout=0.1)

@@ -7,10 +7,12 @@ import lzma
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import zstandard
 
 from forensics import rawio
+from forensics.byteviews import binary_views
 
 COMPRESSORS = {
     "plain": lambda data: data,
@@ -84,3 +86,21 @@ def test_a_failing_decompression_reaches_the_reader(tmp_path: Path) -> None:
     path.write_bytes(zstandard.ZstdCompressor().compress(_records(2000))[:-200] + b"\x00" * 200)
     with pytest.raises(zstandard.ZstdError):
         list(rawio.pieces(path, 4096, b"\n\n"))
+
+
+def test_released_pieces_carry_later_ones_unless_something_still_points_into_them(tmp_path: Path) -> None:
+    data = _records(20_000)
+    path = tmp_path / "records.zst"
+    path.write_bytes(COMPRESSORS["zstd"](data))
+    kept, addresses, seen = None, [], b""
+    for i, piece in enumerate(rawio.pieces(path, 4096, b"\n\n")):
+        addresses.append(piece.data.ctypes.data)
+        seen += bytes(piece.data[:piece.length])
+        if i == 1:  # a column made from this piece: its memory must not be handed on
+            first = bytes(piece.data[:piece.length])
+            kept = binary_views(piece.data, np.array([0]), np.array([piece.length]))
+        piece.release()
+    assert seen == data
+    assert len(set(addresses)) < len(addresses) / 4  # a few buffers went round
+    assert addresses.count(addresses[1]) == 1  # the one still pointed into was never reused
+    assert kept.to_list() == [first]

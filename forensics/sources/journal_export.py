@@ -14,7 +14,8 @@ at entry boundaries, parsed two at a time while the next piece is decompressed
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -171,7 +172,7 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
         if repeat.any():
             later = lines_of_key[repeat]
             raw_items.append((member_entries[repeat], name,
-                              binary_views(readable, value_start[later], value_end[later])))
+                              dense_binary(readable, value_start[later], value_end[later])))
 
     # The last entry of the file must be closed by a blank line, or it was cut short.
     closed = not unterminated_line and blank[len(ends) - 1] and alive[len(ends) - 1] if len(ends) else True
@@ -211,27 +212,40 @@ def _read_piece(piece: Piece, line_base: int, source_file: str
     return events, quarantine, fields.height
 
 
+IN_FLIGHT = 4  # pieces parsed or waiting for a worker: enough to keep two busy
+
+
+def _finish(waiting: deque[tuple[Piece, int, Future]], source_file: str) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """The oldest waiting piece's rows; its memory goes back for later pieces."""
+    piece, line_base, job = waiting.popleft()
+    result = job.result()
+    while isinstance(result, _Overrun):  # a binary value crosses the cut: parse it with the next piece
+        after, _, its_job = waiting.popleft()
+        its_job.result()  # that piece was parsed on its own as well: wait for it, then drop that
+        joined = piece.joined(after, SLACK)
+        piece.release()
+        after.release()
+        piece, result = joined, _read_piece(joined, line_base, source_file)
+    piece.release()
+    return result
+
+
 def parse(path: Path) -> ParseResult:
     """Read an export file into `events` and `quarantine` rows."""
     # Pieces are independent and numpy/polars release the GIL, so parsing uses both cores while
-    # the next piece is decompressed.
+    # the next piece is decompressed. A piece is finished in file order once the piece after it
+    # has arrived (a binary value may run on into it).
+    done: list[tuple[pl.DataFrame, pl.DataFrame, int]] = []
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        jobs = []
+        waiting: deque[tuple[Piece, int, Future]] = deque()
         line_base = 0
         for piece in pieces(path, CHUNK_BYTES, b"\n\n", SLACK):
-            jobs.append((piece, line_base, pool.submit(_read_piece, piece, line_base, str(path))))
+            waiting.append((piece, line_base, pool.submit(_read_piece, piece, line_base, str(path))))
             line_base += int(np.count_nonzero(piece.data[:piece.length] == _NL))
-        done: list[tuple[pl.DataFrame, pl.DataFrame, int]] = []
-        i = 0
-        while i < len(jobs):
-            piece, line_base, job = jobs[i]
-            result = job.result()
-            while isinstance(result, _Overrun):  # a binary value crosses the cut: parse it with the next piece
-                i += 1
-                piece = piece.joined(jobs[i][0], SLACK)
-                result = _read_piece(piece, line_base, str(path))
-            done.append(result)
-            i += 1
+            while len(waiting) > IN_FLIGHT:
+                done.append(_finish(waiting, str(path)))
+        while waiting:
+            done.append(_finish(waiting, str(path)))
     events = pl.concat([e for e, _, _ in done], how="diagonal_relaxed")
     named = list(EVENTS_SCHEMA)  # columns beyond the schema in name order, whichever piece had them first
     events = events.select(*named, *sorted(set(events.columns) - set(named)))
