@@ -21,6 +21,7 @@ import json
 import shutil
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from forensics.schema import (
     empty,
     validate,
 )
+from forensics.sources import ParseResult
 
 MANIFEST_VERSION = 3
 #: The canonical frames a case holds, with their schemas (columns beyond them must be String).
@@ -189,6 +191,20 @@ def ingest_in_background(bundle: str | Path, case_dir: str | Path) -> tuple[Case
     return case, finished
 
 
+def _read_input(bundle: Path, path: Path, source: sources.Source) -> tuple[dict[str, Any], ParseResult | None]:
+    """One input's manifest entry and what its parser read (None, and the error in the entry,
+    when it could not be read)."""
+    entry: dict[str, Any] = {"path": str(path.relative_to(bundle)), "format": source.name, "sha256": _sha256(path)}
+    try:
+        result = source.parse(path)
+        result.check_accounting(path)
+    except ForensicsError as error:
+        entry.update(records=0, parsed=0, quarantined=0, duplicates=0, error=str(error))
+        return entry, None
+    entry.update(records=result.records, parsed=result.parsed, quarantined=result.quarantine.height)
+    return entry, result
+
+
 def read_bundle(bundle: str | Path, progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None
                 ) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
     """Every input of `bundle` read and checked: the case's frames (by name) and its manifest."""
@@ -197,24 +213,19 @@ def read_bundle(bundle: str | Path, progress: Callable[[Iterable[Any]], Iterable
     rows_by_frame: dict[str, list[pl.DataFrame]] = {name: [] for name in SCHEMAS}
     quarantine: list[pl.DataFrame] = []
     inputs: list[dict[str, Any]] = []
-    steps = progress(found) if progress else found
-    for path, source in steps:
-        entry: dict[str, Any] = {"path": str(path.relative_to(bundle)), "format": source.name,
-                                 "sha256": _sha256(path)}
-        try:
-            result = source.parse(path)
-            result.check_accounting(path)
-        except ForensicsError as error:
-            entry.update(records=0, parsed=0, quarantined=0, duplicates=0, error=str(error))
+    # Inputs are read two at a time (the parsers release the GIL): the scrapes and dumps are read
+    # beside the big journal export, and results are taken in bundle order.
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forensics-input") as pool:
+        reads = [pool.submit(_read_input, bundle, path, source) for path, source in found]
+        for read in progress(reads) if progress else reads:
+            entry, result = read.result()
             inputs.append(entry)
-            continue
-        rows = result.rows.with_columns(pl.lit(entry["path"]).cast(SCHEMAS[result.frame]["source_file"])
-                                        .alias("source_file"))
-        bad = result.quarantine.with_columns(pl.lit(entry["path"]).alias("source_file"))
-        entry.update(records=result.records, parsed=result.parsed, quarantined=bad.height)
-        rows_by_frame[result.frame].append(rows)
-        quarantine.append(bad)
-        inputs.append(entry)
+            if result is None:
+                continue
+            rows_by_frame[result.frame].append(
+                result.rows.with_columns(pl.lit(entry["path"]).cast(SCHEMAS[result.frame]["source_file"])
+                                         .alias("source_file")))
+            quarantine.append(result.quarantine.with_columns(pl.lit(entry["path"]).alias("source_file")))
 
     events = rows_by_frame["events"]
     all_events = pl.concat(events, how="diagonal_relaxed") if events else empty(EVENTS_SCHEMA)
