@@ -35,7 +35,9 @@ TRACK = "wedge"
 
 def restart_commands(timeline: Timeline) -> pl.DataFrame:
     """Commands that restarted or stopped units (sudo's log of systemctl), with the units named."""
-    rows = timeline.events.filter(pl.col("message").str.contains(SYSTEMCTL.pattern))
+    # a plain substring first: the pattern then runs over the few lines that name systemctl
+    rows = (timeline.events.filter(pl.col("message").str.contains("systemctl", literal=True))
+            .filter(pl.col("message").str.contains(SYSTEMCTL.pattern)))
     return rows.with_columns(pl.col("message").str.extract(SYSTEMCTL.pattern, 1).alias("verb"),
                              pl.col("message").str.extract(SYSTEMCTL.pattern, 2).alias("targets"))
 
