@@ -176,6 +176,12 @@ class Piece:
         both[self.length:self.length + after.length] = after.data[:after.length]
         return Piece(both, self.length + after.length, self.offset, after.at_eof)
 
+    @property
+    def reusable(self) -> bool:
+        """Whether `release` can hand this piece's memory on (decompressed pieces: yes; pieces of
+        a memory-mapped file: no, their pages are the file's)."""
+        return self._owner is not None
+
     def release(self) -> None:
         """Done with this piece: its memory may hold the next one (only if nothing made from it
         still points into it)."""

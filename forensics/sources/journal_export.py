@@ -29,6 +29,11 @@ from forensics.sources import ParseResult, register
 
 NAME = "journal_export"
 CHUNK_BYTES = 8 << 20
+# Fields copied out dense even from a memory-mapped file (elsewhere values are views into the
+# file's pages): every detector searches messages, and a regex over values scattered through the
+# file runs several times slower than over the same values end to end (`byteviews.dense_binary`).
+# Decompressed pieces have every value copied out, so that their memory carries the next piece.
+DENSE_FIELDS = {"MESSAGE"}
 _NL, _EQ = 10, 61
 
 
@@ -50,9 +55,11 @@ class _Overrun(Exception):
         self.need = need
 
 
-def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, line_base: int) -> pl.DataFrame:
+def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, line_base: int,
+                 copy: bool = True) -> pl.DataFrame:
     """Parse one chunk (whole entries, the first `m` bytes of `readable`, found at `byte_base` in
-    the file, after `line_base` lines) into a field frame (see `forensics.journal`)."""
+    the file, after `line_base` lines) into a field frame (see `forensics.journal`); with `copy`,
+    every value is copied out of `readable`, so that its memory can be used again."""
     a = readable[:m]
     newlines = np.flatnonzero(a == _NL)
     unterminated_line = m > 0 and a[m - 1] != _NL
@@ -160,19 +167,17 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
         name = name_bytes.decode("ascii")
         repeat = np.zeros(len(lines_of_key), bool)
         repeat[1:] = member_entries[1:] == member_entries[:-1]
-        # One view per entry straight into the buffer (null where the entry lacks the field).
+        # One value per entry (null where the entry lacks the field): copied out dense, or a view
+        # into the file map (see DENSE_FIELDS).
         line_of_entry = np.zeros(n_entries, np.int64)
         present = np.zeros(n_entries, bool)
         line_of_entry[member_entries[~repeat]] = lines_of_key[~repeat]
         present[member_entries[~repeat]] = True
-        # Copied out of the piece into one dense buffer per column (`byteviews.dense_binary`):
-        # every later scan, hash and write of the column runs several times faster.
-        columns[name] = dense_binary(readable, value_start[line_of_entry], value_end[line_of_entry],
-                                     present).alias(name)
+        values = dense_binary if copy or name in DENSE_FIELDS else binary_views
+        columns[name] = values(readable, value_start[line_of_entry], value_end[line_of_entry], present).alias(name)
         if repeat.any():
             later = lines_of_key[repeat]
-            raw_items.append((member_entries[repeat], name,
-                              dense_binary(readable, value_start[later], value_end[later])))
+            raw_items.append((member_entries[repeat], name, values(readable, value_start[later], value_end[later])))
 
     # The last entry of the file must be closed by a blank line, or it was cut short.
     closed = not unterminated_line and blank[len(ends) - 1] and alive[len(ends) - 1] if len(ends) else True
@@ -205,7 +210,7 @@ def _read_piece(piece: Piece, line_base: int, source_file: str
                 ) -> tuple[pl.DataFrame, pl.DataFrame, int] | _Overrun:
     """One piece's `events` and `quarantine` rows and its record count."""
     try:
-        fields = _parse_chunk(piece.data, piece.length, piece.at_eof, piece.offset, line_base)
+        fields = _parse_chunk(piece.data, piece.length, piece.at_eof, piece.offset, line_base, piece.reusable)
     except _Overrun as overrun:
         return overrun
     events, quarantine = assemble_events(fields, source_file=source_file, fmt=NAME)
