@@ -5,10 +5,10 @@ a blank line; a value that is not printable UTF-8 is written as `KEY\\n`, a 64-b
 length, the bytes, and `\\n`. Fields may repeat. Several hosts' exports may be concatenated.
 
 The hot path is vectorised: numpy finds every newline and '=' once, binary fields (rare) are
-walked one by one, keys become zero-copy Binary views that polars codes, and each
-field's values are gathered into one dense column. The file is read in pieces of about 8 MB cut
-at entry boundaries, parsed two at a time while the next piece is decompressed
-(`forensics.rawio.pieces`).
+walked one by one, keys become zero-copy Binary views that polars codes, and each field's values
+become one column (copied out dense, or views into a memory-mapped file: see DENSE_FIELDS). The
+file is read in pieces of about 8 MB cut at entry boundaries, parsed and assembled two at a time
+while the next piece is decompressed (`forensics.rawio.pieces`).
 """
 
 from __future__ import annotations
@@ -49,10 +49,8 @@ def sniff(head: bytes, path: Path) -> bool:
 
 
 class _Overrun(Exception):
-    """A binary value runs past the chunk: the chunk must be extended (to `need` bytes at least)."""
-
-    def __init__(self, need: int) -> None:
-        self.need = need
+    """A binary value runs past the chunk, or the chunk's last blank line lies inside one: the
+    chunk must be parsed together with the next."""
 
 
 def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, line_base: int,
@@ -94,7 +92,7 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
         size_at = int(ends[i]) + 1
         if size_at + 8 > m:
             if not at_eof:
-                raise _Overrun(size_at + 8)
+                raise _Overrun
             line_problem[i] = f"binary field {name.decode()}: length cut off by end of file"
             alive[i + 1:] = False
             break
@@ -102,7 +100,7 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
         payload_end = size_at + 8 + size
         if payload_end >= m:
             if not at_eof:
-                raise _Overrun(payload_end + 1)
+                raise _Overrun
             line_problem[i] = (f"binary field {name.decode()}: length {size} runs past "
                                f"end of file ({m - size_at - 8} bytes left)")
             continue
@@ -121,7 +119,7 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
     if not at_eof and (len(live) == 0 or not blank[live[-1]]):
         # The "\n\n" this chunk was cut at lies inside or at the end of a binary value, so the
         # chunk does not end between entries: extend it.
-        raise _Overrun(m + 1)
+        raise _Overrun
     live_blank = blank[live]
     content = live[~live_blank]
     previous_blank = np.concatenate(([True], live_blank[:-1]))
