@@ -202,6 +202,8 @@ def _read_input(bundle: Path, path: Path, source: sources.Source) -> tuple[dict[
         entry.update(records=0, parsed=0, quarantined=0, duplicates=0, error=str(error))
         return entry, None
     entry.update(records=result.records, parsed=result.parsed, quarantined=result.quarantine.height)
+    if result.damage:
+        entry["error"] = result.damage
     return entry, result
 
 

@@ -16,12 +16,15 @@ import mmap
 import os
 import queue
 import threading
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import zstandard
+
+from forensics.errors import ParseError
 
 _MAGIC = {
     b"\x1f\x8b": "gzip",
@@ -44,6 +47,34 @@ def _open_decompressed(path: Path, kind: str):
     if kind == "xz":
         return lzma.open(path, "rb")
     return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
+
+
+_DAMAGED = (OSError, EOFError, lzma.LZMAError, zstandard.ZstdError, zlib.error)
+
+
+class _Decompressing:
+    """A decompressing reader whose failures name the file and how far it got (a copy cut short
+    or damaged in transit is common evidence: the input is reported, the run goes on)."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        self.path, self.kind, self.done = path, kind, 0
+        self._reader = _open_decompressed(path, kind)
+
+    def readinto(self, view: memoryview) -> int:
+        """Like a file's readinto."""
+        try:
+            got = self._reader.readinto(view)
+        except _DAMAGED as why:
+            raise ParseError(str(self.path), f"{self.kind} data damaged or cut short after {self.done:,} "
+                                             f"decompressed bytes ({why})") from None
+        self.done += got
+        return got
+
+    def __enter__(self) -> "_Decompressing":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._reader.close()
 
 
 def read_head(path: str | os.PathLike[str], size: int = 4096) -> bytes:
@@ -113,7 +144,7 @@ def read_all(path: str | os.PathLike[str]) -> bytes | mmap.mmap:
                 return b""
             return _map_file(f)
     blocks: list[tuple[mmap.mmap, int]] = []
-    with _open_decompressed(path, kind) as reader:
+    with _Decompressing(path, kind) as reader:
         while True:
             block = populated(READ_BYTES)
             blocks.append((block, _fill(reader, block, 0, READ_BYTES)))
@@ -242,7 +273,7 @@ def pieces(path: str | os.PathLike[str], size: int, separator: bytes, slack: int
 
     def produce() -> None:
         try:
-            with _open_decompressed(path, kind) as reader:
+            with _Decompressing(path, kind) as reader:
                 for piece in _decompressed_pieces(reader, size, separator, slack, _Buffers()):
                     while not stop.is_set():
                         try:

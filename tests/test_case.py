@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import lzma
 import shutil
 from pathlib import Path
 
@@ -85,6 +87,27 @@ def test_an_unreadable_journal_is_reported_not_fatal(tmp_path: Path) -> None:
     assert broken["path"] == "broken.journal" and broken["records"] == 0
     assert broken["error"].startswith(f"{bundle / 'broken.journal'}: systemd cannot open it as a journal")
     assert manifest["totals"]["events"] == 1
+
+
+@pytest.mark.parametrize("compress", [gzip.compress, lzma.compress])
+def test_a_compressed_export_cut_short_keeps_what_came_before_the_break(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compress) -> None:
+    from forensics.sources import journal_export
+    monkeypatch.setattr(journal_export, "CHUNK_BYTES", 4096)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    export = b"".join(export_entry(("__REALTIME_TIMESTAMP", str(1781818487000000 + i)), ("MESSAGE", f"line {i}"))
+                      for i in range(20_000))
+    packed = compress(export)
+    (bundle / "cut.export.z").write_bytes(packed[:len(packed) // 2])
+    (bundle / "ok.export").write_bytes(export_entry(("__REALTIME_TIMESTAMP", "1781818487000000"), ("MESSAGE", "ok")))
+    manifest = ingest(bundle, tmp_path / "case")
+    cut, ok = manifest["inputs"]
+    assert cut["error"].startswith(f"{bundle / 'cut.export.z'}: ") and "damaged or cut short after" in cut["error"]
+    assert 1000 < cut["records"] < 20_000 and cut["records"] == cut["parsed"] + cut["quarantined"]
+    assert ok["records"] == 1 and "error" not in ok
+    messages = load_case(tmp_path / "case").events.filter(pl.col("source_file") == "cut.export.z").collect()
+    assert messages.get_column("message").to_list() == [f"line {i}" for i in range(messages.height)]
 
 
 def test_load_case_names_what_is_missing(tmp_path: Path) -> None:

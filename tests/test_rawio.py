@@ -12,6 +12,7 @@ import pytest
 import zstandard
 
 from forensics import rawio
+from forensics.errors import ParseError
 from forensics.byteviews import binary_views
 
 COMPRESSORS = {
@@ -81,11 +82,13 @@ def test_release_never_loses_bytes(tmp_path: Path, kind: str) -> None:
     assert whole[:] == data
 
 
-def test_a_failing_decompression_reaches_the_reader(tmp_path: Path) -> None:
+def test_damaged_data_is_named_with_how_far_it_got(tmp_path: Path) -> None:
     path = tmp_path / "broken.zst"
     path.write_bytes(zstandard.ZstdCompressor().compress(_records(2000))[:-200] + b"\x00" * 200)
-    with pytest.raises(zstandard.ZstdError):
+    with pytest.raises(ParseError, match=rf"^{path}: zstd data damaged or cut short after [0-9,]+ decompressed bytes"):
         list(rawio.pieces(path, 4096, b"\n\n"))
+    with pytest.raises(ParseError, match=rf"^{path}: zstd data damaged"):
+        rawio.read_all(path)
 
 
 def test_released_pieces_carry_later_ones_unless_something_still_points_into_them(tmp_path: Path) -> None:

@@ -31,6 +31,9 @@ class ParseResult:
     # Records read into `rows`; None when each record is one row (a journal entry). A py-spy dump
     # (the record) is many rows (its frames).
     parsed_records: int | None = None
+    # Why the input could only be read in part (e.g. a compressed copy cut short): what was read
+    # before it is in `rows`, and the manifest reports this beside the counts.
+    damage: str | None = None
 
     @property
     def parsed(self) -> int:

@@ -13,6 +13,7 @@ while the next piece is decompressed (`forensics.rawio.pieces`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,9 +23,10 @@ import numpy as np
 import polars as pl
 
 from forensics.byteviews import SLACK, binary_views, dense_binary
+from forensics.errors import ParseError
 from forensics.journal import FIELD_NAME, assemble_events, field_name_problem
 from forensics.rawio import Piece, pieces
-from forensics.schema import EVENTS_SCHEMA, EXCERPT_CHARS, RAW_FIELD
+from forensics.schema import EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD, empty
 from forensics.sources import ParseResult, register
 
 NAME = "journal_export"
@@ -223,6 +225,9 @@ def _finish(waiting: deque[tuple[Piece, int, Future]], source_file: str) -> tupl
     piece, line_base, job = waiting.popleft()
     result = job.result()
     while isinstance(result, _Overrun):  # a binary value crosses the cut: parse it with the next piece
+        if not waiting:  # there is none (the input broke off after this one): this piece ends the file
+            piece.release()
+            return _read_piece(dataclasses.replace(piece, at_eof=True), line_base, source_file)
         after, _, its_job = waiting.popleft()
         its_job.result()  # that piece was parsed on its own as well: wait for it, then drop that
         joined = piece.joined(after, SLACK)
@@ -239,21 +244,27 @@ def parse(path: Path) -> ParseResult:
     # the next piece is decompressed. A piece is finished in file order once the piece after it
     # has arrived (a binary value may run on into it).
     done: list[tuple[pl.DataFrame, pl.DataFrame, int]] = []
+    damage = None
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         waiting: deque[tuple[Piece, int, Future]] = deque()
         line_base = 0
-        for piece in pieces(path, CHUNK_BYTES, b"\n\n", SLACK):
-            waiting.append((piece, line_base, pool.submit(_read_piece, piece, line_base, str(path))))
-            line_base += int(np.count_nonzero(piece.data[:piece.length] == _NL))
-            while len(waiting) > IN_FLIGHT:
-                done.append(_finish(waiting, str(path)))
+        try:
+            for piece in pieces(path, CHUNK_BYTES, b"\n\n", SLACK):
+                waiting.append((piece, line_base, pool.submit(_read_piece, piece, line_base, str(path))))
+                line_base += int(np.count_nonzero(piece.data[:piece.length] == _NL))
+                while len(waiting) > IN_FLIGHT:
+                    done.append(_finish(waiting, str(path)))
+        except ParseError as error:  # a compressed copy cut short: keep the entries before the break
+            damage = str(error)
         while waiting:
             done.append(_finish(waiting, str(path)))
+    if not done:  # the input broke off before its first piece
+        return ParseResult("events", empty(EVENTS_SCHEMA), empty(QUARANTINE_SCHEMA), records=0, damage=damage)
     events = pl.concat([e for e, _, _ in done], how="diagonal_relaxed")
     named = list(EVENTS_SCHEMA)  # columns beyond the schema in name order, whichever piece had them first
     events = events.select(*named, *sorted(set(events.columns) - set(named)))
     quarantine = pl.concat([q for _, q, _ in done])
-    return ParseResult("events", events, quarantine, records=sum(n for _, _, n in done))
+    return ParseResult("events", events, quarantine, records=sum(n for _, _, n in done), damage=damage)
 
 
 register(NAME, sniff, parse, module=__name__)
