@@ -271,22 +271,26 @@ def pieces(path: str | os.PathLike[str], size: int, separator: bytes, slack: int
     ahead: queue.Queue = queue.Queue(maxsize=2)
     stop = threading.Event()
 
+    def hand_over(item: Piece | BaseException | None) -> bool:
+        """Queue `item` for the reader; False once the reader has gone (never blocks past that)."""
+        while not stop.is_set():
+            try:
+                ahead.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
             with _Decompressing(path, kind) as reader:
                 for piece in _decompressed_pieces(reader, size, separator, slack, _Buffers()):
-                    while not stop.is_set():
-                        try:
-                            ahead.put(piece, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
+                    if not hand_over(piece):
                         return
         except BaseException as error:  # noqa: BLE001 - re-raised in the consumer
-            ahead.put(error)
+            hand_over(error)
             return
-        ahead.put(None)
+        hand_over(None)
 
     producer = threading.Thread(target=produce, name=f"decompress {path.name}", daemon=True)
     producer.start()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import lzma
 import random
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -107,3 +109,13 @@ def test_released_pieces_carry_later_ones_unless_something_still_points_into_the
     assert len(set(addresses)) < len(addresses) / 4  # a few buffers went round
     assert addresses.count(addresses[1]) == 1  # the one still pointed into was never reused
     assert kept.to_list() == [first]
+
+
+def test_a_reader_that_stops_early_stops_the_decompression(tmp_path: Path) -> None:
+    path = tmp_path / "records.zst"
+    path.write_bytes(COMPRESSORS["zstd"](_records(20_000)))
+    reader = rawio.pieces(path, 4096, b"\n\n")
+    next(reader)
+    time.sleep(0.3)  # the decompressing thread fills the hand-over queue and waits
+    reader.close()  # returns only once that thread has finished
+    assert not [t for t in threading.enumerate() if t.name == f"decompress {path.name}"]
