@@ -226,8 +226,8 @@ def _finish(waiting: deque[tuple[Piece, int, Future]], source_file: str) -> tupl
     result = job.result()
     while isinstance(result, _Overrun):  # a binary value crosses the cut: parse it with the next piece
         if not waiting:  # there is none (the input broke off after this one): this piece ends the file
-            piece.release()
-            return _read_piece(dataclasses.replace(piece, at_eof=True), line_base, source_file)
+            result = _read_piece(dataclasses.replace(piece, at_eof=True), line_base, source_file)
+            break
         after, _, its_job = waiting.popleft()
         its_job.result()  # that piece was parsed on its own as well: wait for it, then drop that
         joined = piece.joined(after, SLACK)
@@ -251,6 +251,7 @@ def parse(path: Path) -> ParseResult:
         try:
             for piece in pieces(path, CHUNK_BYTES, b"\n\n", SLACK):
                 waiting.append((piece, line_base, pool.submit(_read_piece, piece, line_base, str(path))))
+                # the parser finds the newlines too, but the next piece's line numbers are needed now
                 line_base += int(np.count_nonzero(piece.data[:piece.length] == _NL))
                 while len(waiting) > IN_FLIGHT:
                     done.append(_finish(waiting, str(path)))
