@@ -21,13 +21,14 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from forensics.byteviews import SLACK, binary_views, dense_binary
 from forensics.errors import ParseError
 from forensics.journal import FIELD_NAME, assemble_events, field_name_problem
 from forensics.rawio import Piece, pieces
 from forensics.schema import EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD, empty
-from forensics.sources import ParseResult, register
+from forensics.sources import ParseResult, _export_scan, register
 
 NAME = "journal_export"
 CHUNK_BYTES = 8 << 20
@@ -36,7 +37,6 @@ CHUNK_BYTES = 8 << 20
 # file runs several times slower than over the same values end to end (`byteviews.dense_binary`).
 # Decompressed pieces have every value copied out, so that their memory carries the next piece.
 DENSE_FIELDS = {"MESSAGE"}
-_NL, _EQ = 10, 61
 
 
 def sniff(head: bytes, path: Path) -> bool:
@@ -55,145 +55,69 @@ class _Overrun(Exception):
     chunk must be parsed together with the next."""
 
 
+_LINE_PROBLEMS = {  # the kinds `_export_scan.scan` reports, worded
+    0: lambda name, size, left: f"no '=' and {field_name_problem(name)}",
+    1: lambda name, size, left: f"binary field {name.decode()}: length cut off by end of file",
+    2: lambda name, size, left: f"binary field {name.decode()}: length {size} runs past end of file ({left} bytes left)",
+    3: lambda name, size, left: f"binary field {name.decode()}: {size}-byte value not followed by a newline",
+}
+_DENSE_NAMES = frozenset(name.encode() for name in DENSE_FIELDS)
+
+
+def _int64(raw: bytes) -> np.ndarray:
+    return np.frombuffer(raw, dtype=np.int64)
+
+
 def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, line_base: int,
                  copy: bool = True) -> pl.DataFrame:
     """Parse one chunk (whole entries, the first `m` bytes of `readable`, found at `byte_base` in
     the file, after `line_base` lines) into a field frame (see `forensics.journal`); with `copy`,
     every value is copied out of `readable`, so that its memory can be used again."""
-    a = readable[:m]
-    newlines = np.flatnonzero(a == _NL)
-    unterminated_line = m > 0 and a[m - 1] != _NL
-    ends = np.append(newlines, m) if unterminated_line else newlines
-    starts = np.empty_like(ends)
-    if len(ends):
-        starts[0] = 0
-        starts[1:] = ends[:-1] + 1
-    equals = np.flatnonzero(a == _EQ)
-    nxt = np.searchsorted(equals, starts)
-    first_eq = np.append(equals, m)[nxt]
-    has_eq = first_eq < ends
-    blank = starts == ends
-    alive = np.ones(len(ends), bool)
-    binary = np.zeros(len(ends), bool)
-    value_start = first_eq + 1
-    value_end = ends.copy()
-    key_end = np.where(has_eq, first_eq, ends)
-    line_problem: dict[int, str] = {}
-
-    # Binary fields: headers are non-blank lines without '='; walked in order because their
-    # payload may contain newlines that must not be read as lines.
-    resume = 0
-    for i in np.flatnonzero(~has_eq & ~blank).tolist():
-        if i < resume:
-            continue
-        name = a[starts[i]:ends[i]].tobytes()
-        problem = field_name_problem(name)
-        if problem:
-            line_problem[i] = f"no '=' and {problem}"
-            continue
-        size_at = int(ends[i]) + 1
-        if size_at + 8 > m:
-            if not at_eof:
-                raise _Overrun
-            line_problem[i] = f"binary field {name.decode()}: length cut off by end of file"
-            alive[i + 1:] = False
-            break
-        size = int.from_bytes(a[size_at:size_at + 8].tobytes(), "little")
-        payload_end = size_at + 8 + size
-        if payload_end >= m:
-            if not at_eof:
-                raise _Overrun
-            line_problem[i] = (f"binary field {name.decode()}: length {size} runs past "
-                               f"end of file ({m - size_at - 8} bytes left)")
-            continue
-        if a[payload_end] != _NL:
-            line_problem[i] = (f"binary field {name.decode()}: {size}-byte value "
-                               f"not followed by a newline")
-            continue
-        last = int(np.searchsorted(ends, payload_end))
-        alive[i + 1:last + 1] = False
-        binary[i] = True
-        value_start[i] = size_at + 8
-        value_end[i] = payload_end
-        resume = last + 1
-
-    live = np.flatnonzero(alive)
-    if not at_eof and (len(live) == 0 or not blank[live[-1]]):
-        # The "\n\n" this chunk was cut at lies inside or at the end of a binary value, so the
-        # chunk does not end between entries: extend it.
+    scanned = _export_scan.scan(readable, m, at_eof, copy, _DENSE_NAMES, EXCERPT_CHARS)
+    if scanned is None:
         raise _Overrun
-    live_blank = blank[live]
-    content = live[~live_blank]
-    previous_blank = np.concatenate(([True], live_blank[:-1]))
-    opens = live[~live_blank & previous_blank]
-    entry_of_line = np.full(len(ends), -1, np.int64)
-    entry_of_line[live] = np.cumsum(~live_blank & previous_blank) - 1
-    n_entries = len(opens)
-    entry_start = starts[opens]
-    last_line = content[np.searchsorted(entry_of_line[content], np.arange(n_entries), side="right") - 1]
-    entry_end = ends[last_line]
+    n_entries, entry_start, entry_line, excerpt_views, keys, line_problems, bad_keys, closed = scanned
+    entry_start, entry_line = _int64(entry_start), _int64(entry_line)
+    piece = pa.py_buffer(readable)
 
-    entry_problem: list[str | None] = [None] * n_entries
-    problem_line: list[int | None] = [None] * n_entries
-    is_field = (has_eq | binary) & alive & ~blank
-    field_lines = np.flatnonzero(is_field)
-    keys = binary_views(readable, starts[field_lines], key_end[field_lines])
-    # Dense code per distinct key: a hash join against the few distinct keys, not a sort of all lines.
-    distinct = keys.unique().to_frame("key").with_row_index("code")
-    codes = (keys.to_frame("key").join(distinct, on="key", how="left", maintain_order="left")
-             .get_column("code").to_numpy())
-    names = distinct.get_column("key").to_list()
-
-    for line, problem in line_problem.items():
-        if alive[line] and entry_of_line[line] >= 0 and entry_problem[entry_of_line[line]] is None:
-            entry_problem[entry_of_line[line]] = problem
-            problem_line[entry_of_line[line]] = line + 1
+    # An entry's first problem (by line) is the one reported.
+    problems = sorted([(entry, line, _LINE_PROBLEMS[kind](name, size, left))
+                       for kind, entry, line, name, size, left in line_problems]
+                      + [(entry, line, field_name_problem(keys[code][0]) or "") for code, entry, line in bad_keys])
+    first_problem: dict[int, tuple[int, str]] = {}
+    for entry, line, why in problems:
+        first_problem.setdefault(entry, (line, why))
+    if at_eof and n_entries and not closed and n_entries - 1 not in first_problem:
+        first_problem[n_entries - 1] = (int(entry_line[-1]),
+                                        "entry at end of file is not closed by a blank line (file truncated?)")
 
     columns: dict[str, pl.Series] = {}
     raw_items: list[tuple[np.ndarray, str, pl.Series]] = []
-    small = codes.astype(np.uint16) if len(names) < 65536 else codes
-    order = np.argsort(small, kind="stable")
-    bounds = np.searchsorted(small[order], np.arange(len(names) + 1))
-    for code, name_bytes in enumerate(names):
-        lines_of_key = field_lines[order[bounds[code]:bounds[code + 1]]]
-        member_entries = entry_of_line[lines_of_key]
-        problem = field_name_problem(name_bytes)
-        if problem:
-            for line, entry in zip(lines_of_key.tolist(), member_entries.tolist(), strict=True):
-                if entry_problem[entry] is None:
-                    entry_problem[entry] = problem
-                    problem_line[entry] = line + 1
+    for name_bytes, valid, utf8, views, validity, dense, later in keys:
+        if not valid:
             continue
         name = name_bytes.decode("ascii")
-        repeat = np.zeros(len(lines_of_key), bool)
-        repeat[1:] = member_entries[1:] == member_entries[:-1]
-        # One value per entry (null where the entry lacks the field): copied out dense, or a view
-        # into the file map (see DENSE_FIELDS).
-        line_of_entry = np.zeros(n_entries, np.int64)
-        present = np.zeros(n_entries, bool)
-        line_of_entry[member_entries[~repeat]] = lines_of_key[~repeat]
-        present[member_entries[~repeat]] = True
-        values = dense_binary if copy or name in DENSE_FIELDS else binary_views
-        columns[name] = values(readable, value_start[line_of_entry], value_end[line_of_entry], present).alias(name)
-        if repeat.any():
-            later = lines_of_key[repeat]
-            raw_items.append((member_entries[repeat], name, values(readable, value_start[later], value_end[later])))
+        kind = pa.string_view() if utf8 else pa.binary_view()
+        data = piece if dense is None else pa.py_buffer(dense)
+        columns[name] = pl.Series(name, pa.Array.from_buffers(
+            kind, n_entries, [None if validity is None else pa.py_buffer(validity), pa.py_buffer(views), data]))
+        if later is not None:
+            rows, starts, ends = map(_int64, later)
+            values = binary_views if dense is None else dense_binary
+            raw_items.append((rows, name, values(readable, starts, ends)))
 
-    # The last entry of the file must be closed by a blank line, or it was cut short.
-    closed = not unterminated_line and blank[len(ends) - 1] and alive[len(ends) - 1] if len(ends) else True
-    if at_eof and n_entries and entry_problem[-1] is None and not closed:
-        entry_problem[-1] = "entry at end of file is not closed by a blank line (file truncated?)"
-        problem_line[-1] = int(opens[-1]) + 1
-
-    located = [None if why is None else f"line {at + line_base}: {why}"
-               for why, at in zip(entry_problem, problem_line, strict=True)] if any(entry_problem) else None
+    located = None
+    if first_problem:
+        located = [None] * n_entries
+        for entry, (line, why) in first_problem.items():
+            located[entry] = f"line {line + 1 + line_base}: {why}"
+    excerpts = pa.Array.from_buffers(pa.binary_view(), n_entries, [None, pa.py_buffer(excerpt_views), piece])
     frame = pl.DataFrame(columns, height=n_entries) if columns else pl.DataFrame(height=n_entries)
     frame = frame.with_columns(
         pl.Series("@offset", entry_start + byte_base, dtype=pl.Int64),
-        pl.Series("@line", opens + 1 + line_base, dtype=pl.Int64),
+        pl.Series("@line", entry_line + 1 + line_base, dtype=pl.Int64),
         pl.Series("@problem", located, dtype=pl.String) if located else pl.lit(None, pl.String).alias("@problem"),
-        binary_views(readable, entry_start, np.minimum(entry_end, entry_start + EXCERPT_CHARS))
-        .alias("@excerpt"),
+        pl.Series("@excerpt", excerpts),
     )
     if raw_items:
         raw = pl.concat([
@@ -252,7 +176,7 @@ def parse(path: Path) -> ParseResult:
             for piece in pieces(path, CHUNK_BYTES, b"\n\n", SLACK):
                 waiting.append((piece, line_base, pool.submit(_read_piece, piece, line_base, str(path))))
                 # the parser finds the newlines too, but the next piece's line numbers are needed now
-                line_base += int(np.count_nonzero(piece.data[:piece.length] == _NL))
+                line_base += _export_scan.count_newlines(piece.data, piece.length)
                 while len(waiting) > IN_FLIGHT:
                     done.append(_finish(waiting, str(path)))
         except ParseError as error:  # a compressed copy cut short: keep the entries before the break

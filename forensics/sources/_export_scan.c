@@ -1,0 +1,623 @@
+/* The hot loop of forensics.sources.journal_export, in C.
+ *
+ * Why C: the numpy version found newlines and '=' in one vectorised pass, but then spent most of
+ * its time coding keys and gathering each field's values through index arrays (several passes
+ * over arrays as long as the file has lines). Here one pass over a piece of an export (whole
+ * entries) finds lines, fields, binary values and entries, codes each key (guessing it is the key
+ * at the same place in the previous entry, as it almost always is), and a second pass lays each
+ * field's first values out as an Arrow BinaryView column: views into the piece, or copied end to
+ * end into a buffer of the column's own ("dense"), checking UTF-8 on the way so that polars needs
+ * no cast. The GIL is released for both passes, so pieces parse on every core.
+ *
+ * Everything that takes judgement stays in Python (journal_export.py): the wording of problems,
+ * repeated fields, assembly into events. This returns facts: offsets, line numbers, codes.
+ *
+ * Format: https://systemd.io/JOURNAL_EXPORT_FORMATS/
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Problems found on a line (reported by kind; Python words them). */
+enum { NO_EQUALS = 0, LENGTH_CUT = 1, RUNS_PAST = 2, NO_NEWLINE = 3 };
+/* What scan() ends with. */
+enum { SCANNED = 0, OVERRUN = 1, NO_MEMORY = -1 };
+
+typedef struct {
+    int64_t *v;
+    Py_ssize_t n, cap;
+} Vec;
+
+/* Make room for item `index` in a growable array (*items holds *cap items of item_size bytes). */
+static int make_room(void **items, Py_ssize_t *cap, size_t item_size, Py_ssize_t index)
+{
+    if (index < *cap)
+        return 0;
+    Py_ssize_t grown = *cap ? 2 * *cap : 16;
+    while (grown <= index)
+        grown *= 2;
+    void *moved = realloc(*items, (size_t)grown * item_size);
+    if (!moved)
+        return -1;
+    *items = moved;
+    *cap = grown;
+    return 0;
+}
+
+static int vec_push(Vec *x, int64_t a)
+{
+    if (make_room((void **)&x->v, &x->cap, sizeof *x->v, x->n) < 0)
+        return -1;
+    x->v[x->n++] = a;
+    return 0;
+}
+
+static void vec_free(Vec *x)
+{
+    free(x->v);
+    x->v = NULL;
+    x->n = x->cap = 0;
+}
+
+typedef struct {
+    Py_ssize_t name_at, name_len; /* the name's bytes in the piece */
+    uint64_t hash;
+    int valid;                    /* a valid journal field name */
+    int64_t last_entry;           /* the entry that last had this field (to spot repeats) */
+    Vec first;                    /* (entry, value start, value end) of each entry's first value */
+    Vec later;                    /* the same for repeated values within an entry */
+    Vec bad;                      /* invalid names: (entry, line) of every occurrence */
+    int64_t long_bytes;           /* bytes of first values longer than 12 (what dense copies) */
+} Key;
+
+typedef struct {
+    int64_t kind, entry, line, name_at, name_len;
+    uint64_t size; /* as written: any 64-bit value */
+    int64_t left;
+} LineProblem;
+
+typedef struct {
+    const uint8_t *a;
+    Py_ssize_t m;
+    Key *keys;
+    Py_ssize_t n_keys, keys_cap;
+    int32_t *slots; /* open addressing: key index + 1, 0 = empty */
+    Py_ssize_t n_slots;
+    int32_t *previous; /* the codes of the previous entry's fields, in order */
+    Py_ssize_t previous_len, previous_cap;
+    Vec entry_start, entry_end, entry_line;
+    LineProblem *problems;
+    Py_ssize_t n_problems, problems_cap;
+    int closed; /* the piece ends with a blank line that closes its last entry */
+} Scan;
+
+static void scan_free(Scan *S)
+{
+    for (Py_ssize_t k = 0; k < S->n_keys; k++) {
+        vec_free(&S->keys[k].first);
+        vec_free(&S->keys[k].later);
+        vec_free(&S->keys[k].bad);
+    }
+    free(S->keys);
+    free(S->slots);
+    free(S->previous);
+    free(S->problems);
+    vec_free(&S->entry_start);
+    vec_free(&S->entry_end);
+    vec_free(&S->entry_line);
+}
+
+static int valid_name(const uint8_t *s, Py_ssize_t n)
+{
+    if (n < 1 || n > 64 || !((s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_'))
+        return 0;
+    for (Py_ssize_t i = 1; i < n; i++)
+        if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+            return 0;
+    return 1;
+}
+
+static uint64_t hash_bytes(const uint8_t *s, Py_ssize_t n)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 1099511628211ULL;
+    return h;
+}
+
+static int grow_slots(Scan *S)
+{
+    Py_ssize_t n = S->n_slots ? 2 * S->n_slots : 256;
+    int32_t *slots = calloc((size_t)n, sizeof *slots);
+    if (!slots)
+        return -1;
+    for (Py_ssize_t k = 0; k < S->n_keys; k++) {
+        Py_ssize_t i = (Py_ssize_t)(S->keys[k].hash & (uint64_t)(n - 1));
+        while (slots[i])
+            i = (i + 1) & (n - 1);
+        slots[i] = (int32_t)(k + 1);
+    }
+    free(S->slots);
+    S->slots = slots;
+    S->n_slots = n;
+    return 0;
+}
+
+static int same_name(const Scan *S, const Key *key, Py_ssize_t at, Py_ssize_t len)
+{
+    return key->name_len == len && memcmp(S->a + key->name_at, S->a + at, (size_t)len) == 0;
+}
+
+/* The code of the key at [at, at+len), added if new; -1 when out of memory. */
+static Py_ssize_t key_code(Scan *S, Py_ssize_t at, Py_ssize_t len, Py_ssize_t position)
+{
+    if (position < S->previous_len) {
+        Py_ssize_t guess = S->previous[position];
+        if (same_name(S, &S->keys[guess], at, len))
+            return guess;
+    }
+    uint64_t h = hash_bytes(S->a + at, len);
+    if (2 * (S->n_keys + 1) > S->n_slots && grow_slots(S) < 0)
+        return -1;
+    Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(S->n_slots - 1));
+    while (S->slots[i]) {
+        Key *key = &S->keys[S->slots[i] - 1];
+        if (key->hash == h && same_name(S, key, at, len))
+            return S->slots[i] - 1;
+        i = (i + 1) & (S->n_slots - 1);
+    }
+    if (make_room((void **)&S->keys, &S->keys_cap, sizeof *S->keys, S->n_keys) < 0)
+        return -1;
+    Key *key = &S->keys[S->n_keys];
+    memset(key, 0, sizeof *key);
+    key->name_at = at;
+    key->name_len = len;
+    key->hash = h;
+    key->valid = valid_name(S->a + at, len);
+    key->last_entry = -1;
+    S->slots[i] = (int32_t)(S->n_keys + 1);
+    return S->n_keys++;
+}
+
+static int add_field(Scan *S, Py_ssize_t key_at, Py_ssize_t key_len, Py_ssize_t value_at, Py_ssize_t value_end,
+                     int64_t entry, int64_t line, Py_ssize_t position)
+{
+    Py_ssize_t code = key_code(S, key_at, key_len, position);
+    if (code < 0)
+        return -1;
+    if (make_room((void **)&S->previous, &S->previous_cap, sizeof *S->previous, position) < 0)
+        return -1;
+    S->previous[position] = (int32_t)code;
+    if (position >= S->previous_len)
+        S->previous_len = position + 1;
+    Key *key = &S->keys[code];
+    if (!key->valid)
+        return vec_push(&key->bad, entry) | vec_push(&key->bad, line);
+    Vec *to = key->last_entry == entry ? &key->later : &key->first;
+    if (to == &key->first && value_end - value_at > 12)
+        key->long_bytes += value_end - value_at;
+    key->last_entry = entry;
+    return vec_push(to, entry) | vec_push(to, value_at) | vec_push(to, value_end);
+}
+
+static int add_problem(Scan *S, int64_t kind, int64_t entry, int64_t line, Py_ssize_t name_at, Py_ssize_t name_len,
+                       uint64_t size, int64_t left)
+{
+    if (make_room((void **)&S->problems, &S->problems_cap, sizeof *S->problems, S->n_problems) < 0)
+        return -1;
+    S->problems[S->n_problems++] = (LineProblem){kind, entry, line, name_at, name_len, size, left};
+    return 0;
+}
+
+static Py_ssize_t count_newlines(const uint8_t *a, Py_ssize_t n)
+{
+    Py_ssize_t count = 0;
+    const uint8_t *end = a + n;
+    while (a < end && (a = memchr(a, '\n', (size_t)(end - a))) != NULL) {
+        count++;
+        a++;
+    }
+    return count;
+}
+
+/* Lines are numbered as if every newline ended one (also those inside binary values), from 0. */
+static int scan(Scan *S, int at_eof)
+{
+    const uint8_t *a = S->a;
+    const Py_ssize_t m = S->m;
+    Py_ssize_t p = 0, position = 0;
+    int64_t line = 0, entry = -1;
+    int opens = 1;           /* the next non-blank line opens an entry */
+    int any_live = 0, last_live_blank = 0;
+    S->closed = 0;
+    while (p < m) {
+        const uint8_t *newline = memchr(a + p, '\n', (size_t)(m - p));
+        const Py_ssize_t s = p, e = newline ? newline - a : m;
+        Py_ssize_t next = e + 1;
+        int64_t next_line = line + 1;
+        any_live = 1;
+        if (s == e) {
+            opens = last_live_blank = 1;
+            S->closed = 1;
+            p = next;
+            line = next_line;
+            continue;
+        }
+        last_live_blank = S->closed = 0;
+        if (opens) {
+            entry++;
+            if (vec_push(&S->entry_start, s) | vec_push(&S->entry_end, e) | vec_push(&S->entry_line, line))
+                return NO_MEMORY;
+            opens = 0;
+            position = 0;
+        }
+        S->entry_end.v[entry] = e;
+        const uint8_t *equals = memchr(a + s, '=', (size_t)(e - s));
+        if (equals) {
+            if (add_field(S, s, equals - a - s, equals - a + 1, e, entry, line, position++) < 0)
+                return NO_MEMORY;
+        } else if (!valid_name(a + s, e - s)) {
+            if (add_problem(S, NO_EQUALS, entry, line, s, e - s, 0, 0) < 0)
+                return NO_MEMORY;
+        } else {
+            /* a binary field: name, newline, 64-bit little-endian size, the bytes, newline */
+            const Py_ssize_t size_at = e + 1;
+            if (size_at + 8 > m) {
+                if (!at_eof)
+                    return OVERRUN;
+                if (add_problem(S, LENGTH_CUT, entry, line, s, e - s, 0, 0) < 0)
+                    return NO_MEMORY;
+                return SCANNED; /* nothing after it can be read as lines */
+            }
+            uint64_t size = 0;
+            for (int i = 7; i >= 0; i--)
+                size = (size << 8) | a[size_at + i];
+            const Py_ssize_t left = m - size_at - 8;
+            if (size >= (uint64_t)left) {
+                if (!at_eof)
+                    return OVERRUN;
+                if (add_problem(S, RUNS_PAST, entry, line, s, e - s, size, left) < 0)
+                    return NO_MEMORY;
+            } else if (a[size_at + 8 + (Py_ssize_t)size] != '\n') {
+                if (add_problem(S, NO_NEWLINE, entry, line, s, e - s, size, 0) < 0)
+                    return NO_MEMORY;
+            } else {
+                const Py_ssize_t value_end = size_at + 8 + (Py_ssize_t)size;
+                if (add_field(S, s, e - s, size_at + 8, value_end, entry, line, position++) < 0)
+                    return NO_MEMORY;
+                next_line = line + 1 + count_newlines(a + size_at, value_end - size_at) + 1;
+                next = value_end + 1;
+            }
+        }
+        p = next;
+        line = next_line;
+    }
+    if (!at_eof && (!any_live || !last_live_blank))
+        return OVERRUN; /* the cut lies inside or at the end of a binary value: not between entries */
+    return SCANNED;
+}
+
+/* Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF), as polars checks it. */
+static int valid_utf8(const uint8_t *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            uint64_t word;
+            memcpy(&word, s + i, 8);
+            if (!(word & 0x8080808080808080ULL)) {
+                i += 8;
+                continue;
+            }
+        }
+        const uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        Py_ssize_t need;
+        uint8_t low = 0x80, high = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF)
+            need = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            if (c == 0xE0)
+                low = 0xA0;
+            else if (c == 0xED)
+                high = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            if (c == 0xF0)
+                low = 0x90;
+            else if (c == 0xF4)
+                high = 0x8F;
+        } else
+            return 0;
+        if (i + need >= n)
+            return 0;
+        if (s[i + 1] < low || s[i + 1] > high)
+            return 0;
+        for (Py_ssize_t j = 2; j <= need; j++)
+            if ((s[i + j] & 0xC0) != 0x80)
+                return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+static void put_view(uint8_t *view, const uint8_t *value, int64_t len, int64_t offset)
+{
+    uint32_t word = (uint32_t)len;
+    memcpy(view, &word, 4);
+    if (len <= 12) {
+        memset(view + 4, 0, 12);
+        memcpy(view + 4, value, (size_t)len);
+    } else {
+        memcpy(view + 4, value, 4);
+        word = 0; /* the one data buffer */
+        memcpy(view + 8, &word, 4);
+        word = (uint32_t)offset;
+        memcpy(view + 12, &word, 4);
+    }
+}
+
+/* Lay out one key's first values as views (n_entries of them) and its validity bitmap (when some
+ * entry lacks the field); copy long values into `dense` when given. Returns whether all values are
+ * UTF-8. */
+static int fill_column(const uint8_t *a, const Key *key, Py_ssize_t n_entries, uint8_t *views, uint8_t *validity,
+                       uint8_t *dense)
+{
+    int utf8 = 1;
+    int64_t cursor = 0, next_entry = 0;
+    const int64_t *f = key->first.v;
+    for (Py_ssize_t i = 0; i < key->first.n; i += 3) {
+        const int64_t entry = f[i], start = f[i + 1], len = f[i + 2] - f[i + 1];
+        if (entry > next_entry)
+            memset(views + 16 * next_entry, 0, (size_t)(16 * (entry - next_entry)));
+        next_entry = entry + 1;
+        if (utf8 && !valid_utf8(a + start, len))
+            utf8 = 0;
+        if (dense && len > 12) {
+            memcpy(dense + cursor, a + start, (size_t)len);
+            put_view(views + 16 * entry, a + start, len, cursor);
+            cursor += len;
+        } else
+            put_view(views + 16 * entry, a + start, len, start);
+        if (validity)
+            validity[entry >> 3] |= (uint8_t)(1u << (entry & 7));
+    }
+    if (n_entries > next_entry)
+        memset(views + 16 * next_entry, 0, (size_t)(16 * (n_entries - next_entry)));
+    return utf8;
+}
+
+static PyObject *vec_bytes(const int64_t *v, Py_ssize_t n, Py_ssize_t stride, Py_ssize_t field)
+{
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    if (!out)
+        return NULL;
+    int64_t *w = (int64_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++)
+        w[i] = v[i * stride + field];
+    return out;
+}
+
+typedef struct {
+    PyObject *views, *validity, *dense;
+    int dense_wanted;
+} Column;
+
+static PyObject *build_result(Scan *S, Column *columns, const int *utf8, PyObject *excerpts)
+{
+    const Py_ssize_t n_entries = S->entry_start.n;
+    PyObject *keys = PyList_New(S->n_keys), *problems = PyList_New(S->n_problems), *bad = PyList_New(0);
+    if (!keys || !problems || !bad)
+        goto fail;
+    for (Py_ssize_t k = 0; k < S->n_keys; k++) {
+        const Key *key = &S->keys[k];
+        PyObject *later = Py_None;
+        Py_INCREF(later);
+        if (key->later.n) {
+            Py_DECREF(later);
+            later = Py_BuildValue("(NNN)", vec_bytes(key->later.v, key->later.n / 3, 3, 0),
+                                  vec_bytes(key->later.v, key->later.n / 3, 3, 1),
+                                  vec_bytes(key->later.v, key->later.n / 3, 3, 2));
+            if (!later)
+                goto fail;
+        }
+        for (Py_ssize_t i = 0; i < key->bad.n; i += 2) {
+            PyObject *item = Py_BuildValue("(nLL)", k, (long long)key->bad.v[i], (long long)key->bad.v[i + 1]);
+            if (!item || PyList_Append(bad, item) < 0) {
+                Py_XDECREF(item);
+                Py_DECREF(later);
+                goto fail;
+            }
+            Py_DECREF(item);
+        }
+        Column *c = &columns[k];
+        PyObject *item = Py_BuildValue("(y#OOOOOO)", (const char *)S->a + key->name_at, key->name_len,
+                                       key->valid ? Py_True : Py_False, utf8[k] ? Py_True : Py_False,
+                                       c->views ? c->views : Py_None, c->validity ? c->validity : Py_None,
+                                       c->dense ? c->dense : Py_None, later);
+        Py_DECREF(later);
+        if (!item)
+            goto fail;
+        PyList_SET_ITEM(keys, k, item);
+    }
+    for (Py_ssize_t i = 0; i < S->n_problems; i++) {
+        const LineProblem *p = &S->problems[i];
+        PyObject *item = Py_BuildValue("(LLLy#KL)", (long long)p->kind, (long long)p->entry, (long long)p->line,
+                                       (const char *)S->a + p->name_at, (Py_ssize_t)p->name_len,
+                                       (unsigned long long)p->size, (long long)p->left);
+        if (!item)
+            goto fail;
+        PyList_SET_ITEM(problems, i, item);
+    }
+    return Py_BuildValue("(nNNONNNO)", n_entries, vec_bytes(S->entry_start.v, n_entries, 1, 0),
+                         vec_bytes(S->entry_line.v, n_entries, 1, 0), excerpts, keys, problems, bad,
+                         S->closed ? Py_True : Py_False);
+fail:
+    Py_XDECREF(keys);
+    Py_XDECREF(problems);
+    Py_XDECREF(bad);
+    return NULL;
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(piece, length, at_eof, dense_all, dense_names, excerpt_bytes) -> tuple | None\n\n"
+"Scan the first `length` bytes of `piece` (whole entries of an export). None when the piece does\n"
+"not end between entries (a binary value runs on past it; parse it with the next). Otherwise\n"
+"(n_entries, entry_start, entry_line, excerpt_views, keys, line_problems, bad_keys, closed):\n"
+"entry_start / entry_line are int64 arrays as bytes (byte offset, 0-based line of its first line);\n"
+"excerpt_views the BinaryView views of each entry's first `excerpt_bytes` bytes (into `piece`);\n"
+"keys one (name, valid, utf8, views, validity, dense, later) per distinct key in order of first\n"
+"appearance: views/validity/dense are the Arrow BinaryView buffers of its first values (views into\n"
+"`piece` when dense is None; validity None when every entry has it), later the (entries, starts,\n"
+"ends) int64 arrays of repeated values or None; line_problems (kind, entry, line, name, size,\n"
+"left) for lines without '=' that are not binary fields (kind 0), binary fields whose length is cut\n"
+"off (1, the rest of the piece is unreadable), runs past the end (2) or lacks its newline (3);\n"
+"bad_keys (key index, entry, line) for every field whose name is not a valid journal field name;\n"
+"closed whether the last entry is closed by a blank line. A key's values are copied dense when\n"
+"dense_all or its name is in dense_names.");
+
+static PyObject *py_scan(PyObject *self, PyObject *args)
+{
+    Py_buffer buffer;
+    Py_ssize_t length, excerpt_bytes;
+    int at_eof, dense_all;
+    PyObject *dense_names;
+    if (!PyArg_ParseTuple(args, "y*nppOn", &buffer, &length, &at_eof, &dense_all, &dense_names, &excerpt_bytes))
+        return NULL;
+    PyObject *result = NULL, *excerpts = NULL;
+    Column *columns = NULL;
+    int *utf8 = NULL;
+    Scan S;
+    memset(&S, 0, sizeof S);
+    if (length < 0 || length > buffer.len) {
+        PyErr_Format(PyExc_ValueError, "length %zd outside the %zd-byte piece", length, buffer.len);
+        goto done;
+    }
+    if (buffer.len > INT32_MAX) { /* Arrow views hold 32-bit offsets */
+        PyErr_Format(PyExc_OverflowError, "a %zd-byte piece is too large to scan (limit 2 GiB)", buffer.len);
+        goto done;
+    }
+    S.a = buffer.buf;
+    S.m = length;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = scan(&S, at_eof);
+    Py_END_ALLOW_THREADS
+    if (status == NO_MEMORY) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (status == OVERRUN) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    const Py_ssize_t n_entries = S.entry_start.n;
+    columns = calloc((size_t)S.n_keys + 1, sizeof *columns);
+    utf8 = calloc((size_t)S.n_keys + 1, sizeof *utf8);
+    if (!columns || !utf8) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < S.n_keys; k++) {
+        const Key *key = &S.keys[k];
+        if (!key->valid || !key->first.n)
+            continue;
+        PyObject *name = PyBytes_FromStringAndSize((const char *)S.a + key->name_at, key->name_len);
+        if (!name)
+            goto done;
+        int wanted = dense_all || PySequence_Contains(dense_names, name) == 1;
+        Py_DECREF(name);
+        if (PyErr_Occurred())
+            goto done;
+        columns[k].views = PyBytes_FromStringAndSize(NULL, 16 * n_entries);
+        if (!columns[k].views)
+            goto done;
+        if (key->first.n / 3 < n_entries) {
+            columns[k].validity = PyBytes_FromStringAndSize(NULL, (n_entries + 7) / 8);
+            if (!columns[k].validity)
+                goto done;
+            memset(PyBytes_AS_STRING(columns[k].validity), 0, (size_t)(n_entries + 7) / 8);
+        }
+        if (wanted) {
+            columns[k].dense = PyBytes_FromStringAndSize(NULL, key->long_bytes);
+            if (!columns[k].dense)
+                goto done;
+        }
+        columns[k].dense_wanted = wanted;
+    }
+    excerpts = PyBytes_FromStringAndSize(NULL, 16 * n_entries);
+    if (!excerpts)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < S.n_keys; k++) {
+        Column *c = &columns[k];
+        if (c->views)
+            utf8[k] = fill_column(S.a, &S.keys[k], n_entries, (uint8_t *)PyBytes_AS_STRING(c->views),
+                                  c->validity ? (uint8_t *)PyBytes_AS_STRING(c->validity) : NULL,
+                                  c->dense ? (uint8_t *)PyBytes_AS_STRING(c->dense) : NULL);
+    }
+    uint8_t *views = (uint8_t *)PyBytes_AS_STRING(excerpts);
+    for (Py_ssize_t i = 0; i < n_entries; i++) {
+        const int64_t start = S.entry_start.v[i];
+        int64_t len = S.entry_end.v[i] - start;
+        if (len > excerpt_bytes)
+            len = excerpt_bytes;
+        put_view(views + 16 * i, S.a + start, len, start);
+    }
+    Py_END_ALLOW_THREADS
+    result = build_result(&S, columns, utf8, excerpts);
+done:
+    if (columns)
+        for (Py_ssize_t k = 0; k < S.n_keys; k++) {
+            Py_XDECREF(columns[k].views);
+            Py_XDECREF(columns[k].validity);
+            Py_XDECREF(columns[k].dense);
+        }
+    Py_XDECREF(excerpts);
+    free(columns);
+    free(utf8);
+    scan_free(&S);
+    PyBuffer_Release(&buffer);
+    return result;
+}
+
+PyDoc_STRVAR(count_newlines_doc, "count_newlines(piece, length) -> int: newlines in the first `length` bytes.");
+
+static PyObject *py_count_newlines(PyObject *self, PyObject *args)
+{
+    Py_buffer buffer;
+    Py_ssize_t length, count;
+    if (!PyArg_ParseTuple(args, "y*n", &buffer, &length))
+        return NULL;
+    if (length < 0 || length > buffer.len) {
+        PyErr_Format(PyExc_ValueError, "length %zd outside the %zd-byte piece", length, buffer.len);
+        PyBuffer_Release(&buffer);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    count = count_newlines(buffer.buf, length);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buffer);
+    return PyLong_FromSsize_t(count);
+}
+
+static PyMethodDef methods[] = {
+    {"scan", py_scan, METH_VARARGS, scan_doc},
+    {"count_newlines", py_count_newlines, METH_VARARGS, count_newlines_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_export_scan",
+    "The hot loop of forensics.sources.journal_export, in C (see the source's header).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__export_scan(void) { return PyModule_Create(&module); }

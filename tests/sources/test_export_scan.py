@@ -1,0 +1,171 @@
+"""The C export scanner against a plain reference written line by line from the spec.
+
+`_export_scan` is the one piece of C in the project: these tests feed it generated exports (many
+distinct keys in shifting order, repeated fields, binary values holding newlines, every kind of
+UTF-8 mistake, garbage lines) and then damage them at random, and check every entry's fields,
+repeated values, line number and first problem against `reference_entries` below, which walks the
+file the slow obvious way.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from forensics.journal import field_name_problem
+from forensics.sources import _export_scan
+from forensics.sources.journal_export import _parse_chunk
+
+Entry = dict  # {"line": int, "problem": str | None, "fields": {name: [value bytes, ...]}}
+
+
+def reference_entries(data: bytes) -> list[Entry]:
+    """The entries of a whole export file, read one line at a time (Journal Export Format rules,
+    with this project's wording of problems; an entry reports its earliest problem)."""
+    entries: list[Entry] = []
+    problems: list[tuple[Entry, int, str]] = []
+    current: Entry | None = None
+    closed = False
+    pos = 0
+    while pos < len(data):
+        newline = data.find(b"\n", pos)
+        end = len(data) if newline < 0 else newline
+        line = data.count(b"\n", 0, pos) + 1
+        text = data[pos:end]
+        pos = end + 1
+        if not text:
+            current, closed = None, newline >= 0
+            continue
+        closed = False
+        if current is None:
+            current = {"line": line, "problem": None, "fields": {}}
+            entries.append(current)
+        name, equals, value = text.partition(b"=")
+        if equals:
+            current["fields"].setdefault(name, []).append(value)
+            if field_name_problem(name):
+                problems.append((current, line, field_name_problem(name)))
+            continue
+        if field_name_problem(text):
+            problems.append((current, line, f"no '=' and {field_name_problem(text)}"))
+            continue
+        size_at = end + 1
+        if size_at + 8 > len(data):
+            problems.append((current, line, f"binary field {text.decode()}: length cut off by end of file"))
+            break
+        size = struct.unpack_from("<Q", data, size_at)[0]
+        left = len(data) - size_at - 8
+        if size >= left:
+            problems.append((current, line, f"binary field {text.decode()}: length {size} runs past end of file "
+                                            f"({left} bytes left)"))
+        elif data[size_at + 8 + size] != ord("\n"):
+            problems.append((current, line, f"binary field {text.decode()}: {size}-byte value not followed by a newline"))
+        else:
+            current["fields"].setdefault(text, []).append(data[size_at + 8:size_at + 8 + size])
+            pos = size_at + 8 + size + 1
+    for entry, line, why in sorted(problems, key=lambda p: p[1]):
+        if entry["problem"] is None:
+            entry["problem"] = f"line {line}: {why}"
+    if entries and not closed and entries[-1]["problem"] is None:
+        entries[-1]["problem"] = (f"line {entries[-1]['line']}: entry at end of file is not closed by a blank line "
+                                  f"(file truncated?)")
+    return entries
+
+
+def scanned_entries(data: bytes, copy: bool) -> list[Entry]:
+    buffer = np.frombuffer(data + bytes(16), dtype=np.uint8)
+    frame = _parse_chunk(buffer, len(data), True, 0, 0, copy)
+    out = []
+    for row in frame.iter_rows(named=True):
+        fields: dict[bytes, list[bytes]] = {}
+        for name, value in row.items():
+            if not name.startswith("@") and value is not None:
+                fields[name.encode()] = [value.encode() if isinstance(value, str) else value]
+        for item in row.get("@raw") or []:
+            fields[item["name"].encode()].append(item["value"])
+        out.append({"line": row["@line"], "problem": row["@problem"], "fields": fields})
+    return out
+
+
+def comparable(entries: list[Entry]) -> list[tuple]:
+    """Entries as the scanner reports them: fields with a bad name are left out (the problem says why)."""
+    return [(e["line"], e["problem"], sorted((n, v) for n, v in e["fields"].items() if not field_name_problem(n)))
+            for e in entries]
+
+
+VALUES = [b"", b"x", b"twelve bytes", b"thirteen byte", "café ünïcödé 🚀".encode(), b"caf\xe9",
+          b"\xc0\x80 overlong", b"\xed\xa0\x80 surrogate", b"\xf4\x90\x80\x80 past U+10FFFF", b"cut \xe2\x82",
+          b"\xf0\x9f\x9a", b"a\x00b", b"\xef\xbb\xbf bom", b"\xf4\x8f\xbf\xbf max", "long " * 30]
+BAD_NAMES = [b"lower", b"1DIGIT", b"A" * 65, b"", b"SP ACE"]
+
+
+def generate(rng: np.random.Generator, entries: int) -> bytes:
+    names = [f"F{i}".encode() for i in range(300)] + [b"_PID", b"MESSAGE", b"__REALTIME_TIMESTAMP"]
+    out = bytearray()
+    for i in range(entries):
+        chosen = list(rng.choice(len(names), size=int(rng.integers(1, 12)), replace=False))
+        if rng.random() < 0.7:
+            chosen.sort()  # mostly the same order, as journald writes them; sometimes shuffled
+        for k in chosen:
+            name = names[k]
+            for _ in range(2 if rng.random() < 0.1 else 1):
+                value = VALUES[int(rng.integers(len(VALUES)))]
+                value = value.encode() if isinstance(value, str) else value
+                if rng.random() < 0.15:
+                    value = value + b"\n\n" + value  # only a binary field can hold a newline
+                    out += name + b"\n" + struct.pack("<Q", len(value)) + value + b"\n"
+                else:
+                    out += name + b"=" + value + b"\n"
+        if rng.random() < 0.05:
+            out += BAD_NAMES[int(rng.integers(len(BAD_NAMES)))] + b"=v\n"
+        if rng.random() < 0.03:
+            out += b"not a field\n"
+        out += b"\n" * (1 + (rng.random() < 0.05))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("copy", [True, False], ids=["dense", "views"])
+def test_scanner_matches_the_reference_on_clean_and_damaged_exports(copy: bool) -> None:
+    rng = np.random.default_rng(5)
+    for round_ in range(150):
+        data = generate(rng, int(rng.integers(1, 40)))
+        if round_ % 3:
+            damaged = bytearray(data)
+            for position in rng.integers(0, len(damaged), size=int(rng.integers(1, 6))):
+                damaged[position] = int(rng.choice([0, 10, 61, 65, 0xff]))
+            data = bytes(damaged[:int(rng.integers(len(damaged) // 2, len(damaged) + 1))])
+        assert comparable(scanned_entries(data, copy)) == comparable(reference_entries(data)), f"round {round_}"
+
+
+def test_text_columns_are_strings_exactly_when_every_value_is_utf8() -> None:
+    for value in VALUES:
+        value = value.encode() if isinstance(value, str) else value
+        data = b"__REALTIME_TIMESTAMP=1\nMESSAGE=" + value + b"\n\n"
+        buffer = np.frombuffer(data + bytes(16), dtype=np.uint8)
+        column = _parse_chunk(buffer, len(data), True, 0, 0).get_column("MESSAGE")
+        try:
+            expected = value.decode("utf-8")
+        except UnicodeDecodeError:
+            assert column.to_list() == [value], value
+        else:
+            assert column.to_list() == [expected], value
+
+
+def test_many_keys_and_a_piece_without_a_closing_blank_line() -> None:
+    data = b"".join(b"K%d=%d\n" % (k, k) for k in range(5000)) + b"\n" + b"K1=again\n"
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    assert _export_scan.scan(buffer, len(data), False, True, frozenset(), 80) is None  # not between entries
+    frame = _parse_chunk(buffer, len(data), True, 0, 0)
+    assert frame.height == 2 and frame.get_column("K4999").to_list() == ["4999", None]
+    assert frame.get_column("@problem").to_list()[1].endswith("not closed by a blank line (file truncated?)")
+
+
+def test_count_newlines_and_bounds() -> None:
+    data = np.frombuffer(b"a\nb\n\nc", dtype=np.uint8)
+    assert [_export_scan.count_newlines(data, n) for n in (0, 2, 6)] == [0, 1, 3]
+    with pytest.raises(ValueError, match="length 7 outside the 6-byte piece"):
+        _export_scan.count_newlines(data, 7)
+    with pytest.raises(ValueError, match="length -1 outside"):
+        _export_scan.scan(data, -1, True, True, frozenset(), 80)
