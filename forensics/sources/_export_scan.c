@@ -4,10 +4,12 @@
  * its time coding keys and gathering each field's values through index arrays (several passes
  * over arrays as long as the file has lines). Here one pass over a piece of an export (whole
  * entries) finds lines, fields, binary values and entries, codes each key (guessing it is the key
- * at the same place in the previous entry, as it almost always is), and a second pass lays each
- * field's first values out as an Arrow BinaryView column: views into the piece, or copied end to
- * end into a buffer of the column's own ("dense"), checking UTF-8 on the way so that polars needs
- * no cast. The GIL is released for both passes, so pieces parse on every core.
+ * at the same place in the previous entry, as it almost always is) and, while the line is still in
+ * the CPU's cache, appends its value to the field's Arrow BinaryView column: a view into the
+ * piece, or a copy end to end in a buffer of the column's own ("dense"), checked for UTF-8 so that
+ * polars needs no cast. (Building the columns one field at a time afterwards reread every value
+ * from memory, and cost twice the scan.) The GIL is released meanwhile, so pieces parse on every
+ * core; the buffers are handed to Arrow without a copy (`Block`).
  *
  * Everything that takes judgement stays in Python (journal_export.py): the wording of problems,
  * repeated fields, assembly into events. This returns facts: offsets, line numbers, codes.
@@ -61,15 +63,25 @@ static void vec_free(Vec *x)
     x->n = x->cap = 0;
 }
 
+/* A growable byte buffer (malloc'd, so that it can be filled without the GIL). */
+typedef struct {
+    uint8_t *v;
+    Py_ssize_t n, cap;
+} Bytes;
+
 typedef struct {
     Py_ssize_t name_at, name_len; /* the name's bytes in the piece */
     uint64_t hash;
     int valid;                    /* a valid journal field name */
+    int dense;                    /* copy long values into `data` (else views point into the piece) */
+    int utf8;                     /* every first value so far is UTF-8 */
     int64_t last_entry;           /* the entry that last had this field (to spot repeats) */
-    Vec first;                    /* (entry, value start, value end) of each entry's first value */
-    Vec later;                    /* the same for repeated values within an entry */
+    Bytes views;                  /* 16-byte BinaryView of each entry's first value (zero when absent) */
+    Bytes present;                /* validity bitmap, one bit per entry */
+    int64_t n_present;
+    Bytes data;                   /* dense: the long values end to end */
+    Vec later;                    /* (entry, value start, value end) of repeated values within an entry */
     Vec bad;                      /* invalid names: (entry, line) of every occurrence */
-    int64_t long_bytes;           /* bytes of first values longer than 12 (what dense copies) */
 } Key;
 
 typedef struct {
@@ -81,6 +93,9 @@ typedef struct {
 typedef struct {
     const uint8_t *a;
     Py_ssize_t m;
+    int dense_all;
+    const char **dense_names; /* names whose values are copied dense whatever dense_all says */
+    Py_ssize_t *dense_lens, n_dense;
     Key *keys;
     Py_ssize_t n_keys, keys_cap;
     int32_t *slots; /* open addressing: key index + 1, 0 = empty */
@@ -96,7 +111,9 @@ typedef struct {
 static void scan_free(Scan *S)
 {
     for (Py_ssize_t k = 0; k < S->n_keys; k++) {
-        vec_free(&S->keys[k].first);
+        free(S->keys[k].views.v);
+        free(S->keys[k].present.v);
+        free(S->keys[k].data.v);
         vec_free(&S->keys[k].later);
         vec_free(&S->keys[k].bad);
     }
@@ -176,9 +193,28 @@ static Py_ssize_t key_code(Scan *S, Py_ssize_t at, Py_ssize_t len, Py_ssize_t po
     key->name_len = len;
     key->hash = h;
     key->valid = valid_name(S->a + at, len);
+    key->dense = S->dense_all;
+    for (Py_ssize_t d = 0; d < S->n_dense && !key->dense; d++)
+        key->dense = S->dense_lens[d] == len && memcmp(S->dense_names[d], S->a + at, (size_t)len) == 0;
+    key->utf8 = 1;
     key->last_entry = -1;
     S->slots[i] = (int32_t)(S->n_keys + 1);
     return S->n_keys++;
+}
+
+static int valid_utf8(const uint8_t *s, Py_ssize_t n);
+static void put_view(uint8_t *view, const uint8_t *value, int64_t len, int64_t offset);
+
+/* Grow `b` to `size` bytes, the new ones zero. */
+static int zero_fill(Bytes *b, Py_ssize_t size)
+{
+    if (b->n >= size)
+        return 0;
+    if (make_room((void **)&b->v, &b->cap, 1, size - 1) < 0)
+        return -1;
+    memset(b->v + b->n, 0, (size_t)(size - b->n));
+    b->n = size;
+    return 0;
 }
 
 static int add_field(Scan *S, Py_ssize_t key_at, Py_ssize_t key_len, Py_ssize_t value_at, Py_ssize_t value_end,
@@ -195,11 +231,27 @@ static int add_field(Scan *S, Py_ssize_t key_at, Py_ssize_t key_len, Py_ssize_t 
     Key *key = &S->keys[code];
     if (!key->valid)
         return vec_push(&key->bad, entry) | vec_push(&key->bad, line);
-    Vec *to = key->last_entry == entry ? &key->later : &key->first;
-    if (to == &key->first && value_end - value_at > 12)
-        key->long_bytes += value_end - value_at;
+    if (key->last_entry == entry)
+        return vec_push(&key->later, entry) | vec_push(&key->later, value_at) | vec_push(&key->later, value_end);
     key->last_entry = entry;
-    return vec_push(to, entry) | vec_push(to, value_at) | vec_push(to, value_end);
+    const uint8_t *value = S->a + value_at;
+    const Py_ssize_t len = value_end - value_at;
+    if (key->utf8 && !valid_utf8(value, len))
+        key->utf8 = 0;
+    if (zero_fill(&key->views, 16 * entry + 16) < 0 || zero_fill(&key->present, (entry >> 3) + 1) < 0)
+        return -1;
+    key->present.v[entry >> 3] |= (uint8_t)(1u << (entry & 7));
+    key->n_present++;
+    int64_t offset = value_at;
+    if (key->dense && len > 12) {
+        if (make_room((void **)&key->data.v, &key->data.cap, 1, key->data.n + len - 1) < 0)
+            return -1;
+        memcpy(key->data.v + key->data.n, value, (size_t)len);
+        offset = key->data.n;
+        key->data.n += len;
+    }
+    put_view(key->views.v + 16 * entry, value, len, offset);
+    return 0;
 }
 
 static int add_problem(Scan *S, int64_t kind, int64_t entry, int64_t line, Py_ssize_t name_at, Py_ssize_t name_len,
@@ -363,36 +415,6 @@ static void put_view(uint8_t *view, const uint8_t *value, int64_t len, int64_t o
     }
 }
 
-/* Lay out one key's first values as views (n_entries of them) and its validity bitmap (when some
- * entry lacks the field); copy long values into `dense` when given. Returns whether all values are
- * UTF-8. */
-static int fill_column(const uint8_t *a, const Key *key, Py_ssize_t n_entries, uint8_t *views, uint8_t *validity,
-                       uint8_t *dense)
-{
-    int utf8 = 1;
-    int64_t cursor = 0, next_entry = 0;
-    const int64_t *f = key->first.v;
-    for (Py_ssize_t i = 0; i < key->first.n; i += 3) {
-        const int64_t entry = f[i], start = f[i + 1], len = f[i + 2] - f[i + 1];
-        if (entry > next_entry)
-            memset(views + 16 * next_entry, 0, (size_t)(16 * (entry - next_entry)));
-        next_entry = entry + 1;
-        if (utf8 && !valid_utf8(a + start, len))
-            utf8 = 0;
-        if (dense && len > 12) {
-            memcpy(dense + cursor, a + start, (size_t)len);
-            put_view(views + 16 * entry, a + start, len, cursor);
-            cursor += len;
-        } else
-            put_view(views + 16 * entry, a + start, len, start);
-        if (validity)
-            validity[entry >> 3] |= (uint8_t)(1u << (entry & 7));
-    }
-    if (n_entries > next_entry)
-        memset(views + 16 * next_entry, 0, (size_t)(16 * (n_entries - next_entry)));
-    return utf8;
-}
-
 static PyObject *vec_bytes(const int64_t *v, Py_ssize_t n, Py_ssize_t stride, Py_ssize_t field)
 {
     PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
@@ -404,44 +426,106 @@ static PyObject *vec_bytes(const int64_t *v, Py_ssize_t n, Py_ssize_t stride, Py
     return out;
 }
 
+/* A malloc'd buffer handed to Python without a copy: exposes it through the buffer protocol
+ * (so `pyarrow.py_buffer` wraps it) and frees it when the last reference goes. */
 typedef struct {
-    PyObject *views, *validity, *dense;
-    int dense_wanted;
-} Column;
+    PyObject_HEAD
+    uint8_t *data;
+    Py_ssize_t size;
+} Block;
 
-static PyObject *build_result(Scan *S, Column *columns, const int *utf8, PyObject *excerpts)
+static int block_getbuffer(PyObject *self, Py_buffer *view, int flags)
+{
+    static uint8_t nothing;
+    Block *block = (Block *)self;
+    return PyBuffer_FillInfo(view, self, block->data ? block->data : &nothing, block->size, 1, flags);
+}
+
+static void block_dealloc(PyObject *self)
+{
+    free(((Block *)self)->data);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyBufferProcs block_buffer = {block_getbuffer, NULL};
+
+static PyTypeObject BlockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "forensics.sources._export_scan.Block",
+    .tp_basicsize = sizeof(Block),
+    .tp_dealloc = block_dealloc,
+    .tp_as_buffer = &block_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Bytes made by the scanner, read through the buffer protocol.",
+};
+
+/* A Block of `b`'s first `size` bytes, taking over its memory. */
+static PyObject *take_block(Bytes *b, Py_ssize_t size)
+{
+    Block *block = PyObject_New(Block, &BlockType);
+    if (!block)
+        return NULL;
+    block->data = b->v;
+    block->size = size;
+    b->v = NULL;
+    b->n = b->cap = 0;
+    return (PyObject *)block;
+}
+
+static PyObject *key_item(Scan *S, Key *key, Py_ssize_t n_entries)
+{
+    PyObject *views = Py_None, *validity = Py_None, *data = Py_None, *later = Py_None;
+    Py_INCREF(Py_None);
+    Py_INCREF(Py_None);
+    Py_INCREF(Py_None);
+    Py_INCREF(Py_None);
+    PyObject *item = NULL;
+    if (key->valid) {
+        Py_DECREF(views);
+        views = take_block(&key->views, 16 * n_entries);
+        Py_DECREF(validity);
+        validity = key->n_present < n_entries ? take_block(&key->present, (n_entries + 7) / 8) : Py_NewRef(Py_None);
+        Py_DECREF(data);
+        data = key->dense ? take_block(&key->data, key->data.n) : Py_NewRef(Py_None);
+        if (!views || !validity || !data)
+            goto done;
+    }
+    if (key->later.n) {
+        Py_ssize_t n = key->later.n / 3;
+        Py_DECREF(later);
+        later = Py_BuildValue("(NNN)", vec_bytes(key->later.v, n, 3, 0), vec_bytes(key->later.v, n, 3, 1),
+                              vec_bytes(key->later.v, n, 3, 2));
+        if (!later)
+            goto done;
+    }
+    item = Py_BuildValue("(y#OOOOOO)", (const char *)S->a + key->name_at, key->name_len,
+                         key->valid ? Py_True : Py_False, key->utf8 ? Py_True : Py_False, views, validity, data,
+                         later);
+done:
+    Py_XDECREF(views);
+    Py_XDECREF(validity);
+    Py_XDECREF(data);
+    Py_XDECREF(later);
+    return item;
+}
+
+static PyObject *build_result(Scan *S, PyObject *excerpts)
 {
     const Py_ssize_t n_entries = S->entry_start.n;
     PyObject *keys = PyList_New(S->n_keys), *problems = PyList_New(S->n_problems), *bad = PyList_New(0);
     if (!keys || !problems || !bad)
         goto fail;
     for (Py_ssize_t k = 0; k < S->n_keys; k++) {
-        const Key *key = &S->keys[k];
-        PyObject *later = Py_None;
-        Py_INCREF(later);
-        if (key->later.n) {
-            Py_DECREF(later);
-            later = Py_BuildValue("(NNN)", vec_bytes(key->later.v, key->later.n / 3, 3, 0),
-                                  vec_bytes(key->later.v, key->later.n / 3, 3, 1),
-                                  vec_bytes(key->later.v, key->later.n / 3, 3, 2));
-            if (!later)
-                goto fail;
-        }
+        Key *key = &S->keys[k];
         for (Py_ssize_t i = 0; i < key->bad.n; i += 2) {
             PyObject *item = Py_BuildValue("(nLL)", k, (long long)key->bad.v[i], (long long)key->bad.v[i + 1]);
             if (!item || PyList_Append(bad, item) < 0) {
                 Py_XDECREF(item);
-                Py_DECREF(later);
                 goto fail;
             }
             Py_DECREF(item);
         }
-        Column *c = &columns[k];
-        PyObject *item = Py_BuildValue("(y#OOOOOO)", (const char *)S->a + key->name_at, key->name_len,
-                                       key->valid ? Py_True : Py_False, utf8[k] ? Py_True : Py_False,
-                                       c->views ? c->views : Py_None, c->validity ? c->validity : Py_None,
-                                       c->dense ? c->dense : Py_None, later);
-        Py_DECREF(later);
+        PyObject *item = key_item(S, key, n_entries);
         if (!item)
             goto fail;
         PyList_SET_ITEM(keys, k, item);
@@ -465,6 +549,26 @@ fail:
     return NULL;
 }
 
+/* Every column as long as the piece has entries, and the entries' excerpts. */
+static int finish_columns(Scan *S, Bytes *excerpts, Py_ssize_t excerpt_bytes)
+{
+    const Py_ssize_t n_entries = S->entry_start.n;
+    for (Py_ssize_t k = 0; k < S->n_keys; k++) {
+        Key *key = &S->keys[k];
+        if (key->valid && (zero_fill(&key->views, 16 * n_entries) < 0
+                           || zero_fill(&key->present, (n_entries + 7) / 8) < 0))
+            return -1;
+    }
+    if (zero_fill(excerpts, 16 * n_entries) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n_entries; i++) {
+        const int64_t start = S->entry_start.v[i];
+        int64_t len = S->entry_end.v[i] - start;
+        put_view(excerpts->v + 16 * i, S->a + start, len < excerpt_bytes ? len : excerpt_bytes, start);
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(scan_doc,
 "scan(piece, length, at_eof, dense_all, dense_names, excerpt_bytes) -> tuple | None\n\n"
 "Scan the first `length` bytes of `piece` (whole entries of an export). None when the piece does\n"
@@ -472,27 +576,26 @@ PyDoc_STRVAR(scan_doc,
 "(n_entries, entry_start, entry_line, excerpt_views, keys, line_problems, bad_keys, closed):\n"
 "entry_start / entry_line are int64 arrays as bytes (byte offset, 0-based line of its first line);\n"
 "excerpt_views the BinaryView views of each entry's first `excerpt_bytes` bytes (into `piece`);\n"
-"keys one (name, valid, utf8, views, validity, dense, later) per distinct key in order of first\n"
-"appearance: views/validity/dense are the Arrow BinaryView buffers of its first values (views into\n"
-"`piece` when dense is None; validity None when every entry has it), later the (entries, starts,\n"
-"ends) int64 arrays of repeated values or None; line_problems (kind, entry, line, name, size,\n"
-"left) for lines without '=' that are not binary fields (kind 0), binary fields whose length is cut\n"
-"off (1, the rest of the piece is unreadable), runs past the end (2) or lacks its newline (3);\n"
-"bad_keys (key index, entry, line) for every field whose name is not a valid journal field name;\n"
-"closed whether the last entry is closed by a blank line. A key's values are copied dense when\n"
-"dense_all or its name is in dense_names.");
+"keys one (name, valid, utf8, views, validity, data, later) per distinct key in order of first\n"
+"appearance: views/validity/data are the Arrow BinaryView buffers of its first values (views into\n"
+"`piece` when data is None; validity None when every entry has it; all None for invalid names),\n"
+"utf8 whether every first value is UTF-8, later the (entries, starts, ends) int64 arrays of\n"
+"repeated values or None; line_problems (kind, entry, line, name, size, left) for lines without\n"
+"'=' that are not binary fields (kind 0), binary fields whose length is cut off (1, the rest of\n"
+"the piece is unreadable), runs past the end (2) or lacks its newline (3); bad_keys (key index,\n"
+"entry, line) for every field whose name is not a valid journal field name; closed whether the\n"
+"last entry is closed by a blank line. A key's long values are copied into its own data when\n"
+"dense_all or its name is in dense_names (a collection of bytes).");
 
 static PyObject *py_scan(PyObject *self, PyObject *args)
 {
     Py_buffer buffer;
     Py_ssize_t length, excerpt_bytes;
     int at_eof, dense_all;
-    PyObject *dense_names;
+    PyObject *dense_names, *names = NULL, *result = NULL;
     if (!PyArg_ParseTuple(args, "y*nppOn", &buffer, &length, &at_eof, &dense_all, &dense_names, &excerpt_bytes))
         return NULL;
-    PyObject *result = NULL, *excerpts = NULL;
-    Column *columns = NULL;
-    int *utf8 = NULL;
+    Bytes excerpts = {NULL, 0, 0};
     Scan S;
     memset(&S, 0, sizeof S);
     if (length < 0 || length > buffer.len) {
@@ -503,86 +606,44 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
         PyErr_Format(PyExc_OverflowError, "a %zd-byte piece is too large to scan (limit 2 GiB)", buffer.len);
         goto done;
     }
+    names = PySequence_List(dense_names); /* held, so that the names' bytes stay put while the GIL is let go */
+    if (!names)
+        goto done;
+    S.n_dense = PyList_GET_SIZE(names);
+    S.dense_names = calloc((size_t)S.n_dense + 1, sizeof *S.dense_names);
+    S.dense_lens = calloc((size_t)S.n_dense + 1, sizeof *S.dense_lens);
+    if (!S.dense_names || !S.dense_lens) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t d = 0; d < S.n_dense; d++)
+        if (PyBytes_AsStringAndSize(PyList_GET_ITEM(names, d), (char **)&S.dense_names[d], &S.dense_lens[d]) < 0)
+            goto done;
     S.a = buffer.buf;
     S.m = length;
+    S.dense_all = dense_all;
     int status;
     Py_BEGIN_ALLOW_THREADS
     status = scan(&S, at_eof);
+    if (status == SCANNED && finish_columns(&S, &excerpts, excerpt_bytes) < 0)
+        status = NO_MEMORY;
     Py_END_ALLOW_THREADS
-    if (status == NO_MEMORY) {
+    if (status == NO_MEMORY)
         PyErr_NoMemory();
-        goto done;
-    }
-    if (status == OVERRUN) {
-        result = Py_None;
-        Py_INCREF(result);
-        goto done;
-    }
-    const Py_ssize_t n_entries = S.entry_start.n;
-    columns = calloc((size_t)S.n_keys + 1, sizeof *columns);
-    utf8 = calloc((size_t)S.n_keys + 1, sizeof *utf8);
-    if (!columns || !utf8) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t k = 0; k < S.n_keys; k++) {
-        const Key *key = &S.keys[k];
-        if (!key->valid || !key->first.n)
-            continue;
-        PyObject *name = PyBytes_FromStringAndSize((const char *)S.a + key->name_at, key->name_len);
-        if (!name)
-            goto done;
-        int wanted = dense_all || PySequence_Contains(dense_names, name) == 1;
-        Py_DECREF(name);
-        if (PyErr_Occurred())
-            goto done;
-        columns[k].views = PyBytes_FromStringAndSize(NULL, 16 * n_entries);
-        if (!columns[k].views)
-            goto done;
-        if (key->first.n / 3 < n_entries) {
-            columns[k].validity = PyBytes_FromStringAndSize(NULL, (n_entries + 7) / 8);
-            if (!columns[k].validity)
-                goto done;
-            memset(PyBytes_AS_STRING(columns[k].validity), 0, (size_t)(n_entries + 7) / 8);
+    else if (status == OVERRUN)
+        result = Py_NewRef(Py_None);
+    else {
+        PyObject *excerpt_block = take_block(&excerpts, 16 * S.entry_start.n);
+        if (excerpt_block) {
+            result = build_result(&S, excerpt_block);
+            Py_DECREF(excerpt_block);
         }
-        if (wanted) {
-            columns[k].dense = PyBytes_FromStringAndSize(NULL, key->long_bytes);
-            if (!columns[k].dense)
-                goto done;
-        }
-        columns[k].dense_wanted = wanted;
     }
-    excerpts = PyBytes_FromStringAndSize(NULL, 16 * n_entries);
-    if (!excerpts)
-        goto done;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t k = 0; k < S.n_keys; k++) {
-        Column *c = &columns[k];
-        if (c->views)
-            utf8[k] = fill_column(S.a, &S.keys[k], n_entries, (uint8_t *)PyBytes_AS_STRING(c->views),
-                                  c->validity ? (uint8_t *)PyBytes_AS_STRING(c->validity) : NULL,
-                                  c->dense ? (uint8_t *)PyBytes_AS_STRING(c->dense) : NULL);
-    }
-    uint8_t *views = (uint8_t *)PyBytes_AS_STRING(excerpts);
-    for (Py_ssize_t i = 0; i < n_entries; i++) {
-        const int64_t start = S.entry_start.v[i];
-        int64_t len = S.entry_end.v[i] - start;
-        if (len > excerpt_bytes)
-            len = excerpt_bytes;
-        put_view(views + 16 * i, S.a + start, len, start);
-    }
-    Py_END_ALLOW_THREADS
-    result = build_result(&S, columns, utf8, excerpts);
 done:
-    if (columns)
-        for (Py_ssize_t k = 0; k < S.n_keys; k++) {
-            Py_XDECREF(columns[k].views);
-            Py_XDECREF(columns[k].validity);
-            Py_XDECREF(columns[k].dense);
-        }
-    Py_XDECREF(excerpts);
-    free(columns);
-    free(utf8);
+    free(excerpts.v);
+    free(S.dense_names);
+    free(S.dense_lens);
+    Py_XDECREF(names);
     scan_free(&S);
     PyBuffer_Release(&buffer);
     return result;
@@ -620,4 +681,9 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__export_scan(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__export_scan(void)
+{
+    if (PyType_Ready(&BlockType) < 0)
+        return NULL;
+    return PyModule_Create(&module);
+}
