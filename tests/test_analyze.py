@@ -57,6 +57,9 @@ def test_decode_froze_first_prefill_later_and_both_looked_healthy(reference: Ana
     frozen = {f.component: f for f in reference.findings if f.kind == "frozen"}
     assert "The metrics agree" in frozen["decode"].text
     assert frozen["decode"].evidence[0].excerpt.startswith("[2026-06-18 21:34:47 TP0] Decode batch.")
+    resumed = frozen["decode"].evidence[-1]  # the line that ends the freeze, found by its position in events
+    assert (resumed.at, resumed.excerpt[:40]) == (frozen["decode"].until, "[2026-06-18 21:42:00 TP0] Decode batch. ")
+    assert resumed.source == "journal/gpu-node-00.export.zst" and resumed.line > frozen["decode"].evidence[0].line
     hang = next(f for f in reference.findings if f.kind == "silent_hang" and f.component == "decode")
     assert (hang.at.isoformat(), hang.until.strftime("%H:%M:%S")) == (t("21:34:47"), "21:40:45")
     assert "health checks answered 200" in hang.text and "(5m58s)" in hang.text

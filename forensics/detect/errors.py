@@ -58,7 +58,7 @@ def fold_tracebacks(events: pl.DataFrame) -> pl.DataFrame:
 def _notable(events: pl.DataFrame, include_events: bool) -> pl.DataFrame:
     """Warning-and-worse lines (and the profile's line kinds unless told not to), with their template."""
     kinds = pl.col("event").is_not_null()
-    notable = events.filter(((pl.col("priority") <= WARNING) | kinds) if include_events
+    notable = events.select("ts", "component", "priority", "event", "track", "message").filter(((pl.col("priority") <= WARNING) | kinds) if include_events
                             else (pl.col("priority") <= WARNING) & ~kinds)
     return notable.with_columns(template(pl.col("message")).alias("template"))
 
@@ -88,15 +88,18 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
     """A finding per notable line kind (count and span), per folded traceback, and per template
     new in the incident window (from `window_start`)."""
     events = timeline.events
+    # Only the columns the findings quote are filtered (the events frame is wide).
+    line = events.select("ts", "component", "event", "track", "http_status", "source_file", "source_line",
+                         "source_offset", "message")
     findings = []
-    for (kind, track, component), rows in events.filter(pl.col("event").is_not_null()).sort("ts").group_by(
+    for (kind, track, component), rows in line.filter(pl.col("event").is_not_null()).sort("ts").group_by(
             "event", "track", "component", maintain_order=True):
         words = next((e.text for e in timeline.profile.logs.events if e.kind == kind), kind)
         first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))
         findings.append(Finding(str(kind), str(track), component, first,
                                 f"{rows.height} × {words} on {component or 'the host'}, "
                                 f"{clock(first)}–{clock(last)}.", last, event_evidence(rows)))
-    server_errors = events.filter(pl.col("http_status") >= 500).sort("ts")
+    server_errors = line.filter(pl.col("http_status") >= 500).sort("ts")
     for (component,), rows in server_errors.group_by("component", maintain_order=True):
         first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))
         statuses = ", ".join(f"{s} × {n}" for s, n in rows.group_by("http_status").len().sort("http_status").rows())

@@ -33,8 +33,9 @@ TRACK = "wedge"
 def progress_lines(timeline: Timeline, *columns: str) -> pl.DataFrame:
     """The progress lines in time order, with `columns` beside who logged them and when (the
     columns are chosen before filtering, so the wide events frame is not copied)."""
-    keep = dict.fromkeys(("ts", "component", "host", "tag", "progress", *columns))
-    return (timeline.events.lazy().select([c for c in keep if c in timeline.events.columns])
+    keep = [c for c in dict.fromkeys(("ts", "component", "host", "tag", "progress", *columns))
+            if c in timeline.events.columns or c == "_row"]  # _row: the line's position in `events`
+    return (timeline.events.lazy().with_row_index("_row").select(keep)
             .filter(pl.col("progress").is_not_null()).sort("ts", maintain_order=True).collect())
 
 
@@ -52,8 +53,8 @@ def freezes(timeline: Timeline) -> pl.DataFrame:
     work pending: component, host, from (the last line), to (the next one, or null when progress
     never came back), the pending counts, and the rows. With no later progress line the gap runs
     to the component's own last line: a log that simply ends is not a freeze."""
-    progress = progress_lines(timeline, "running_req", "queue_req", "inflight_req", "source_file", "source_line",
-                              "source_offset", "message")
+    # Gaps are found on the numbers alone; the few lines either side are fetched afterwards.
+    progress = progress_lines(timeline, "running_req", "queue_req", "inflight_req", "_row")
     own_end = (timeline.events.lazy().select("host", "component", "ts").filter(pl.col("component").is_not_null())
                .group_by("host", "component").agg(pl.col("ts").max().alias("own_end")).collect())
     pending = (pl.col("running_req").fill_null(0) > 0) | (pl.col("queue_req").fill_null(0) > 0)
@@ -61,12 +62,16 @@ def freezes(timeline: Timeline) -> pl.DataFrame:
         pending = pending | (pl.col("inflight_req").fill_null(0) > 0)
     gaps = (progress.join(own_end, on=["host", "component"], how="left")
             .with_columns(pl.col("ts").shift(-1).over("host", "component").alias("next_ts"),
-                          pl.struct("source_file", "source_line", "source_offset", "ts", "message")
-                          .shift(-1).over("host", "component").alias("next_row"))
+                          pl.col("_row").shift(-1).over("host", "component").alias("_next_row"))
             .with_columns(((pl.coalesce("next_ts", "own_end") - pl.col("ts")).dt.total_microseconds() / 1e6)
                           .alias("gap_s"))
-            .filter((pl.col("gap_s") > FREEZE_GAP_S) & pending))
-    return gaps.sort("ts")
+            .filter((pl.col("gap_s") > FREEZE_GAP_S) & pending).sort("ts"))
+    line = ("source_file", "source_line", "source_offset", "message")
+    this = timeline.events.select(line)[gaps.get_column("_row")]
+    after = timeline.events.select(*line, "ts")[gaps.get_column("_next_row").fill_null(0)]
+    next_row = pl.when(gaps.get_column("_next_row").is_not_null()).then(pl.struct(*line, "ts"))
+    return gaps.drop("_row", "_next_row").with_columns(
+        *this.get_columns(), after.select(next_row.alias("next_row")).to_series())
 
 
 def _metrics_check(timeline: Timeline, component: str, host: str | None, frozen_at: datetime,
