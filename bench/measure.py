@@ -67,3 +67,15 @@ def python(label: str, code: str, *args: str, note: str = "") -> Measurement:
     measured, out = run(label, [sys.executable, "-c", code, *args], note=note)
     measured.seconds = float(out.split()[-1])
     return measured
+
+
+def median_of(runs: list[Measurement]) -> Measurement:
+    """The run of median time among repeated runs of one thing, its note giving every run's time
+    (this machine's speed drifts between runs, so one run says little on its own)."""
+    ordered = sorted(runs, key=lambda m: m.seconds)
+    middle = ordered[(len(ordered) - 1) // 2]
+    times = " / ".join(f"{m.seconds:.2f}" for m in runs)
+    note = "; ".join(n for n in (middle.note, f"median of {len(runs)} runs: {times} s" if len(runs) > 1 else "") if n)
+    return Measurement(middle.label, middle.seconds, max(m.peak_mib for m in runs), note,
+                       max(m.peak_anon_mib for m in runs))
+

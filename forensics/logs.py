@@ -37,9 +37,11 @@ def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = No
     kind = message.str.extract(rules.progress.replace("(?P<kind>", "("), 1) if "(?P<kind>" in rules.progress \
         else pl.when(message.str.contains(rules.progress)).then(pl.lit("progress"))
     rare = [e.pattern for e in rules.events] + [rules.health_ok, rules.ready]
-    frame = (events.lazy() if isinstance(events, pl.DataFrame) else events).with_columns(
+    # Eager, not a lazy query: the streaming engine hands back columns in many chunks, and the
+    # first single-chunk column added afterwards made polars copy the whole frame into one.
+    frame = (events.collect() if isinstance(events, pl.LazyFrame) else events).with_columns(
         prefix.struct.field("stamp").alias("stamp"), prefix.struct.field("tag").alias("tag"),
-        kind.alias("progress")).collect()
+        kind.alias("progress"))
     event_kind = pl.lit(None, pl.String)
     event_track = pl.lit(None, pl.String)
     for event in reversed(rules.events):  # the first matching rule wins
