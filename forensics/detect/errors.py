@@ -58,8 +58,8 @@ def fold_tracebacks(events: pl.DataFrame) -> pl.DataFrame:
 def _notable(events: pl.DataFrame, include_events: bool) -> pl.DataFrame:
     """Warning-and-worse lines (and the profile's line kinds unless told not to), with their template."""
     kinds = pl.col("event").is_not_null()
-    notable = events.select("ts", "component", "priority", "event", "track", "message").filter(((pl.col("priority") <= WARNING) | kinds) if include_events
-                            else (pl.col("priority") <= WARNING) & ~kinds)
+    wanted = ((pl.col("priority") <= WARNING) | kinds) if include_events else (pl.col("priority") <= WARNING) & ~kinds
+    notable = events.select("ts", "component", "priority", "event", "track", "message").filter(wanted)
     return notable.with_columns(template(pl.col("message")).alias("template"))
 
 

@@ -474,34 +474,26 @@ static PyObject *take_block(Bytes *b, Py_ssize_t size)
 
 static PyObject *key_item(Scan *S, Key *key, Py_ssize_t n_entries)
 {
-    PyObject *views = Py_None, *validity = Py_None, *data = Py_None, *later = Py_None;
-    Py_INCREF(Py_None);
-    Py_INCREF(Py_None);
-    Py_INCREF(Py_None);
-    Py_INCREF(Py_None);
-    PyObject *item = NULL;
+    PyObject *views, *validity, *data, *later, *item = NULL;
     if (key->valid) {
-        Py_DECREF(views);
         views = take_block(&key->views, 16 * n_entries);
-        Py_DECREF(validity);
         validity = key->n_present < n_entries ? take_block(&key->present, (n_entries + 7) / 8) : Py_NewRef(Py_None);
-        Py_DECREF(data);
         data = key->dense ? take_block(&key->data, key->data.n) : Py_NewRef(Py_None);
-        if (!views || !validity || !data)
-            goto done;
+    } else {
+        views = Py_NewRef(Py_None);
+        validity = Py_NewRef(Py_None);
+        data = Py_NewRef(Py_None);
     }
     if (key->later.n) {
         Py_ssize_t n = key->later.n / 3;
-        Py_DECREF(later);
         later = Py_BuildValue("(NNN)", vec_bytes(key->later.v, n, 3, 0), vec_bytes(key->later.v, n, 3, 1),
                               vec_bytes(key->later.v, n, 3, 2));
-        if (!later)
-            goto done;
-    }
-    item = Py_BuildValue("(y#OOOOOO)", (const char *)S->a + key->name_at, key->name_len,
-                         key->valid ? Py_True : Py_False, key->utf8 ? Py_True : Py_False, views, validity, data,
-                         later);
-done:
+    } else
+        later = Py_NewRef(Py_None);
+    if (views && validity && data && later)
+        item = Py_BuildValue("(y#OOOOOO)", (const char *)S->a + key->name_at, key->name_len,
+                             key->valid ? Py_True : Py_False, key->utf8 ? Py_True : Py_False, views, validity,
+                             data, later);
     Py_XDECREF(views);
     Py_XDECREF(validity);
     Py_XDECREF(data);
