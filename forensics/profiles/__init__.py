@@ -91,7 +91,7 @@ class LogRules:
     access: str
     health_ok: str
     ready: str
-    fields: dict[str, str]
+    fields: dict[str, tuple[str, ...]]  # column -> the labels it is written with ("label: number")
     events: tuple[LogEvent, ...]
     samples: tuple[LogSample, ...]
 
@@ -240,6 +240,19 @@ def _panel(path: Path, index: int, panel: dict[str, Any]) -> MetricPanel:
     return MetricPanel(panel["title"], tuple(panel.get("gauges", [])), tuple(panel.get("rates", [])))
 
 
+def _labels(path: Path, name: str, value: Any) -> tuple[str, ...]:
+    """A [logs.fields] entry: one label or a list of labels, each written before ": number"."""
+    labels = [value] if isinstance(value, str) else value
+    if not isinstance(labels, list) or not labels or not all(isinstance(v, str) for v in labels):
+        raise ProfileError(f"{path}: [logs.fields] {name} must be a label or a list of labels "
+                           f"(the text before \": number\"), not {value!r}")
+    for label in labels:
+        if not label or label != label.strip() or ": " in label or "\n" in label:
+            raise ProfileError(f"{path}: [logs.fields] {name}: {label!r} cannot be a label (it must be non-empty, "
+                               "start and end with no space and hold no \": \" and no newline)")
+    return tuple(labels)
+
+
 def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
     """[logs] of a profile; every pattern is compiled once here so a bad one is named."""
     def pattern(key: str, value: Any) -> str:
@@ -264,5 +277,5 @@ def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
         access=pattern("[logs] access", logs.get("access", "(?P<method>$^)(?P<path>)(?P<status>)")),
         health_ok=pattern("[logs] health_ok", logs.get("health_ok", "$^")),
         ready=pattern("[logs] ready", logs.get("ready", "$^")),
-        fields={name: pattern(f"[logs.fields] {name}", regex) for name, regex in logs.get("fields", {}).items()},
+        fields={name: _labels(path, name, labels) for name, labels in logs.get("fields", {}).items()},
         events=tuple(events), samples=tuple(samples))

@@ -1,0 +1,87 @@
+"""Progress lines' numbers read in one pass (`forensics.logs.label_numbers`): the reading rules a
+profile author relies on, checked against the regular expressions they replace on generated lines."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import polars as pl
+import pytest
+
+from forensics.logs import label_numbers, read_lines
+from forensics.profiles import load_profile
+
+FIELDS = {"running": ("#running-req",), "usage": ("token usage", "full token usage"), "swa": ("swa token usage",),
+          "hit": ("cache hit rate",), "gen": ("gen throughput (token/s)",)}
+
+
+def read(*lines: str | None) -> list[dict]:
+    return label_numbers(pl.Series("message", lines, dtype=pl.String), FIELDS).to_dicts()
+
+
+def test_each_label_gives_its_number_and_a_missing_one_null() -> None:
+    row, = read("[2026-06-18 21:34:47 TP0] Decode batch. #running-req: 12, token usage: 0.44, "
+                "gen throughput (token/s): 1234.50, ")
+    assert row == {"running": 12.0, "usage": 0.44, "swa": None, "hit": None, "gen": 1234.5}
+
+
+def test_a_label_counts_only_at_the_start_or_after_punctuation_and_a_space() -> None:
+    swa_first, = read("Prefill batch, swa token usage: 0.20, full token usage: 0.10, cache hit rate: 20.00%")
+    assert (swa_first["usage"], swa_first["swa"], swa_first["hit"]) == (0.10, 0.20, 20.0)
+    assert read("token usage: 0.5")[0]["usage"] == 0.5  # the message starts with it
+    inside_a_word, glued = read("xswa token usage: 0.3", "batch.#running-req: 4")
+    assert inside_a_word["usage"] is None and inside_a_word["swa"] is None
+    assert glued["running"] is None
+
+
+@pytest.mark.parametrize("text, value", [
+    ("7", 7.0), ("-3.5", -3.5), ("0.1", 0.1), ("1.", 1.0), (".5", 0.5), ("12abc", 12.0),
+    ("1.2.3", None), ("abc", None), (".", None), ("-", None), ("", None),
+    ("123456789012345678901234567890", 123456789012345678901234567890.0),  # too long for the exact path
+    ("0.1234567890123456789", 0.1234567890123456789),
+])
+def test_numbers_read_as_python_reads_them(text: str, value: float | None) -> None:
+    assert read(f"x, #running-req: {text}, y")[0]["running"] == value
+
+
+def test_the_first_occurrence_wins_and_nulls_and_empty_input_are_kept() -> None:
+    first, missing, empty = read("#running-req: 1, #running-req: 2", None, "")
+    assert first["running"] == 1.0
+    assert missing == empty == {name: None for name in FIELDS}
+    assert label_numbers(pl.Series("message", [], dtype=pl.String), FIELDS).shape == (0, len(FIELDS))
+
+
+def test_a_slice_of_a_column_reads_its_own_rows() -> None:
+    lines = pl.Series("message", [f"#running-req: {i}, long enough to be stored out of line" for i in range(50)])
+    assert label_numbers(lines.slice(7, 5), FIELDS).get_column("running").to_list() == [7.0, 8.0, 9.0, 10.0, 11.0]
+    assert label_numbers(lines.gather([40, 3]), FIELDS).get_column("running").to_list() == [40.0, 3.0]
+
+
+def test_same_numbers_as_one_regular_expression_per_field_on_random_batch_lines() -> None:
+    """The profile's fields were regular expressions before; on lines made of SGLang's parts in
+    random order and forms, the one-pass reading gives what they gave."""
+    fields = load_profile().logs.fields
+    patterns = {name: f"(?:^|[[:punct:]] )(?:{'|'.join(re.escape(label) for label in labels)}): (-?[0-9.]*)"
+                for name, labels in fields.items()}
+    chance = random.Random(18)
+    lines = []
+    for _ in range(3000):
+        parts = [f"{chance.choice(labels)}: {chance.choice(['0', '12', '0.44', '20.00%', '4594.01', '1.2.3', 'x'])}"
+                 for labels in chance.sample(list(fields.values()), chance.randint(0, len(fields)))]
+        lines.append(chance.choice(["[2026-06-18 21:34:47 TP0] ", "", "[2025-01-10 08:02:11.123 DP0 TP3 EP3] "])
+                     + chance.choice(["Decode batch. ", "Prefill batch, ", ""]) + ", ".join(parts)
+                     + chance.choice(["", ", "]))
+    frame = pl.DataFrame({"message": lines})
+    expected = frame.select(
+        pl.col("message").str.extract(pattern, 1).cast(pl.Float64, strict=False).alias(name)
+        for name, pattern in patterns.items())
+    assert label_numbers(frame.get_column("message"), fields).equals(expected)
+
+
+def test_read_lines_puts_the_numbers_on_progress_lines_only() -> None:
+    frame = pl.DataFrame({"message": ["[2026-06-18 21:34:47 TP0] Decode batch. #running-req: 12, #queue-req: 3",
+                                      "some other line: #running-req: 5"]})
+    read_back = read_lines(frame)
+    assert read_back.get_column("running_req").to_list() == [12.0, None]
+    assert read_back.get_column("queue_req").to_list() == [3.0, None]
