@@ -13,6 +13,8 @@ the 19 patterns of SGLang's batch lines cost about 1 CPU-s, the largest piece of
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import polars as pl
 
@@ -20,6 +22,7 @@ from forensics import _label_numbers
 from forensics.profiles import LogRules, Profile, load_profile
 
 RANKS = ("dp", "tp", "pp", "ep")
+_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 
 
 def _spread(frame: pl.DataFrame, rows: pl.Series, computed: pl.DataFrame) -> list[pl.Series]:
@@ -49,7 +52,8 @@ def label_numbers(messages: pl.Series, fields: dict[str, tuple[str, ...]]) -> pl
 def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = None) -> pl.DataFrame:
     """`events` with the profile's reading of each message: stamp, tag, ranks, progress kind, one
     column per field of a progress line, HTTP method / path / status of access lines, health_ok,
-    ready, and event kind / track.
+    ready, event kind / track, and the request id a router sent (`rid_sent`) or an engine
+    received (`rid_received`).
 
     Patterns that rarely match (line kinds, access lines, a progress line's fields) run only on
     the lines a cheap first pass picks out."""
@@ -58,19 +62,23 @@ def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = No
     prefix = message.str.extract_groups(rules.prefix)
     kind = message.str.extract(rules.progress.replace("(?P<kind>", "("), 1) if "(?P<kind>" in rules.progress \
         else pl.when(message.str.contains(rules.progress)).then(pl.lit("progress"))
-    rare = [e.pattern for e in rules.events] + [rules.health_ok, rules.ready]
+    rare = [e.pattern for e in rules.events] + [rules.health_ok, rules.ready, rules.request_sent,
+                                                  rules.request_received]
     # Eager, not a lazy query: the streaming engine hands back columns in many chunks, and the
     # first single-chunk column added afterwards made polars copy the whole frame into one.
+    # The prefix's struct unnested, not two field expressions: those ran the pattern twice.
     frame = (events.collect() if isinstance(events, pl.LazyFrame) else events).with_columns(
-        prefix.struct.field("stamp").alias("stamp"), prefix.struct.field("tag").alias("tag"),
-        kind.alias("progress"))
+        prefix.alias("_prefix"), kind.alias("progress")).unnest("_prefix")
+    frame = frame.drop(set(re.compile(rules.prefix).groupindex) - {"stamp", "tag"})  # the profile's own groups
     event_kind = pl.lit(None, pl.String)
     event_track = pl.lit(None, pl.String)
     for event in reversed(rules.events):  # the first matching rule wins
         hit = message.str.contains(event.pattern)
         event_kind = pl.when(hit).then(pl.lit(event.kind)).otherwise(event_kind)
         event_track = pl.when(hit).then(pl.lit(event.track)).otherwise(event_track)
-    picked = frame.select(message.str.contains("|".join(f"(?:{p})" for p in rare)).alias("rare"),
+    # Group names made plain: two patterns may name the same group, which one pattern cannot.
+    any_rare = "|".join(f"(?:{_NAMED_GROUP.sub('(?:', p)})" for p in rare)
+    picked = frame.select(message.str.contains(any_rare).alias("rare"),
                           message.str.contains(" HTTP/", literal=True).alias("access"),
                           pl.col("progress").is_not_null().alias("progress"))
     columns: list[pl.Series] = []
@@ -78,7 +86,10 @@ def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = No
     rows = picked.get_column("rare").arg_true()
     notable = messages[rows].select(message.str.contains(rules.health_ok).alias("health_ok"),
                                  message.str.contains(rules.ready).alias("ready"),
-                                 event_kind.alias("event"), event_track.alias("track"))
+                                 event_kind.alias("event"), event_track.alias("track"),
+                                 message.str.extract_groups(rules.request_sent).struct.field("rid").alias("rid_sent"),
+                                 message.str.extract_groups(rules.request_received).struct.field("rid")
+                                 .alias("rid_received"))
     columns += _spread(frame, rows, notable)
     rows = picked.get_column("access").arg_true()
     access = messages[rows].select(message.str.extract_groups(rules.access).alias("a")).select(

@@ -41,6 +41,8 @@ def test_a_user_rule_changes_the_phase_without_code(tmp_path: Path) -> None:
     ('[profile]\n[stacks]\n[[stacks.phase]]\nphase = "idle"\nfunction = "x"\nfuncton = "y"\n',
      "[[stacks.phase]] #1: unknown key(s) funct"),
     ("[profile\n", "Expected ']'"),
+    ('[profile]\n[stacks]\n[logs]\nrequest_sent = "request ([0-9a-f]+) routed"\n',
+     "[logs] request_sent: 'request ([0-9a-f]+) routed' has no group named rid"),
     ('[profile]\n[stacks]\n[logs.fields]\nqueue = 3\n', "[logs.fields] queue must be a label or a list of labels"),
     ('[profile]\n[stacks]\n[logs.fields]\nqueue = []\n', "[logs.fields] queue must be a label or a list of labels"),
     ('[profile]\n[stacks]\n[logs.fields]\nqueue = "#queue-req: "\n', "[logs.fields] queue: '#queue-req: ' cannot be"),

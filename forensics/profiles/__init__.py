@@ -255,8 +255,13 @@ def _labels(path: Path, name: str, value: Any) -> tuple[str, ...]:
 
 def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
     """[logs] of a profile; every pattern is compiled once here so a bad one is named."""
-    def pattern(key: str, value: Any) -> str:
-        return _pattern(path, key, value).pattern
+    def pattern(key: str, value: Any, groups: tuple[str, ...] = ()) -> str:
+        compiled = _pattern(path, key, value)
+        missing = [g for g in groups if g not in compiled.groupindex]
+        if missing:
+            raise ProfileError(f"{path}: {key}: {value!r} has no group named {', '.join(missing)} "
+                               f"(write it (?P<{missing[0]}>...))")
+        return compiled.pattern
 
     events = []
     for n, event in enumerate(logs.get("event", [])):
@@ -270,11 +275,12 @@ def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
                for n, s in enumerate(logs.get("sample", []))]
     return LogRules(
         main_track=str(logs.get("main_track", "main")),
-        prefix=pattern("[logs] prefix", logs.get("prefix", r"^(?P<stamp>)(?P<tag>)")),
+        prefix=pattern("[logs] prefix", logs.get("prefix", r"^(?P<stamp>)(?P<tag>)"), ("stamp", "tag")),
         progress=pattern("[logs] progress", logs.get("progress", "$^")),
-        request_sent=pattern("[logs] request_sent", logs.get("request_sent", "(?P<rid>$^)")),
-        request_received=pattern("[logs] request_received", logs.get("request_received", "(?P<rid>$^)")),
-        access=pattern("[logs] access", logs.get("access", "(?P<method>$^)(?P<path>)(?P<status>)")),
+        request_sent=pattern("[logs] request_sent", logs.get("request_sent", "(?P<rid>$^)"), ("rid",)),
+        request_received=pattern("[logs] request_received", logs.get("request_received", "(?P<rid>$^)"), ("rid",)),
+        access=pattern("[logs] access", logs.get("access", "(?P<method>$^)(?P<path>)(?P<status>)"),
+                       ("method", "path", "status")),
         health_ok=pattern("[logs] health_ok", logs.get("health_ok", "$^")),
         ready=pattern("[logs] ready", logs.get("ready", "$^")),
         fields={name: _labels(path, name, labels) for name, labels in logs.get("fields", {}).items()},
