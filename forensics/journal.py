@@ -110,8 +110,27 @@ def _column(fields: pl.DataFrame, name: str) -> pl.Expr:
     return pl.col(name) if name in fields.columns else pl.lit(None, dtype=pl.String)
 
 
+INTEGER_FIELDS = ("__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_PID", "PRIORITY")
+
+
+def _with_integers(fields: pl.DataFrame) -> pl.DataFrame:
+    """`fields` with each of INTEGER_FIELDS it has read as Int64 (null where it is not an integer)
+    in an `@int <name>` column, once for both the checks and the events. Surrounding white space is
+    allowed; only the few values a plain cast refuses are stripped and read again."""
+    present = [name for name in INTEGER_FIELDS if name in fields.columns]
+    fields = fields.with_columns(pl.col(name).cast(pl.Int64, strict=False).alias(f"@int {name}") for name in present)
+    for name in present:
+        refused = fields.select(pl.col(name).is_not_null() & pl.col(f"@int {name}").is_null()).to_series()
+        if refused.any():
+            rows = refused.arg_true()
+            again = fields.get_column(name)[rows].str.strip_chars().cast(pl.Int64, strict=False)
+            fields = fields.with_columns(fields.get_column(f"@int {name}").scatter(rows, again))
+    return fields
+
+
 def _integer(fields: pl.DataFrame, name: str) -> pl.Expr:
-    return _column(fields, name).str.strip_chars().cast(pl.Int64, strict=False)
+    """An integer field as read by `_with_integers` (a null column if the frame lacks it)."""
+    return pl.col(f"@int {name}") if f"@int {name}" in fields.columns else pl.lit(None, dtype=pl.Int64)
 
 
 def _problems(fields: pl.DataFrame) -> pl.Expr:
@@ -139,7 +158,7 @@ def assemble_events(fields: pl.DataFrame, *, source_file: str, fmt: str) -> tupl
     if fields.height == 0:
         # literal columns on a frame without columns would make one row out of none
         return empty(EVENTS_SCHEMA), empty(QUARANTINE_SCHEMA)
-    fields = _decode_text_columns(fields)
+    fields = _with_integers(_decode_text_columns(fields))
     fields = fields.with_columns(_problems(fields).alias("@why"))
     bad = fields.filter(pl.col("@why").is_not_null())
     good = fields.filter(pl.col("@why").is_null())

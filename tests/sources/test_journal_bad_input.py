@@ -48,6 +48,10 @@ EXPORT_CASES = [
      [(4, "line 4: PRIORITY 9 is not 0-7")]),
     ("pid that is not a number", GOOD + b"__REALTIME_TIMESTAMP=1\n_PID=abc\n\n", 2, 1,
      [(4, "line 4: _PID abc is not an integer")]),
+    ("white space around integers is allowed", GOOD + b"__REALTIME_TIMESTAMP= 1781818488000000\n_PID=42 \n"
+     b"PRIORITY= 6\n\n" + GOOD, 3, 3, []),
+    ("priority out of range after white space", GOOD + b"__REALTIME_TIMESTAMP=1\nPRIORITY= 9 \n\n", 2, 1,
+     [(4, "line 4: PRIORITY  9  is not 0-7")]),
     ("invalid UTF-8 in a text line is kept, not quarantined", b"__REALTIME_TIMESTAMP=1\nMESSAGE=caf\xe9\n\n", 1, 1, []),
     ("NUL bytes in a text line are kept", b"__REALTIME_TIMESTAMP=1\nMESSAGE=a\x00b\n\n", 1, 1, []),
     ("extra blank lines between entries", b"\n\n" + GOOD + b"\n\n\n" + GOOD, 2, 2, []),
@@ -67,6 +71,13 @@ def test_export_bad_input(tmp_path: Path, data: bytes, records: int, parsed: int
     assert set(result.quarantine.get_column("source_file")) <= {str(path)}
     for excerpt in result.quarantine.get_column("excerpt"):
         assert 0 < len(excerpt) <= 80
+
+
+def test_integers_are_read_through_white_space(tmp_path: Path) -> None:
+    path = tmp_path / "spaced.export"
+    path.write_bytes(GOOD + b"__REALTIME_TIMESTAMP= 1781818488000000\n_PID=42 \nPRIORITY= 6\nMESSAGE=m\n\n")
+    row = journal_export.parse(path).rows.row(1, named=True)
+    assert (row["__REALTIME_TIMESTAMP"], row["pid"], row["priority"]) == (1781818488000000, 42, 6)
 
 
 def test_non_utf8_and_nul_values_survive_exactly(tmp_path: Path) -> None:
