@@ -43,6 +43,8 @@ def test_a_user_rule_changes_the_phase_without_code(tmp_path: Path) -> None:
     ("[profile\n", "Expected ']'"),
     ('[profile]\n[stacks]\n[logs]\nrequest_sent = "request ([0-9a-f]+) routed"\n',
      "[logs] request_sent: 'request ([0-9a-f]+) routed' has no group named rid"),
+    ("[profile]\n[stacks]\n[logs.fields]\n" + "".join(f'f{n} = "label {n}"\n' for n in range(257)),
+     "[logs.fields] has more than 256 labels"),
     ('[profile]\n[stacks]\n[logs.fields]\nqueue = 3\n', "[logs.fields] queue must be a label or a list of labels"),
     ('[profile]\n[stacks]\n[logs.fields]\nqueue = []\n', "[logs.fields] queue must be a label or a list of labels"),
     ('[profile]\n[stacks]\n[logs.fields]\nqueue = "#queue-req: "\n', "[logs.fields] queue: '#queue-req: ' cannot be"),

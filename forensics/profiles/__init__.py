@@ -253,6 +253,17 @@ def _labels(path: Path, name: str, value: Any) -> tuple[str, ...]:
     return tuple(labels)
 
 
+MAX_FIELD_LABELS = 256  # what forensics/_label_numbers.c reads in one pass
+
+
+def _fields(path: Path, fields: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """[logs.fields]: column -> labels."""
+    read = {name: _labels(path, name, labels) for name, labels in fields.items()}
+    if sum(len(labels) for labels in read.values()) > MAX_FIELD_LABELS:
+        raise ProfileError(f"{path}: [logs.fields] has more than {MAX_FIELD_LABELS} labels")
+    return read
+
+
 def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
     """[logs] of a profile; every pattern is compiled once here so a bad one is named."""
     def pattern(key: str, value: Any, groups: tuple[str, ...] = ()) -> str:
@@ -283,5 +294,5 @@ def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
                        ("method", "path", "status")),
         health_ok=pattern("[logs] health_ok", logs.get("health_ok", "$^")),
         ready=pattern("[logs] ready", logs.get("ready", "$^")),
-        fields={name: _labels(path, name, labels) for name, labels in logs.get("fields", {}).items()},
+        fields=_fields(path, logs.get("fields", {})),
         events=tuple(events), samples=tuple(samples))
