@@ -20,6 +20,8 @@ from bench.measure import Measurement, median_of, python, run
 
 SCALE = int(os.environ.get("BENCH_REFERENCE_SCALE", "100"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+ANALYSIS_TARGET_S, QUERY_TARGET_S = 5.0, 0.5
+ISSUE_LNAV_S = 20.0  # lnav's time for the query where the issue set the targets ("about 20 s here")
 CACHE = Path(__file__).resolve().parent / ".cache"
 JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
 PROGRESS_SQL = ("SELECT _SYSTEMD_UNIT, max(log_time) FROM journald_json_log "
@@ -98,8 +100,9 @@ def main() -> None:
     for m in rows:
         ratio = f"{lnav.seconds / m.seconds:.1f}" if m is not lnav and lnav.seconds == lnav.seconds else ""
         print(f"| {m.label} | {m.seconds:.2f} | {m.peak_mib:,.0f} | {ratio} | {m.note} |")
-    print(f"\ntargets: ingest + all detectors <= 5 s (median {rows[0].seconds:.2f} s); "
-          f"last-progress query <= 0.5 s (median {rows[1].seconds:.2f} s)")
-    if lnav.seconds == lnav.seconds:  # the same targets as ratios to lnav, whose "about 20 s" they were set beside
-        print(f"as ratios: lnav / analysis {lnav.seconds / rows[0].seconds:.1f} (5 s beside lnav's ~20 s is "
-              f"{20 / 5:.1f}); lnav / query {lnav.seconds / rows[1].seconds:.0f} (0.5 s beside ~20 s is {20 / 0.5:.0f})")
+    print(f"\ntargets: ingest + all detectors <= {ANALYSIS_TARGET_S:g} s (median {rows[0].seconds:.2f} s); "
+          f"last-progress query <= {QUERY_TARGET_S:g} s (median {rows[1].seconds:.2f} s)")
+    if lnav.seconds == lnav.seconds:  # the same targets as ratios to lnav
+        print(f"as ratios: lnav / analysis {lnav.seconds / rows[0].seconds:.1f} (the target beside lnav's "
+              f"~{ISSUE_LNAV_S:g} s is {ISSUE_LNAV_S / ANALYSIS_TARGET_S:.1f}); lnav / query "
+              f"{lnav.seconds / rows[1].seconds:.0f} (target {ISSUE_LNAV_S / QUERY_TARGET_S:.0f})")

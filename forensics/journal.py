@@ -119,10 +119,10 @@ def _with_integers(fields: pl.DataFrame) -> pl.DataFrame:
     allowed; only the few values a plain cast refuses are stripped and read again."""
     present = [name for name in INTEGER_FIELDS if name in fields.columns]
     fields = fields.with_columns(pl.col(name).cast(pl.Int64, strict=False).alias(f"@int {name}") for name in present)
-    for name in present:
-        refused = fields.select(pl.col(name).is_not_null() & pl.col(f"@int {name}").is_null()).to_series()
-        if refused.any():
-            rows = refused.arg_true()
+    refused = fields.select(pl.col(name).is_not_null() & pl.col(f"@int {name}").is_null() for name in present)
+    for name, mask in zip(present, refused.get_columns()):
+        if mask.any():
+            rows = mask.arg_true()
             again = fields.get_column(name)[rows].str.strip_chars().cast(pl.Int64, strict=False)
             fields = fields.with_columns(fields.get_column(f"@int {name}").scatter(rows, again))
     return fields
