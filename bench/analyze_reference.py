@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.measure import Measurement, median_of, python, run
@@ -147,7 +148,8 @@ def lnav_detector_questions(as_json: Path, label: str) -> Measurement:
             commands += [query, f":write-csv-to {answers}/{number}.csv"]
         argv = ["lnav", "-n"] + [arg for c in commands for arg in ("-c", c if c.startswith(":") else f";{c}")]
         measured = run(label, argv + [str(as_json)])[0]
-        gaps, lifecycle, kinds = ([row for row in csv.DictReader(open(f"{answers}/{n}.csv"))] for n in (1, 2, 3))
+        gaps, lifecycle, kinds = (list(csv.DictReader(Path(answers, f"{n}.csv").read_text().splitlines()))
+                                  for n in (1, 2, 3))
     frozen = {row["unit"]: row["last_progress"][11:19] for row in gaps if int(row["health_200"]) > 0}
     healthy = {row["who"]: row["log_time"][11:19] for row in lifecycle if row["log_body"] == "healthy"}
     restart = [row["log_time"][11:19] for row in lifecycle if "systemctl restart" in row["log_body"]]
@@ -163,40 +165,43 @@ def lnav_detector_questions(as_json: Path, label: str) -> Measurement:
 def main() -> None:
     bundle, journals, as_json, entries = inputs()
     case = CACHE / f"reference-x{SCALE}-case"
-    lnav_label = "lnav: same question in SQL over journalctl JSON"
-    lnav_questions = "lnav: the detectors' journal questions in SQL (one pass + 3 queries)"
-    runs: dict[str, list[Measurement]] = {}
-    # The three take turns, ROUNDS times: a drift in the machine's speed then reaches them all.
+    lnav_labels = {"lnav": "lnav: same question in SQL over journalctl JSON",
+                   "lnav_questions": "lnav: the detectors' journal questions in SQL (one pass + 3 queries)"}
+    measures: dict[str, Callable[[], Measurement]] = {
+        "analysis": lambda: python("forensics analyze: ingest + timeline + all detectors", ANALYZE, str(bundle),
+                                   str(case)),
+        "query": lambda: python("last progress per unit (load_case + query)", LAST_PROGRESS, str(case)),
+        "lnav": lambda: run(lnav_labels["lnav"], ["lnav", "-n", "-c", f";{PROGRESS_SQL}", str(as_json)])[0],
+        "lnav_questions": lambda: lnav_detector_questions(as_json, lnav_labels["lnav_questions"]),
+        "export": lambda: collect(journals, "export"),
+        "json": lambda: collect(journals, "json"),
+    }
+    if not shutil.which("lnav"):
+        for name in lnav_labels:
+            del measures[name]
+    runs: dict[str, list[Measurement]] = {name: [] for name in measures}
+    # They take turns, ROUNDS times: a drift in the machine's speed then reaches them all.
     for _ in range(ROUNDS):
-        for measured in (python("forensics analyze: ingest + timeline + all detectors", ANALYZE, str(bundle),
-                                str(case)),
-                         python("last progress per unit (load_case + query)", LAST_PROGRESS, str(case))):
-            runs.setdefault(measured.label, []).append(measured)
-        if shutil.which("lnav"):
-            runs.setdefault(lnav_label, []).append(
-                run(lnav_label, ["lnav", "-n", "-c", f";{PROGRESS_SQL}", str(as_json)])[0])
-            runs.setdefault(lnav_questions, []).append(lnav_detector_questions(as_json, lnav_questions))
-        for output in ("export", "json"):
-            measured = collect(journals, output)
-            runs.setdefault(measured.label, []).append(measured)
-    rows = [median_of(r) for r in runs.values()]
-    if lnav_label not in runs:
-        rows[2:2] = [Measurement(label, float("nan"), float("nan"), "lnav not installed")
-                     for label in (lnav_label, lnav_questions)]
+        for name, measure in measures.items():
+            runs[name].append(measure())
+    medians = {name: median_of(runs[name]) if name in runs
+               else Measurement(lnav_labels[name], float("nan"), float("nan"), "lnav not installed")
+               for name in ("analysis", "query", "lnav", "lnav_questions", "export", "json")}
+    analysis, query, lnav = medians["analysis"], medians["query"], medians["lnav"]
     print(f"\n## The reference incident at {entries:,} journal entries (scale {SCALE}), {os.cpu_count()} cores\n")
     print("| what | seconds (median) | peak RSS MiB | lnav / this | note |")
     print("|---|---:|---:|---:|---|")
-    lnav, questions = rows[2], rows[3]
-    for m in rows:
-        ratio = f"{lnav.seconds / m.seconds:.1f}" if m in rows[:2] and lnav.seconds == lnav.seconds else ""
+    for m in medians.values():
+        ratio = f"{lnav.seconds / m.seconds:.1f}" if m in (analysis, query) and lnav.seconds == lnav.seconds else ""
         print(f"| {m.label} | {m.seconds:.2f} | {m.peak_mib:,.0f} | {ratio} | {m.note} |")
-    print(f"\ntargets: ingest + all detectors <= {ANALYSIS_TARGET_S:g} s (median {rows[0].seconds:.2f} s); "
-          f"last-progress query <= {QUERY_TARGET_S:g} s (median {rows[1].seconds:.2f} s)")
+    print(f"\ntargets: ingest + all detectors <= {ANALYSIS_TARGET_S:g} s (median {analysis.seconds:.2f} s); "
+          f"last-progress query <= {QUERY_TARGET_S:g} s (median {query.seconds:.2f} s)")
     if lnav.seconds == lnav.seconds:  # the same targets as ratios to lnav
-        print(f"as ratios: lnav / analysis {lnav.seconds / rows[0].seconds:.1f} (the target beside lnav's "
+        print(f"as ratios: lnav / analysis {lnav.seconds / analysis.seconds:.1f} (the target beside lnav's "
               f"~{ISSUE_LNAV_S:g} s is {ISSUE_LNAV_S / ANALYSIS_TARGET_S:.1f}); lnav's detector questions / "
-              f"analysis {questions.seconds / rows[0].seconds:.1f}; lnav / query "
-              f"{lnav.seconds / rows[1].seconds:.0f} (target {ISSUE_LNAV_S / QUERY_TARGET_S:.0f})")
-        export, as_json_s = rows[4].seconds, rows[5].seconds
-        print(f"from a host's journal (journalctl first): lnav's query {as_json_s + lnav.seconds:.1f} s / "
-              f"forensics {export + rows[0].seconds:.1f} s = {(as_json_s + lnav.seconds) / (export + rows[0].seconds):.1f}")
+              f"analysis {medians['lnav_questions'].seconds / analysis.seconds:.1f}; lnav / query "
+              f"{lnav.seconds / query.seconds:.0f} (target {ISSUE_LNAV_S / QUERY_TARGET_S:.0f})")
+        with_lnav = medians["json"].seconds + lnav.seconds
+        with_forensics = medians["export"].seconds + analysis.seconds
+        print(f"from a host's journal (journalctl first): lnav's query {with_lnav:.1f} s / "
+              f"forensics {with_forensics:.1f} s = {with_lnav / with_forensics:.1f}")
