@@ -84,6 +84,9 @@ def parse_header(line: str) -> dict[str, str] | None:
 def from_header(labels: dict[str, str], fallback: Capture) -> Capture:
     """The capture a header describes; its time falls back to `fallback`'s when it has none."""
     found = parse_time(labels["ts"]) if "ts" in labels else None
+    if found is None and "ts" in labels:  # said, but unreadable: the fallback is a guess, and flagged
+        return Capture(fallback.ts, f"{fallback.ts_source} (header ts={labels['ts'][:40]} is not a time)", "low",
+                       {**fallback.labels, **labels})
     if found is None:
         return Capture(fallback.ts, fallback.ts_source, fallback.ts_confidence, {**fallback.labels, **labels})
     ts, zoned = found

@@ -8,19 +8,24 @@ Layout of a case folder (one Parquet dataset per canonical frame, named after it
     CASE/quarantine/part-0.parquet  every record that could not be read, with file, place and reason
     CASE/manifest.json              inputs with sha256, format, records, quarantined, time span
 
-Re-ingesting a bundle rewrites the case whole (written aside, then swapped in), so running it twice
-gives the same case. Records seen in the same journal through two inputs (overlapping exports: the
+Re-ingesting a bundle rewrites the case whole (written aside, then swapped in under a lock), so
+running it twice gives the same case. A case folder carries `.forensics-case`; no other folder is
+ever replaced, nor the bundle, a folder above it or one inside it. Records seen in the same journal through two inputs (overlapping exports: the
 same `__CURSOR`) are kept once and counted as duplicates of the later input.
 """
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import hashlib
 import json
+import os
 import shutil
+import tempfile
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +51,16 @@ MANIFEST_VERSION = 3
 SCHEMAS = {"events": EVENTS_SCHEMA, "samples": SAMPLES_SCHEMA, "stacks": STACKS_SCHEMA}
 FRAMES = (*SCHEMAS, "quarantine")
 IGNORED_NAMES = {MANIFEST, "README.md", ".gitkeep"}
+FOLLOW_LINKS_ENV = "FORENSICS_FOLLOW_LINKS"  # 1: read symbolic links that lead out of the bundle
+
+
+def follow_links_outside() -> bool:  # noqa: N802 - reads like the setting it is
+    """Whether symbolic links leading out of a bundle are read (off unless FORENSICS_FOLLOW_LINKS=1)."""
+    return os.environ.get(FOLLOW_LINKS_ENV, "") == "1"
+
+
+CASE_MARKER = ".forensics-case"  # in every case folder: the only folders a new case may replace
+OUTPUT_MARKER = ".forensics-report"  # in every report folder: the only folders a report writes into
 
 
 @dataclass
@@ -87,15 +102,55 @@ def discover(bundle: Path, listed: list[str] | None = None
         matched.update(hits)
         return bool(hits)
 
+    root = bundle.resolve()
+    seen_folders: set[Path] = set()
+
+    def skip(path: Path, reason: str) -> None:
+        skipped.append({"path": str(path.relative_to(bundle)), "reason": reason})
+
+    def outside(path: Path) -> str | None:
+        """Why `path` is not read: a link leading out of the bundle, a broken link, or a file that
+        is not a regular file (a FIFO would block the read forever)."""
+        if path.is_symlink():
+            target = path.resolve()
+            if not target.exists():
+                return f"broken symbolic link (to {os.readlink(path)})"
+            if target != root and root not in target.parents and not follow_links_outside():
+                return (f"symbolic link to {target}, outside the bundle: not followed "
+                        f"(set {FOLLOW_LINKS_ENV}=1 to read it)")
+        if not path.is_dir() and not path.is_file():
+            return "not a regular file (a FIFO, socket or device)"
+        return None
+
     def visit(folder: Path) -> None:
+        real = folder.resolve()
+        if real in seen_folders:
+            skip(folder, f"folder already read through another path ({real}): a symbolic link loop or alias")
+            return
+        seen_folders.add(real)
         for path in sorted(folder.iterdir()):
             if path.name in IGNORED_NAMES:
                 continue
+            if (why := outside(path)) is not None:
+                skip(path, why)
+                continue
             if not path.is_dir() and not wanted(path):
-                skipped.append({"path": str(path.relative_to(bundle)), "reason": "not among incident.toml [inputs]"})
+                skip(path, "not among incident.toml [inputs]")
+                continue
+            if path.is_dir() and ((path / CASE_MARKER).is_file() or (path / OUTPUT_MARKER).is_file()):
+                skip(path, "a forensics case or report folder (output, not evidence)")
                 continue
             if path.is_dir():
+                if path.resolve() in seen_folders:
+                    skip(path, f"folder already read through another path ({path.resolve()}): a symbolic link "
+                               f"loop or alias")
+                    continue
+                # a folder read whole (a journal directory) is read by a library that would follow
+                # its links: one holding a link out of the bundle is read file by file instead
+                links_out = any(outside(p) for p in path.rglob("*") if p.is_symlink())
                 try:
+                    if links_out:
+                        raise WrongFormat(f"{path}: holds links leading out of the bundle")
                     inputs.append((path, sources.detect(path)))
                 except WrongFormat:
                     visit(path)
@@ -103,7 +158,9 @@ def discover(bundle: Path, listed: list[str] | None = None
             try:
                 inputs.append((path, sources.detect(path)))
             except WrongFormat as why:
-                skipped.append({"path": str(path.relative_to(bundle)), "reason": str(why).split(": ", 1)[-1]})
+                skip(path, str(why).split(": ", 1)[-1])
+            except OSError as error:
+                skip(path, f"cannot be read: {error.strerror or error}")
 
     if not bundle.is_dir():
         raise CaseError(f"{bundle}: not a directory (a bundle is a folder of evidence files)")
@@ -164,8 +221,9 @@ def _drop_repeated_records(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str
 def ingest(bundle: str | Path, case_dir: str | Path,
            progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None) -> dict[str, Any]:
     """Read every input of `bundle` into a case at `case_dir`; returns the manifest."""
+    check_case_target(case_dir, bundle)
     frames, manifest = read_bundle(bundle, progress)
-    write_case(case_dir, frames, manifest)
+    write_case(case_dir, frames, manifest, bundle)
     return manifest
 
 
@@ -173,12 +231,13 @@ def ingest_in_background(bundle: str | Path, case_dir: str | Path) -> tuple[Case
     """Read `bundle` and return its case at once, from memory, while the Parquet case is written
     to `case_dir` in a thread (polars writes without holding the GIL, so analysis goes on beside
     it); call the returned function to wait for the write (it raises what the write raised)."""
+    check_case_target(case_dir, bundle)
     frames, manifest = read_bundle(bundle)
     failure: list[BaseException] = []
 
     def write() -> None:
         try:
-            write_case(case_dir, frames, manifest)
+            write_case(case_dir, frames, manifest, bundle)
         except BaseException as error:  # noqa: BLE001 - handed to the caller by finished()
             failure.append(error)
 
@@ -279,22 +338,108 @@ def read_bundle(bundle: str | Path, progress: Callable[[Iterable[Any]], Iterable
             manifest)
 
 
-def write_case(case_dir: str | Path, frames: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> None:
-    """The case folder: one Parquet dataset per frame and manifest.json, replaced whole (written
-    beside it first, so a reader never sees half a case)."""
-    case_dir = Path(case_dir)
-    staging = case_dir.with_name(case_dir.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    for name in FRAMES:
-        frame = frames[name]
-        (staging / name).mkdir(parents=True)
-        # zstd level 1: about the size of the default level, a fifth faster to write
-        frame.write_parquet(staging / name / "part-0.parquet", compression="zstd", compression_level=1,
-                            statistics=True)
-    (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    shutil.rmtree(case_dir, ignore_errors=True)
-    staging.rename(case_dir)
-    return manifest
+def _is_case(folder: Path) -> bool:
+    """Whether `folder` is a case this package wrote: its marker, or (cases written before the
+    marker) nothing but the frames' folders and a manifest of ours."""
+    if (folder / CASE_MARKER).is_file():
+        return True
+    names = {p.name for p in folder.iterdir()}
+    if "manifest.json" not in names or not names <= {*FRAMES, "manifest.json"}:
+        return False
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and {"version", "inputs", "totals"} <= manifest.keys()
+
+
+def _refuse_bundle_overlap(target: Path, given: str | Path, bundle: str | Path | None, what: str) -> None:
+    if bundle is None:
+        return
+    evidence = Path(bundle).expanduser().resolve()
+    if target == evidence or target in evidence.parents:
+        raise CaseError(f"{given}: refusing to write {what} here: it would replace the bundle {bundle}; "
+                        f"give a folder outside it")
+
+
+def check_case_target(case_dir: str | Path, bundle: str | Path | None = None) -> Path:
+    """`case_dir` resolved, or CaseError when writing a case there would destroy something: the
+    bundle itself or a folder above it, a file, or a folder holding anything that is not a case of
+    ours. (A case inside the bundle is allowed: reading the bundle passes over it.)"""
+    case = Path(case_dir).expanduser().resolve()
+    _refuse_bundle_overlap(case, case_dir, bundle, "a case")
+    if case.exists() or case.is_symlink():
+        if not case.is_dir() or case.is_symlink():
+            raise CaseError(f"{case_dir}: exists and is not a folder; refusing to replace it with a case")
+        if any(case.iterdir()) and not _is_case(case):
+            raise CaseError(f"{case_dir}: holds files and is not a forensics case (no {CASE_MARKER}); refusing to "
+                            f"replace it — give a new or empty folder, or remove it yourself")
+    return case
+
+
+def check_output_target(out_dir: str | Path, bundle: str | Path | None, outputs: Iterable[str]) -> Path:
+    """`out_dir` resolved and marked as a report folder, or CaseError when writing the report's
+    files there could overwrite something that is not ours: the bundle or a folder above it, or a folder holding other files (one holding only the report's own file names — an output
+    folder from before the marker — is taken as ours)."""
+    out = Path(out_dir).expanduser().resolve()
+    _refuse_bundle_overlap(out, out_dir, bundle, "a report")
+    if out.exists() and not out.is_dir():
+        raise CaseError(f"{out_dir}: exists and is not a folder")
+    if out.is_dir() and not (out / OUTPUT_MARKER).is_file():
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in {*outputs, "case", ".case.lock"}
+                         and not p.name.startswith(".case.partial-"))
+        if foreign:
+            raise CaseError(f"{out_dir}: holds files that are not a forensics report ({', '.join(foreign[:3])}"
+                            f"{', …' if len(foreign) > 3 else ''}); refusing to write into it — give a new or "
+                            f"empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / OUTPUT_MARKER).write_text("forensics report outputs: `forensics report` rewrites the files it made\n")
+    return out
+
+
+@contextmanager
+def case_lock(case_dir: Path) -> Iterator[None]:
+    """Exclusive use of `case_dir` by one writer: a second waits until the first has swapped its
+    case in (an advisory lock on a file beside the case, released when the process ends)."""
+    case_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(case_dir.parent / f".{case_dir.name}.lock", "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def write_case(case_dir: str | Path, frames: dict[str, pl.DataFrame], manifest: dict[str, Any],
+               bundle: str | Path | None = None) -> None:
+    """The case folder: one Parquet dataset per frame and manifest.json, replaced whole. Written
+    beside it first and swapped in under a lock, so a reader never sees half a case and two
+    writers never mix theirs; what a killed writer left aside is removed by the next one. Refuses
+    (CaseError) any place `check_case_target` refuses."""
+    case_dir = Path(case_dir).expanduser()
+    with case_lock(case_dir.resolve()):
+        case_dir = check_case_target(case_dir, bundle)
+        for leftover in case_dir.parent.glob(f".{case_dir.name}.partial-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{case_dir.name}.partial-", dir=case_dir.parent))
+        try:
+            (staging / CASE_MARKER).write_text("a forensics case: `forensics ingest` may replace this folder whole\n")
+            for name in FRAMES:
+                (staging / name).mkdir()
+                # zstd level 1: about the size of the default level, a fifth faster to write
+                frames[name].write_parquet(staging / name / "part-0.parquet", compression="zstd",
+                                           compression_level=1, statistics=True)
+            (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            retired = None
+            if case_dir.exists():
+                retired = case_dir.with_name(f".{case_dir.name}.partial-old-{os.getpid()}")
+                case_dir.rename(retired)
+            staging.rename(case_dir)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        if retired is not None:
+            shutil.rmtree(retired, ignore_errors=True)
 
 
 def load_case(path: str | Path) -> Case:

@@ -116,6 +116,105 @@ def _time(path: Path, key: str, value: Any) -> datetime:
     return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
 
 
+def _is_time(value: Any) -> bool:
+    if isinstance(value, datetime):
+        return True
+    try:
+        datetime.fromisoformat(str(value))
+    except ValueError:
+        return False
+    return isinstance(value, str)
+
+
+def _named(value: Any) -> str:
+    kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
+            dict: "a table"}.get(type(value), type(value).__name__)
+    return f"{kind} ({str(value)[:40]!r})"
+
+
+_CHECKS = {"string": lambda v: isinstance(v, str),
+           "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+           "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+           "time": _is_time}
+
+
+def _type_problem(value: Any, kind: str) -> str | None:
+    """Why `value` is not of `kind` (a key of `_CHECKS`, or "list of " one of them), or None."""
+    item_kind = kind.removeprefix("list of ")
+    if item_kind == kind:
+        return None if _CHECKS[kind](value) else f"expected a {kind}, found {_named(value)}"
+    if not isinstance(value, list):
+        return f"expected a list of {item_kind}s, found {_named(value)}"
+    bad = [v for v in value if not _CHECKS[item_kind](v)]
+    return f"expected a list of {item_kind}s, found {_named(bad[0])} in it" if bad else None
+
+
+# The keys incident.toml may hold, and the type of each value.
+_TOP = {"title": "string", "window": "window", "hosts": "hosts", "components": "components",
+        "annotations": "annotations", "inputs": "inputs"}
+_HOST = {"time_zone": "string", "clock_offset_s": "number"}
+_COMPONENT = {"units": "list of string", "ports": "list of integer", "process_titles": "list of string",
+              "stacks_group": "string"}
+_ANNOTATION = {"at": "time", "text": "string"}
+
+
+def schema_problems(data: dict[str, Any]) -> list[str]:
+    """Every wrong type, unknown key and missing key of a parsed incident.toml, each with its path
+    (`components.decode.ports: expected a list of integers, found a string ('a') in it`), as
+    patito reports a frame: all at once."""
+    problems: list[str] = []
+
+    def table(value: Any, where: str, keys: dict[str, str]) -> None:
+        if not isinstance(value, dict):
+            problems.append(f"{where}: expected a table, found {_named(value)}")
+            return
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else key
+            if key not in keys:
+                problems.append(f"{path}: unknown key (known: {', '.join(keys)})")
+            elif keys[key].removeprefix("list of ") in _CHECKS:
+                if (why := _type_problem(item, keys[key])) is not None:
+                    problems.append(f"{path}: {why}")
+            else:
+                special(item, path, keys[key])
+
+    def tables(value: Any, where: str, keys: dict[str, str]) -> None:
+        if not isinstance(value, dict):
+            problems.append(f"{where}: expected a table of tables, found {_named(value)}")
+            return
+        for name, item in value.items():
+            table(item, f"{where}.{name}", keys)
+
+    def special(value: Any, where: str, kind: str) -> None:
+        if kind == "window":
+            if not isinstance(value, list) or len(value) != 2:
+                problems.append(f"{where}: expected [start, end], two ISO-8601 times")
+            else:
+                problems.extend(f"{where}[{n}]: {why}" for n, v in enumerate(value)
+                                if (why := _type_problem(v, "time")) is not None)
+        elif kind == "hosts":
+            tables(value, where, _HOST)
+        elif kind == "components":
+            tables(value, where, _COMPONENT)
+        elif kind == "annotations":
+            if not isinstance(value, list):
+                problems.append(f"{where}: expected an array of tables ([[annotations]])")
+                return
+            for n, note in enumerate(value):
+                table(note, f"{where}[{n}]", _ANNOTATION)
+                if isinstance(note, dict):
+                    problems.extend(f"{where}[{n}].{key}: missing" for key in _ANNOTATION if key not in note)
+        elif kind == "inputs":
+            if not isinstance(value, dict):
+                problems.append(f"{where}: expected a table of glob lists")
+                return
+            problems.extend(f"{where}.{key}: {why}" for key, globs in value.items()
+                            if (why := _type_problem(globs, "list of string")) is not None)
+
+    table(data, "", _TOP)
+    return problems
+
+
 def load_incident(bundle: Path, profile: Profile | None = None) -> Incident:
     """The bundle's incident.toml, or a guessed manifest when there is none."""
     profile = profile or load_profile()
@@ -128,6 +227,10 @@ def load_incident(bundle: Path, profile: Profile | None = None) -> Incident:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as error:
         raise ManifestError(f"{path}: {error}") from None
+    problems = schema_problems(data)
+    if problems:
+        raise ManifestError(f"{path}: {len(problems)} problem{'s' if len(problems) > 1 else ''}: "
+                            + "; ".join(problems))
     window = None
     if "window" in data:
         if not isinstance(data["window"], list) or len(data["window"]) != 2:

@@ -110,6 +110,9 @@ def _column(fields: pl.DataFrame, name: str) -> pl.Expr:
     return pl.col(name) if name in fields.columns else pl.lit(None, dtype=pl.String)
 
 
+# Wall-clock times at or past 2200-01-01 (µs since the epoch) come from damaged or forged records:
+# no journal was written then, and such times overflow date arithmetic downstream.
+LATEST_REALTIME_US = 7_258_118_400_000_000
 INTEGER_FIELDS = ("__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_PID", "PRIORITY")
 
 
@@ -142,6 +145,10 @@ def _problems(fields: pl.DataFrame) -> pl.Expr:
         value = _column(fields, name)
         checks.append((value.is_not_null() & _integer(fields, name).is_null(),
                        pl.format("{} {} is not an integer", pl.lit(name), value.str.slice(0, 40))))
+    realtime = _integer(fields, "__REALTIME_TIMESTAMP")
+    checks.append((realtime.is_not_null() & ~realtime.is_between(0, LATEST_REALTIME_US, closed="left"),
+                   pl.format("__REALTIME_TIMESTAMP {} is outside 1970–2199 (a damaged or forged record)",
+                             _column(fields, "__REALTIME_TIMESTAMP").str.slice(0, 40))))
     priority = _integer(fields, "PRIORITY")
     checks.append((_column(fields, "PRIORITY").is_not_null() & (priority.is_null() | ~priority.is_between(0, 7)),
                    pl.format("PRIORITY {} is not 0-7", _column(fields, "PRIORITY").str.slice(0, 40))))

@@ -10,7 +10,6 @@ release the GIL) while the caller parses the last one.
 
 from __future__ import annotations
 
-import gzip
 import lzma
 import mmap
 import os
@@ -20,6 +19,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import zstandard
@@ -41,55 +41,102 @@ def compression_of(head: bytes) -> str | None:
     return None
 
 
-def _open_decompressed(path: Path, kind: str):
-    if kind == "gzip":
-        return gzip.open(path, "rb")
-    if kind == "xz":
-        return lzma.open(path, "rb")
-    return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
-
-
 _DAMAGED = (OSError, EOFError, lzma.LZMAError, zstandard.ZstdError, zlib.error)
+# Compressed bytes fed to the codec per call: when a stream is damaged, what that one call would
+# have decoded is all that is lost; everything before it has been handed on already.
+_STEP = 1 << 14
+
+
+def _decoder(kind: str) -> Any:
+    """A fresh decoder for one gzip member, xz stream or zstd frame."""
+    if kind == "gzip":
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if kind == "xz":
+        return lzma.LZMADecompressor()
+    return zstandard.ZstdDecompressor().decompressobj()
 
 
 class _Decompressing:
-    """A decompressing reader whose failures name the file and how far it got (a copy cut short
-    or damaged in transit is common evidence: the input is reported, the run goes on)."""
+    """A decompressing reader that hands on every byte it could decode before a break, then ends
+    (a short read, then 0) and says in `damage` why and after how many bytes: a copy cut short or
+    damaged in transit is common evidence, and what came before the break is good evidence. Reads
+    concatenated members and frames (`cat a.gz b.gz`); a stream that ends without its end marker
+    is reported as cut short (gzip, xz and zstd alike)."""
 
     def __init__(self, path: Path, kind: str) -> None:
         self.path, self.kind, self.done = path, kind, 0
-        self._reader = _open_decompressed(path, kind)
+        self.damage: str | None = None
+        self._file = open(path, "rb")
+        self._current: Any = None  # the decoder of the member or frame being read
+        self._carry = b""  # input that followed the end of the last member
+        self._pending = memoryview(b"")
+        self._ended = False
+
+    def _decoded(self) -> bytes:
+        """The next decoded bytes; b"" at the end of the input. Raises what the codec raises."""
+        while True:
+            data, self._carry = (self._carry or self._file.read(_STEP)), b""
+            if not data:
+                if self._current is not None and not self._current.eof:
+                    raise EOFError("the input ends inside a compressed stream")
+                return b""
+            if self._current is None or self._current.eof:
+                if self._current is not None and not data.strip(b"\0"):
+                    continue  # zero padding after the last member (tape and block devices add it)
+                self._current = _decoder(self.kind)
+            out = self._current.decompress(data)
+            if self._current.eof:
+                self._carry = self._current.unused_data
+            if out:
+                return out
 
     def readinto(self, view: memoryview) -> int:
-        """Like a file's readinto."""
-        try:
-            got = self._reader.readinto(view)
-        except _DAMAGED as why:
-            raise ParseError(str(self.path), f"{self.kind} data damaged or cut short after {self.done:,} "
-                                             f"decompressed bytes ({why})") from None
-        self.done += got
-        return got
+        """Like a file's readinto; after a break, the bytes before it, then 0."""
+        filled = 0
+        while filled < len(view) and not self._ended:
+            if not self._pending:
+                try:
+                    chunk = self._decoded()
+                except _DAMAGED as why:
+                    self._ended = True
+                    self.damage = (f"{self.kind} data damaged or cut short after {self.done + filled:,} "
+                                   f"decompressed bytes ({why or type(why).__name__}); the bytes before it were read")
+                    break
+                if not chunk:
+                    self._ended = True
+                    break
+                self._pending = memoryview(chunk)
+            take = min(len(self._pending), len(view) - filled)
+            view[filled:filled + take] = self._pending[:take]
+            self._pending = self._pending[take:]
+            filled += take
+        self.done += filled
+        return filled
+
+    def raise_damage(self) -> None:
+        """ParseError naming the file and how far it got, if the input broke off."""
+        if self.damage is not None:
+            raise ParseError(str(self.path), self.damage)
 
     def __enter__(self) -> "_Decompressing":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._reader.close()
+        self._file.close()
 
 
 def read_head(path: str | os.PathLike[str], size: int = 4096) -> bytes:
-    """Up to `size` bytes from the start of the (decompressed) file; b"" if it cannot be read."""
+    """Up to `size` bytes from the start of the (decompressed) file (b"" if none can be decoded)."""
     path = Path(path)
     with open(path, "rb") as f:
         head = f.read(size)
     kind = compression_of(head)
     if kind is None:
         return head
-    try:
-        with _open_decompressed(path, kind) as f:
-            return f.read(size)
-    except (OSError, EOFError, lzma.LZMAError, zstandard.ZstdError):
-        return b""
+    buf = bytearray(size)
+    with _Decompressing(path, kind) as reader:  # a copy cut short still shows what it starts with
+        got = _fill(reader, memoryview(buf), 0, size)
+    return bytes(buf[:got])
 
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -133,16 +180,27 @@ def _fill(reader, buf: mmap.mmap, start: int, end: int) -> int:
 
 
 def read_all(path: str | os.PathLike[str]) -> bytes | mmap.mmap:
-    """The whole (decompressed) file. Plain files are memory-mapped (frames built from the map
-    may keep referring to it, so inputs must not be truncated while a parse runs); empty files give b""."""
+    """The whole (decompressed) file; ParseError naming the file if a compressed copy breaks off
+    (for formats where half a document is no document, e.g. one JSON value)."""
+    data, damage = read_whole(path)
+    if damage is not None:
+        raise ParseError(str(path), damage)
+    return data
+
+
+def read_whole(path: str | os.PathLike[str]) -> tuple[bytes | mmap.mmap, str | None]:
+    """The whole (decompressed) file, and why it broke off if a compressed copy is damaged or cut
+    short (None when whole): the bytes before the break are returned either way. Plain files are
+    memory-mapped (frames built from the map may keep referring to it, so inputs must not be
+    truncated while a parse runs); empty files give b""."""
     path = Path(path)
     with open(path, "rb") as f:
         head = f.read(8)
         kind = compression_of(head)
         if kind is None:
             if os.fstat(f.fileno()).st_size == 0:
-                return b""
-            return _map_file(f)
+                return b"", None
+            return _map_file(f), None
     blocks: list[tuple[mmap.mmap, int]] = []
     with _Decompressing(path, kind) as reader:
         while True:
@@ -152,13 +210,27 @@ def read_all(path: str | os.PathLike[str]) -> bytes | mmap.mmap:
                 break
     size = sum(n for _, n in blocks)
     if size == 0:
-        return b""
+        return b"", reader.damage
     whole, at = populated(size), 0
     for block, n in blocks:
         whole[at:at + n] = block[:n] if n < READ_BYTES else block
         at += n
         block.close()
-    return whole
+    return whole, reader.damage
+
+
+def read_whole_lines(path: str | os.PathLike[str]) -> tuple[bytes | mmap.mmap, str | None]:
+    """`read_whole` for line formats: when a compressed copy breaks off, what follows its last
+    complete line is left out (a sample value cut from `123.4` to `12` must not be read) and the
+    damage says so."""
+    data, damage = read_whole(path)
+    if damage is None:
+        return data, None
+    cut = bytes(data).rfind(b"\n") + 1
+    if cut < len(data):
+        damage += f"; the {len(data) - cut:,} bytes after the last complete line were left out"
+        data = bytes(data[:cut])
+    return data, damage
 
 
 class _Buffers:
@@ -287,6 +359,7 @@ def pieces(path: str | os.PathLike[str], size: int, separator: bytes, slack: int
                 for piece in _decompressed_pieces(reader, size, separator, slack, _Buffers()):
                     if not hand_over(piece):
                         return
+                reader.raise_damage()  # after every piece before the break was handed on
         except BaseException as error:  # noqa: BLE001 - re-raised in the consumer
             hand_over(error)
             return

@@ -22,11 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from forensics.case import check_output_target
 from forensics.errors import ForensicsError
 
 NOTEBOOKS = Path(os.environ.get("FORENSICS_NOTEBOOKS", Path(__file__).resolve().parents[1] / "notebooks"))
 MAIN_NOTEBOOK = "incident_report.ipynb"
 DEEP_DIVES = ("logs.ipynb", "metrics.ipynb", "stacks.ipynb")
+OUTPUTS = (MAIN_NOTEBOOK, "report.html", "timeline.html", "postmortem.md", "summary.json", *DEEP_DIVES)
 TEMPLATES = Path(__file__).resolve().parent / "render" / "templates"
 BUNDLE_MARKERS = ("incident.toml", "journal", "metrics", "stacks")
 RECORD_TAG = "record"
@@ -112,8 +114,7 @@ def render(bundle: str | Path, out: str | Path | None = None, display_tz: str = 
     bundle = Path(bundle).resolve()
     if not bundle.is_dir():
         raise ReportError(f"{bundle}: not a folder (a bundle is a folder of journal / metrics / stacks inputs)")
-    out_dir = Path(out).resolve() if out else (Path("exports") / bundle.name).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = check_output_target(Path(out) if out else Path("exports") / bundle.name, bundle, OUTPUTS)
     executed = execute(notebook_path(), out_dir / MAIN_NOTEBOOK,
                        {"bundle": str(bundle), "out_dir": str(out_dir), "display_tz": display_tz,
                         "profile": profile, "redact": redact}, progress)

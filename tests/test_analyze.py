@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -139,14 +140,14 @@ def test_tracebacks_fold_into_one_event() -> None:
 
 @pytest.mark.parametrize("text, message", [
     ('window = ["2026-06-18T21:45:00Z", "2026-06-18T21:20:00Z"]\n', "window ends before it starts"),
-    ('window = ["yesterday", "2026-06-18T21:20:00Z"]\n', "window[0]: 'yesterday' is not an ISO-8601 time"),
+    ('window = ["yesterday", "2026-06-18T21:20:00Z"]\n', "window[0]: expected a time, found a string ('yesterday')"),
     ('[hosts.a]\ntime_zone = "Mars/Olympus"\n', "hosts.a.time_zone: unknown time zone 'Mars/Olympus'"),
-    ('[[annotations]]\ntext = "no time"\n', "annotations #1 needs 'at' and 'text'"),
+    ('[[annotations]]\ntext = "no time"\n', "annotations[0].at: missing"),
     ("title = \n", "incident.toml: "),
 ])
 def test_bad_manifests_are_named(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "incident.toml").write_text(text)
-    with pytest.raises(ManifestError, match=message.replace("[", r"\[").replace("(", r"\(")):
+    with pytest.raises(ManifestError, match=re.escape(message)):
         load_incident(tmp_path)
 
 

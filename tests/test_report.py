@@ -230,7 +230,7 @@ def test_timeline_html_is_redacted_and_says_so(rendered: Path) -> None:
         assert secret not in body, secret
         assert secret.replace("@", "\\u0040") not in body
     statement = re.search(r'<p class="note" id="redaction">(.*?)</p>', body).group(1)
-    assert "host names" in statement and "IP addresses" in statement and "bearer tokens and API keys" in statement
+    assert "host names" in statement and "IP addresses" in statement and "secrets (tokens, API keys" in statement
     assert "e-mail addresses" in statement and "user names" in statement
     # the report itself is not redacted by default, and says what timeline.html redacted
     report = (rendered / "report.html").read_text()

@@ -9,6 +9,7 @@ what it redacted.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -40,10 +41,17 @@ def plotly_js_tag() -> str:
     return f'<script type="text/javascript">{get_plotlyjs()}</script>'
 
 
+def element_id(*parts: object) -> str:
+    """An HTML id made from `parts`: ASCII letters, digits, `-` and `_` only, so no value from the
+    evidence (a stack group, a unit) can leave the attribute or the script plotly writes it into."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", "-".join(str(p) for p in parts)).strip("-") or "figure"
+
+
 def figure_div(fig: go.Figure, div_id: str) -> str:
     """A figure as a div and the script that draws it (plotly.js must already be on the page).
-    plotly's JSON writer escapes `<`, `>` and `/`, so no string in the figure can end the script."""
-    return pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=div_id,
+    plotly's JSON writer escapes `<`, `>` and `/`, so no string in the figure can end the script;
+    plotly writes the id into the div and the script as it is, so it is made safe here."""
+    return pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=element_id(div_id),
                        config={"displaylogo": False, "responsive": True})
 
 

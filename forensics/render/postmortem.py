@@ -3,8 +3,9 @@
 What the evidence says is filled in (key times, the freeze, the stack verdict, the blind spot,
 the restart, the other symptom tracks and why they are kept apart); what only people know (user
 impact, the underlying cause, owners, lessons) is left as a visible `TODO` placeholder, never
-invented. Log text is quoted in code spans with backticks removed, so markup in it stays text
-when the Markdown is rendered.
+invented. Evidence never acts as Markdown: values taken whole from it (file names) are code spans, and
+sentences that quote it have every character Markdown would act on escaped, so a
+`![x](http://…)` a client logged stays text, not a remote image, when the draft is rendered.
 """
 
 from __future__ import annotations
@@ -33,13 +34,29 @@ SUGGESTIONS = {
 }
 
 
-def _md(text: object, redact: Redact | None) -> str:
-    """Evidence text made safe for Markdown: redacted, and markup neutralised as a code span."""
+# What Markdown would act on in evidence text: links and images (`[`, `]`; `![x](http://…)` is a
+# remote image, a tracking pixel), raw HTML (`<`, `>`, `&`), emphasis (`*`) and escapes (`\\`).
+MARKDOWN_ESCAPES = str.maketrans({"\\": "\\\\", "[": "\\[", "]": "\\]", "*": "\\*", "<": "&lt;", ">": "&gt;",
+                                  "&": "&amp;", "`": "'", "\n": " ", "\r": " ", "|": "/"})
+
+
+def _redacted(text: object, redact: Redact | None) -> str:
     value = "" if text is None else str(text)
-    if redact is not None:
-        value = redact(value) or ""
-    value = value.replace("`", "'").replace("\n", " ")
-    return value.replace("<", "&lt;").replace(">", "&gt;")
+    return (redact(value) or "") if redact is not None else value
+
+
+def _md(text: object, redact: Redact | None) -> str:
+    """Text that carries evidence, made inert for Markdown: redacted, then every character Markdown
+    would turn into a link, an image, HTML or emphasis escaped; backticks become quotes (so no
+    code span can be closed from inside) and `|` a slash (so no table cell can be split)."""
+    return _redacted(text, redact).translate(MARKDOWN_ESCAPES)
+
+
+def _code(text: object, redact: Redact | None) -> str:
+    """A value straight from the evidence (a title, a file name, an annotation) as a code span:
+    shown as typed, never interpreted."""
+    value = _redacted(text, redact).replace("\n", " ").replace("\r", " ").replace("`", "'").replace("|", "/")
+    return f"`{value}`" if value.strip() else "''"
 
 
 def _of(analysis: Analysis, *kinds: str, track: str | None = None) -> list[Finding]:
@@ -61,7 +78,7 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
     t, main = analysis.key_times, analysis.timeline.profile.logs.main_track
     zone = analysis.display_zone
     out: list[str] = [f"# Post-mortem: {_md(analysis.timeline.incident.title, redact)}", "",
-                      f"*Draft written by forensics from `{_md(analysis.bundle.name, redact)}`; times in {zone}. "
+                      f"*Draft written by forensics from {_code(analysis.bundle.name, redact)}; times in {zone}. "
                       "Every statement below comes from the evidence; replace each TODO.*", ""]
     freezes, hangs = _of(analysis, "frozen"), _of(analysis, "silent_hang")
     verdicts = latest(analysis.verdicts)
@@ -70,9 +87,9 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
 
     out += ["## Summary", ""]
     if freezes:
-        parts = [f"{f.component} froze at {_at(f.at)}" for f in freezes]
+        parts = [f"{_md(f.component, redact)} froze at {_at(f.at)}" for f in freezes]
         out.append(f"{'; '.join(parts)}."
-                   + (f" py-spy showed the {desync[0].group} TP group desynchronised ({desync[0].verdict})."
+                   + (f" py-spy showed the {_md(desync[0].group, redact)} TP group desynchronised ({desync[0].verdict})."
                       if desync else "")
                    + (" Health checks kept answering 200 while frozen." if hangs else "")
                    + (f" A restart at {_at(t.mitigated)} brought service back at {_at(t.resolved)}"
@@ -140,13 +157,13 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
     for f in hangs:
         green = span(((f.until or f.at) - f.at).total_seconds()) if f.at else "?"
         out.append(f"- Health checks stayed green for {green} "
-                   f"while {f.component} was frozen.")
+                   f"while {_md(f.component, redact)} was frozen.")
     out += ["", TODO + " what else went wrong.", "", "### Where we got lucky", "", TODO + " near misses.", ""]
 
     out += ["## Timeline", "", f"| time ({zone}) | track | kind | what happened |", "|---|---|---|---|"]
     for f in sorted((f for f in analysis.findings if f.at), key=lambda f: f.at or t.started):
         if analysis.superseded(f):
             continue
-        out.append(f"| {_at(f.at)} | {_md(f.track, redact)} | {f.kind} | {_md(f.text, redact).replace('|', '/')} |")
+        out.append(f"| {_at(f.at)} | {_md(f.track, redact)} | {f.kind} | {_md(f.text, redact)} |")
     out.append("")
     return "\n".join(out)

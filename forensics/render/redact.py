@@ -1,5 +1,7 @@
-"""Redaction: IP addresses, host names, user names, bearer tokens and API keys, and e-mail
-addresses replaced by stable pseudonyms before text leaves the machine.
+"""Redaction: IP addresses, host names, user names, secrets (bearer and API tokens, Slack, GitHub,
+GitLab and Hugging Face tokens, AWS keys, JWTs, private key blocks, passwords in URLs and
+`key=value` forms, Authorization headers of any scheme, cookies) and e-mail addresses replaced by
+stable pseudonyms before text leaves the machine.
 
 One `Redactor` serves one output: the same value always gets the same pseudonym in it
 (`ip-1`, `host-2`, `user-1`, `secret-3`, `email-1`), numbered in order of first sight so that
@@ -14,21 +16,39 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 # Order matters: secrets and e-mail addresses first, so that their parts are not taken for
 # host names or user names afterwards.
 SECRET_PATTERNS = (
+    # a private key block whole, or the body lines of one that the journal split into entries
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
+    r"(?m)^\s*[A-Za-z0-9+/]{60,}={0,2}\s*$",
     r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}",
     r"\bsk-[A-Za-z0-9_-]{16,}",
     r"\bhf_[A-Za-z0-9]{20,}",
     r"\bgh[pousr]_[A-Za-z0-9]{20,}",
+    r"\bgithub_pat_[A-Za-z0-9_]{22,}",
+    r"\bglpat-[A-Za-z0-9_-]{20,}",
+    r"\bxox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
     r"\bAKIA[0-9A-Z]{16}\b",
+    # an AWS secret access key's shape: 40 of base64's letters, upper, lower and digits all in it
+    r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]*[A-Z])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[0-9])"
+    r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])",
     r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}",  # a JWT
 )
+# the credentials of any URL (`https://user:pw@10.0.0.5/`, `redis://:pw@cache:6379`): scheme and host stay
+URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^\s/?#@\"'<>]*:[^\s/?#@\"'<>]*)(?=@)")
+# an Authorization header of any scheme (Basic, Digest, Token, …) and cookies: the scheme and name stay
+AUTHORIZATION = re.compile(r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:[a-z][a-z0-9-]*\s+)?)"
+                           r"([^\s\"',;]{4,})")
+COOKIE = re.compile(r"(?i)\b((?:set-)?cookie[\"']?\s*[:=]\s*[\"']?)([^\"'\r\n]+)")
 # key=value forms: only the value is replaced, the key stays readable
 SECRET_ASSIGNMENT = re.compile(
-    r"(?i)\b((?:api[_-]?key|access[_-]?token|auth[_-]?token|token|secret|password|passwd|x-api-key)"
+    r"(?i)\b((?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token|refresh[_-]?token|token|secret|client[_-]?secret|"
+    r"(?:aws[_-]?)?secret[_-]?access[_-]?key|private[_-]?key|password|passwd|x-api-key)"
     r"[\"']?\s*[:=]\s*[\"']?)([^\s\"',;&]{6,})")
+PSEUDONYM = re.compile(r"(?:secret|ip|host|user|email)-\d+")
 EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
 IPV4 = re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])")
 # all eight groups, or a `::` somewhere: clock times (21:42:00) and MAC addresses are neither
@@ -46,7 +66,7 @@ USER_PATTERNS = (
 )
 # accounts whose names identify nobody
 SYSTEM_USERS = {"root", "nobody", "systemd", "daemon", "www-data", "sglang"}
-KIND_WORDS = {"ip": "IP addresses", "host": "host names", "user": "user names", "secret": "bearer tokens and API keys",
+KIND_WORDS = {"ip": "IP addresses", "host": "host names", "user": "user names", "secret": "secrets (tokens, API keys, passwords, cookies, private keys)",
               "email": "e-mail addresses"}
 
 
@@ -78,8 +98,9 @@ class Redactor:
         if not text:
             return text
         for pattern in SECRET_PATTERNS:
-            text = re.sub(pattern, lambda m: self.pseudonym("secret", m.group(0)), text)
-        text = SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + self.pseudonym("secret", m.group(2)), text)
+            text = re.sub(pattern, lambda m: self.pseudonym("secret", m.group(0)), text, flags=re.S)
+        for keyed in (URL_CREDENTIALS, AUTHORIZATION, COOKIE, SECRET_ASSIGNMENT):
+            text = keyed.sub(self._keyed_secret, text)
         text = EMAIL.sub(lambda m: self.pseudonym("email", m.group(0)), text)
         text = IPV4.sub(lambda m: self.pseudonym("ip", m.group(0)), text)
         text = IPV6.sub(lambda m: self.pseudonym("ip", m.group(0)), text)
@@ -92,6 +113,13 @@ class Redactor:
             text = self._users.sub(lambda m: self.pseudonym("user", m.group(0)), text)
         return text
 
+    def _keyed_secret(self, match: re.Match[str]) -> str:
+        """`key: value` with the value replaced, unless an earlier pattern replaced it already."""
+        value = match.group(2)
+        if PSEUDONYM.fullmatch(value.strip()):
+            return match.group(0)
+        return match.group(1) + self.pseudonym("secret", value)
+
     def _user(self, match: re.Match[str]) -> str:
         name = match.group(1)
         if name in SYSTEM_USERS or re.fullmatch(r"user-\d+", name):
@@ -101,6 +129,17 @@ class Redactor:
         offset = match.start(0)
         return whole[:start - offset] + self.pseudonym("user", name) + whole[end - offset:]
 
+    def structure(self, value: Any) -> Any:
+        """A JSON-like value (dicts, lists, strings) with every string redacted and its shape kept:
+        redacting serialised JSON as text could cut a quoted value and break the document."""
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, dict):
+            return {key: self.structure(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.structure(item) for item in value]
+        return value
+
     def counts(self) -> dict[str, int]:
         """Distinct values replaced, per kind."""
         return dict(Counter(kind for kind, _ in self._names))
@@ -109,8 +148,8 @@ class Redactor:
         """What was redacted, in one sentence for the output itself."""
         counts = self.counts()
         if not counts:
-            return ("Redaction was on: no IP addresses, host names, user names, bearer tokens or API keys, "
-                    "or e-mail addresses were found.")
+            return ("Redaction was on: no IP addresses, host names, user names, secrets (tokens, API keys, "
+                    "passwords, cookies, private keys) or e-mail addresses were found.")
         parts = [f"{n} {KIND_WORDS[kind]}" for kind, n in sorted(counts.items())]
         return (f"Redacted (each replaced by a stable pseudonym such as {next(iter(self._names.values()))}): "
                 + ", ".join(parts) + f"; {sum(self.replaced.values())} occurrences in all.")

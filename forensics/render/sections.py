@@ -24,7 +24,7 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from forensics.analyze import Analysis, analyze, in_display_zone
-from forensics.case import instance_summary
+from forensics.case import check_output_target, instance_summary
 from forensics.detect import clock, errors, progress
 from forensics.detect.stacks import latest
 from forensics.errors import ForensicsError
@@ -32,6 +32,7 @@ from forensics.profiles import load_profile
 from forensics.render import figures, html, postmortem
 from forensics.render.redact import Redactor
 from forensics.render.text import Redact, hover, safe
+from forensics.report import OUTPUTS
 
 REDACT_MODES = ("none", "timeline", "all")
 GAP_FACTOR = 5.0  # a pause this many times a source's median interval (and over GAP_MIN_S) is a gap
@@ -52,7 +53,7 @@ class Figure:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         Figure._count += 1
         return {"application/vnd.plotly.v1+json": json.loads(pio.to_json(self.fig, validate=False)),
-                "text/html": html.figure_div(self.fig, f"fig-{self.name}-{Figure._count}"),
+                "text/html": html.figure_div(self.fig, html.element_id("fig", Figure._count, self.name)),
                 "text/plain": f"<figure {self.name}: {len(self.fig.data)} traces>"}
 
 
@@ -98,8 +99,8 @@ class ReportSession:
         if redact not in REDACT_MODES:
             raise ForensicsError(f"redact must be one of {', '.join(REDACT_MODES)}, not {redact!r}")
         bundle = Path(bundle)
-        out = Path(out_dir) if out_dir else Path("exports") / bundle.resolve().name
-        out.mkdir(parents=True, exist_ok=True)
+        out = check_output_target(Path(out_dir) if out_dir else Path("exports") / bundle.resolve().name, bundle,
+                                  OUTPUTS)
         analysis = analyze(bundle, out / "case", load_profile(profile) if profile else load_profile(), display_tz)
         session = cls(analysis, out, redact)
         if redact == "all":
@@ -287,8 +288,8 @@ class ReportSession:
     def summary(self) -> dict[str, Any]:
         """summary.json's content (redacted when redact="all")."""
         data = self.analysis.summary()
-        if self.redact is not None:
-            data = json.loads(self.redact(json.dumps(data, default=str)) or "{}")
+        if self._report_redactor is not None:
+            data = self._report_redactor.structure(json.loads(json.dumps(data, default=str)))
         return data
 
     def write_outputs(self) -> dict[str, str]:

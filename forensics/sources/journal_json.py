@@ -26,7 +26,7 @@ from forensics.journal import (
     assemble_events,
     field_name_problem,
 )
-from forensics.rawio import read_all
+from forensics.rawio import read_whole_lines
 from forensics.schema import EXCERPT_CHARS
 from forensics.sources import ParseResult, register
 
@@ -77,6 +77,8 @@ def _slow(lines: list[tuple[int, int, bytes]]) -> pl.DataFrame:
             record, problem = {}, f"line {number}: not UTF-8 at byte {error.start}"
         except json.JSONDecodeError as error:
             record, problem = {}, f"line {number}: invalid JSON: {error.msg} (column {error.colno})"
+        except RecursionError:
+            record, problem = {}, f"line {number}: JSON nested too deeply to be a journal entry"
         except ValueError as error:
             record, problem = {}, f"line {number}: {error}"
         builder.add(record, offset=offset, line=number, problem=problem, excerpt=raw[:EXCERPT_CHARS])
@@ -100,9 +102,11 @@ def _fast(path: Path, data: bytes | mmap.mmap, buf: np.ndarray, starts: np.ndarr
     keys: set[str] = set()
     for line in fast_text.head(_SCHEMA_SAMPLE_LINES).to_list():
         try:
-            keys.update(json.loads(line))
-        except ValueError:
-            pass
+            value = json.loads(line)
+        except (ValueError, RecursionError):  # read (and quarantined) one by one later
+            continue
+        if isinstance(value, dict):
+            keys.update(value)
     if not keys or any(field_name_problem(k.encode()) for k in keys):
         return everything_slow
     if slow.any():
@@ -141,7 +145,7 @@ def _fast(path: Path, data: bytes | mmap.mmap, buf: np.ndarray, starts: np.ndarr
 
 def parse(path: Path) -> ParseResult:
     """Read a JSON (or json-seq) journal export into `events` and `quarantine` rows."""
-    data = read_all(path)
+    data, damage = read_whole_lines(path)
     buf = np.frombuffer(data, np.uint8) if len(data) else np.zeros(0, np.uint8)
     ends = np.flatnonzero(buf == 10)
     if len(buf) and buf[-1] != 10:
@@ -165,7 +169,7 @@ def parse(path: Path) -> ParseResult:
     if len(frames) == 2:
         fields = fields.sort("@line")
     events, quarantine = assemble_events(fields, source_file=str(path), fmt=NAME)
-    return ParseResult("events", events, quarantine, records=fields.height)
+    return ParseResult("events", events, quarantine, records=fields.height, damage=damage)
 
 
 register(NAME, sniff, parse, module=__name__)

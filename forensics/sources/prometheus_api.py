@@ -69,9 +69,10 @@ def parse(path: Path) -> ParseResult:
         result = document["data"]["result"]
         if document["data"].get("resultType") != "matrix":
             raise ValueError(f"resultType {document['data'].get('resultType')!r}, expected 'matrix'")
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, RecursionError) as error:
+        why = "JSON nested too deeply" if isinstance(error, RecursionError) else str(error)
         bad = {"source_file": [source_file], "format": [FORMAT], "offset": [None], "line": [1],
-               "reason": [f"not a range-query answer: {error}"], "excerpt": [excerpt_text(str(error))],
+               "reason": [f"not a range-query answer: {why}"], "excerpt": [excerpt_text(why)],
                "subject": [None]}
         return ParseResult("samples", empty(SAMPLES_SCHEMA), pl.DataFrame(bad, schema=dict(QUARANTINE_SCHEMA)), 1,
                            parsed_records=0)

@@ -35,13 +35,17 @@ from forensics.capture import (
     from_path,
     parse_header,
 )
-from forensics.rawio import read_all, release
+from forensics.journal import LATEST_REALTIME_US
+from forensics.rawio import read_whole_lines, release
 from forensics.schema import QUARANTINE_SCHEMA, SAMPLES_SCHEMA, empty, excerpt_text
 from forensics.sources import ParseResult, register
 
 NAME = "prometheus_text"
 TEXT_FORMAT, OPENMETRICS_FORMAT = "prometheus:text", "openmetrics:text"
 DATA_TYPE = "prometheus:sample"
+# Sample timestamps before 1900 or from 2200 on are damage, not data (the exposition format's own
+# example has one from 1969, so the epoch is no bound); they would overflow date arithmetic.
+EARLIEST_SAMPLE_US = -2_208_988_800_000_000
 _ALLOWED = pl.DataFrame([(t, s) for t, suffixes in promtext.SUFFIXES.items() for s in suffixes],
                         schema={"base_type": pl.String, "suffix": pl.String}, orient="row")
 _SNIFF_LINE = re.compile(rf"^(?:# (?:HELP|TYPE|UNIT) |# EOF$|{promtext.METRIC_NAME}(?:\{{.*\}})?[ \t]+(?:{promtext.FLOAT})"
@@ -329,6 +333,11 @@ def _sample_problems(refused: pl.DataFrame, good: pl.DataFrame) -> pl.DataFrame:
                                   & ~value.str.contains(f"^(?:{promtext.FLOAT})$"))
                       .select("line", pl.format(f"expected float as value for '{label}' label, got \"{{}}\"", value)
                               .alias("reason"), "text"))
+    micros = _sample_micros()
+    checks.append(good.filter(pl.col("timestamp").is_not_null()
+                              & ~micros.is_between(EARLIEST_SAMPLE_US, LATEST_REALTIME_US, closed="left").fill_null(False))
+                  .select("line", pl.format("timestamp {} is outside 1900–2199", pl.col("timestamp").str.slice(0, 40))
+                          .alias("reason"), "text"))
     checks.append(good.with_columns(promtext.series_key().alias("_series"))
                   .with_columns(pl.col("line").min().over("scrape", "_series").alias("_first"))
                   .filter(pl.col("line") != pl.col("_first"))
@@ -350,12 +359,16 @@ def _other_problems(lines: pl.DataFrame) -> pl.DataFrame:
         .alias("reason")).filter(pl.col("reason").is_not_null()).select("line", "reason", "text")
 
 
+def _sample_micros() -> pl.Expr:
+    """A sample's own timestamp in µs since the epoch, as a float (OpenMetrics writes seconds, the
+    text format milliseconds); null when it has none."""
+    stamp = pl.col("timestamp").cast(pl.Float64, strict=False)
+    return pl.when(pl.col("format") == OPENMETRICS_FORMAT).then(stamp * 1_000_000).otherwise(stamp * 1_000)
+
+
 def _finish(good: pl.DataFrame, captures: pl.DataFrame, source_file: str) -> pl.DataFrame:
     """The canonical `samples` frame."""
-    openmetrics = pl.col("format") == OPENMETRICS_FORMAT
-    stamp = pl.col("timestamp")
-    sample_us = (pl.when(openmetrics).then(stamp.cast(pl.Float64, strict=False) * 1_000_000)
-                 .otherwise(stamp.cast(pl.Float64, strict=False) * 1_000)).cast(pl.Int64)
+    sample_us = _sample_micros().cast(pl.Int64)
     frame = (good.drop("format").join(captures, on="scrape", how="left")
              .with_columns(
                  pl.from_epoch(sample_us, time_unit="us").dt.replace_time_zone("UTC").alias("sample_ts"),
@@ -383,7 +396,7 @@ def _scrape_runs(data: bytes | mmap.mmap, chunk_bytes: int) -> list[tuple[int, i
 def parse(path: Path) -> ParseResult:
     """Read one exposition file, a run of scrapes at a time so that memory follows the run, not
     the file (a file of a thousand scrapes holds hundreds of MB)."""
-    data = read_all(path)
+    data, damage = read_whole_lines(path)
     fallback, target = from_path(path), target_of(path)
     results, line, scrape = [], 1, 0
     for start, end in _scrape_runs(data, CHUNK_BYTES):
@@ -393,11 +406,12 @@ def parse(path: Path) -> ParseResult:
         line += text.count("\n")
         scrape += text.startswith(HEADER_PREFIX) + text.count("\n" + HEADER_PREFIX)
     if len(results) == 1:
+        results[0].damage = damage
         return results[0]
     # rechunk=False: the runs' frames become chunks of one frame, not a second copy of it.
     return ParseResult("samples", pl.concat([r.rows for r in results], rechunk=False),
                        pl.concat([r.quarantine for r in results]),
-                       sum(r.records for r in results), parsed_records=sum(r.parsed for r in results))
+                       sum(r.records for r in results), parsed_records=sum(r.parsed for r in results), damage=damage)
 
 
 register(NAME, sniff, parse, module=__name__)

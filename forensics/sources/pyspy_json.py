@@ -67,6 +67,8 @@ def _problem(stripped: str) -> str:
         return "py-spy failed: " + " ".join(stripped.removeprefix("Error:").split())
     try:
         value = json.loads(stripped)
+    except RecursionError:
+        return "JSON nested too deeply to be a py-spy dump"
     except json.JSONDecodeError as error:
         cut = stripped.startswith("[") and not stripped.endswith("]")
         return ("JSON dump cut short: " if cut else "not valid JSON: ") + f"{error.msg} at char {error.pos}"

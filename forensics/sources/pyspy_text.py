@@ -31,7 +31,7 @@ import polars as pl
 from forensics import pyspy
 from forensics.capture import HEADER_PREFIX, Capture, from_path
 from forensics.pyspy import DumpContext, capture_of, subject_of
-from forensics.rawio import read_all
+from forensics.rawio import read_whole_lines
 from forensics.sources import ParseResult, register
 
 NAME = "pyspy_text"
@@ -269,8 +269,10 @@ def _frames(lines: Lines, segments: pl.DataFrame, good: list[int]) -> pl.DataFra
 
 def parse(path: Path) -> ParseResult:
     """Read one py-spy text file."""
-    data = read_all(path)
-    return parse_text(bytes(data).decode("utf-8", "replace"), str(path), from_path(path))
+    data, damage = read_whole_lines(path)
+    result = parse_text(bytes(data).decode("utf-8", "replace"), str(path), from_path(path))
+    result.damage = damage
+    return result
 
 
 register(NAME, sniff, parse, module=__name__)
