@@ -266,6 +266,8 @@ def _read_input(bundle: Path, path: Path, source: sources.Source) -> tuple[dict[
     entry.update(records=result.records, parsed=result.parsed, quarantined=result.quarantine.height)
     if result.damage:
         entry["error"] = result.damage
+    if result.notes:
+        entry["notes"] = result.notes
     return entry, result
 
 

@@ -10,10 +10,13 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
+import polars as pl
+
 from forensics.align import Timeline
 from forensics.detect import Evidence, Finding, clock
 
 ORDER = ("started", "detected", "mitigated", "resolved")
+HANG_VERDICTS = ("TP_DESYNC", "UNIFORM_WAIT", "STRAGGLER_OR_MISSING")
 
 
 @dataclass
@@ -60,8 +63,12 @@ def key_times(timeline: Timeline, findings: list[Finding]) -> tuple[KeyTimes, li
     for note in timeline.incident.annotations:
         if annotation_track(note.text, timeline) == main:
             candidates.append((note.at, f"annotation: {note.text}"))
-    dumps = timeline.stacks.get_column("ts").drop_nulls()
-    if dumps.len():
+    # A dump is a diagnostic action only when something was wrong (a freeze, or stacks showing a
+    # hang), and only when its capture time is known (not a copied file's mtime).
+    hang = any(f.kind == "stack_verdict" and any(v in f.text for v in HANG_VERDICTS) for f in findings)
+    dumps = (timeline.stacks.filter(pl.col("ts_confidence").cast(pl.String) != "low")
+             .get_column("ts").drop_nulls())
+    if dumps.len() and (started is not None or hang):
         first_dump = dumps.min()
         candidates.append((first_dump, "first py-spy dump captured"))  # type: ignore[arg-type]
     after = sorted(c for c in candidates if started is None or c[0] >= started)

@@ -4,20 +4,26 @@ For each process the main thread's frames are walked innermost first; the profil
 that matches a frame gives the process's phase (collective, idle, transfer, device_sync, compute,
 unknown). Processes are grouped into engines (the TP group: the header's `group`, else a
 component named in the file's path or the title, split by pipeline stage and, unless DP
-attention is on, by DP replica) and into rounds (one dump per rank each). Per group and round the
-stacks are merged into a prefix tree, the way LLNL's STAT merges traces, and judged:
+attention is on, by DP replica; a dump with neither is grouped by its file) and into rounds (one
+dump per rank each). Per group and round the stacks are merged into a prefix tree, the way LLNL's
+STAT merges traces, and judged (docs/verdicts.md has the taxonomy with examples):
 
-- `TP_DESYNC`: some ranks wait in a collective while others are elsewhere. A collective returns
-  only when every rank of the group has entered it, so the waiting ranks wait for ever.
-- `ALL_IN_COLLECTIVE`: every rank is in the collective: the group agrees; look at the peer engine
-  or the transport.
-- `ALL_IDLE`: every rank waits for work: no work arrives; look upstream.
-- `MIXED`: anything else.
+- `TP_DESYNC`: ranks split across different collectives, or some wait in a collective while
+  others are idle or elsewhere. A collective returns only when every rank has entered it.
+- `UNIFORM_WAIT`: every rank waits at the same frame (a collective, a device `synchronize`, a
+  barrier): the group agrees, so the hang is below Python or in a peer outside the dump.
+- `STRAGGLER_OR_MISSING`: the ranks present wait in a collective and others of the group are not
+  in the bundle (named, with py-spy's reason when it failed), or one rank alone waits in one.
+- `ALL_IDLE`: every rank (two or more) waits for work: nothing reaches the engine.
+- `ORDINARY_WORK`: anything else: the stacks show no hang (a single process at work, ranks in
+  different phases none of them waiting on the others).
 
+When the bundle holds processes the profile names (`[stacks] process_title`), only those are
+judged; a bundle of other dumps (a training job, any Python service) has all its processes judged.
 With several rounds each rank is `STUCK` (its stack did not move) or `PROGRESSING`. Ranks that
 should be there (0 … highest rank seen, or the size given) but have no readable dump are listed
 as missing, with py-spy's reason when the bundle holds a failed dump, and the verdict says whether
-it holds without them.
+it holds without them. A verdict's sentence is written from the same ranks as its table.
 """
 
 from __future__ import annotations
@@ -32,7 +38,10 @@ import polars as pl
 from forensics.detect import Evidence, Finding
 from forensics.profiles import Profile, StackRules, load_profile
 
-TP_DESYNC, ALL_IN_COLLECTIVE, ALL_IDLE, MIXED = "TP_DESYNC", "ALL_IN_COLLECTIVE", "ALL_IDLE", "MIXED"
+TP_DESYNC, UNIFORM_WAIT, STRAGGLER_OR_MISSING = "TP_DESYNC", "UNIFORM_WAIT", "STRAGGLER_OR_MISSING"
+ALL_IDLE, ORDINARY_WORK = "ALL_IDLE", "ORDINARY_WORK"
+VERDICTS = (TP_DESYNC, UNIFORM_WAIT, STRAGGLER_OR_MISSING, ALL_IDLE, ORDINARY_WORK)
+WAITING_PHASES = ("collective", "device_sync", "transfer")  # a rank here waits on something outside it
 STUCK, PROGRESSING = "STUCK", "PROGRESSING"
 _FRAME_TEXT = re.compile(r"^(?P<function>\S.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 
@@ -117,6 +126,7 @@ class RankStack:
     frames: tuple[Frame, ...]
     phase: Phase
     round: int = 0
+    ts_confidence: str | None = None  # how sure the capture time is: high, medium or low (a file's mtime)
 
 
 @dataclass
@@ -213,7 +223,8 @@ def group_of(profile: Profile, group: str | None, path: str | None, title: str |
     """The engine (TP group) a process belongs to: header group, else a component named in the
     path or title, else the title without its rank tags; split by pipeline stage and DP replica."""
     base = (group or profile.component_of(path) or profile.component_of(title)
-            or (re.sub(r"[_-]?(DP|TP|PP|EP)\d+", "", title.split()[0]) if title else "unknown"))
+            or (re.sub(r"[_-]?(DP|TP|PP|EP)\d+", "", title.split()[0]) if title else None)
+            or (path.rsplit("/", 1)[-1] if path else "unknown"))
     if pp is not None:
         base += f" PP{pp}"
     if dp is not None and split_dp:
@@ -231,13 +242,15 @@ def main_thread_stacks(stacks: pl.DataFrame | pl.LazyFrame, profile: Profile) ->
     dump = ["source_file", "dump"]
     score = (pl.when(pl.col("thread_name") == rules.main_thread).then(0)
              .when(pl.col("thread_id") == pl.col("pid")).then(1).otherwise(2))
-    frame = frame.filter(pl.col("title").is_null() | pl.col("title").str.contains(rules.process_title.pattern))
+    profiled = pl.col("title").str.contains(rules.process_title.pattern)
+    if frame.select(profiled.any()).collect().item():  # the profile's processes, when there are any
+        frame = frame.filter(pl.col("title").is_null() | profiled)
     chosen = (frame.with_columns(score.alias("_score"), pl.int_range(pl.len()).over(dump).alias("_order"))
               .filter(pl.col("_score") == pl.col("_score").min().over(dump))
               .filter(pl.col("thread_id") == pl.col("thread_id").sort_by("_order").first().over(dump)))
     return (chosen.sort("depth", nulls_last=True)
             .group_by(dump, maintain_order=True)
-            .agg(pl.col("ts", "host", "group", "pid", "title", "dp", "tp", "pp", "ep").first(),
+            .agg(pl.col("ts", "ts_confidence", "host", "group", "pid", "title", "dp", "tp", "pp", "ep").first(),
                  pl.col("source_line").min().alias("first_line"),
                  pl.struct("function", "file", "line").filter(pl.col("depth").is_not_null()).alias("frames"))
             .sort("ts", "source_file", "dump", nulls_last=True)
@@ -250,14 +263,18 @@ def _rank_stacks(processes: pl.DataFrame, profile: Profile, by_pid: Mapping[int,
     for row in processes.iter_rows(named=True):
         given = by_pid.get(row["pid"])
         frames = tuple(Frame(f["function"], f["file"], f["line"]) for f in row["frames"])
-        rank = row["tp"] if row["tp"] is not None else row["pid"]
-        label = f"TP{row['tp']}" if row["tp"] is not None else f"pid {row['pid']}"
+        if row["tp"] is not None:
+            rank, label = row["tp"], f"TP{row['tp']}"
+        elif row["pid"] is not None:
+            rank, label = row["pid"], f"pid {row['pid']}"
+        else:  # pasted without its head: named by where it is
+            rank, label = -row["first_line"], f"{row['source_file'].rsplit('/', 1)[-1]} line {row['first_line']}"
         out.append(RankStack(
             group=given or group_of(profile, row["group"], row["source_file"], row["title"], row["dp"],
                                     row["pp"], split_dp=split_dp),
             rank=rank, label=label, pid=row["pid"], title=row["title"], host=row["host"], ts=row["ts"],
             source=f"{row['source_file']} line {row['first_line']}", frames=frames,
-            phase=classify(frames, profile.stacks)))
+            phase=classify(frames, profile.stacks), ts_confidence=row["ts_confidence"]))
     return out
 
 
@@ -294,10 +311,17 @@ def _unreadable(quarantine: pl.DataFrame | None, profile: Profile, split_dp: boo
     return out
 
 
-def _ranks_text(ranks: Sequence[int]) -> str:
-    ranks = sorted(ranks)
-    word = "rank" if len(ranks) == 1 else "ranks"
-    return f"{word} {', '.join(str(r) for r in ranks)}"
+def _ranks_text(ranks: Sequence[RankStack]) -> str:
+    """`rank 3`, `ranks 0, 1, 2` (TP ranks) or the processes' labels (`pid 4242, pid 4243`)."""
+    ordered = sorted(ranks, key=lambda r: r.rank)
+    if all(r.label.startswith("TP") for r in ordered):
+        return f"{'rank' if len(ordered) == 1 else 'ranks'} {', '.join(str(r.rank) for r in ordered)}"
+    return ", ".join(r.label for r in ordered)
+
+
+def _frame_key(r: RankStack) -> tuple[str, str] | None:
+    """Where a rank's phase was decided, without the line (ranks may run different builds)."""
+    return (r.phase.frame.function, r.phase.frame.file) if r.phase.frame else None
 
 
 def _judge(group: str, number: int, ranks: list[RankStack], expected: int | None,
@@ -306,7 +330,7 @@ def _judge(group: str, number: int, ranks: list[RankStack], expected: int | None
     for r in sorted(ranks, key=lambda r: r.rank):
         by_phase.setdefault(r.phase.phase, []).append(r.rank)
     present = {r.rank for r in ranks}
-    numbered = all(r.label.startswith("TP") for r in ranks)
+    numbered = bool(ranks) and all(r.label.startswith("TP") for r in ranks)
     size = expected if expected is not None else (max(present) + 1 if numbered and present else len(present))
     missing: list[Missing] = []
     if numbered:
@@ -317,61 +341,101 @@ def _judge(group: str, number: int, ranks: list[RankStack], expected: int | None
             missing.append(known[0] if known else Missing(rank, f"TP{rank}", "no dump of this rank in the bundle"))
     missing += [m for m in unreadable if m.rank is None or (not numbered and m.rank not in present)]
 
-    collective_ranks = by_phase.get("collective", [])
+    in_collective = [r for r in ranks if r.phase.phase == "collective"]
     others = [r for r in ranks if r.phase.phase != "collective"]
     collective = called_from = None
-    if collective_ranks:
-        in_collective = [r for r in ranks if r.phase.phase == "collective"]
+    if in_collective:
         names = [r.phase.frame.function for r in in_collective if r.phase.frame]
-        collective = max(set(names), key=names.count) if names else None
+        collective = max(sorted(set(names)), key=names.count) if names else None
         callers = [str(r.phase.caller) for r in in_collective if r.phase.caller]
-        called_from = max(set(callers), key=callers.count) if callers else None
-    if collective_ranks and others:
+        called_from = max(sorted(set(callers)), key=callers.count) if callers else None
+    collectives = {_names(r.phase.frame.function)[-1] for r in in_collective if r.phase.frame}
+    same_frame = len({_frame_key(r) for r in ranks}) == 1
+    if in_collective and (others or len(collectives) > 1):
         verdict, holds = TP_DESYNC, True  # the present ranks already disagree
-    elif collective_ranks:
-        verdict, holds = ALL_IN_COLLECTIVE, not missing
-    elif ranks and all(r.phase.phase == "idle" for r in ranks):
+    elif in_collective and (missing or len(ranks) == 1):
+        verdict, holds = STRAGGLER_OR_MISSING, True
+    elif len(ranks) > 1 and (in_collective or (same_frame and ranks[0].phase.phase in WAITING_PHASES)):
+        verdict, holds = UNIFORM_WAIT, not missing
+    elif len(ranks) > 1 and all(r.phase.phase == "idle" for r in ranks):
         verdict, holds = ALL_IDLE, not missing
     else:
-        verdict, holds = MIXED, not missing
+        verdict, holds = ORDINARY_WORK, not missing
     at = max((r.ts for r in ranks if r.ts), default=None)
     v = Verdict(group, number, at, verdict, collective, called_from, by_phase, ranks, missing, holds)
     return v
 
 
 def _where(r: RankStack) -> str:
-    return f"`{r.phase.frame.function}` ({r.phase.frame.file}:{r.phase.frame.line})" if r.phase.frame else "no frame"
+    if r.phase.frame is None:
+        return "no frame"
+    line = f":{r.phase.frame.line}" if r.phase.frame.line is not None else ""
+    return f"`{r.phase.frame.function}` ({r.phase.frame.file}{line})"
+
+
+def _when(v: Verdict) -> str:
+    if v.at is None:
+        return ""
+    if any(r.ts_confidence == "low" for r in v.ranks):
+        return (f" (capture time unknown: {v.at:%Y-%m-%d %H:%M:%S} UTC is a file's modification time, "
+                "not when the stacks were taken)")
+    return f" at {v.at:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def explain(v: Verdict) -> str:
-    """One paragraph naming the ranks and frames behind a verdict."""
-    when = f" at {v.at:%Y-%m-%d %H:%M:%S} UTC" if v.at else ""
-    parts = [f"{v.group}{when}: {v.verdict}."]
-    by_label = {r.rank: r for r in v.ranks}
-    for phase, ranks in sorted(v.ranks_by_phase.items(), key=lambda kv: kv[0] != "collective"):
-        sample = by_label[ranks[0]]
-        frames = sorted({_where(by_label[r]) for r in ranks})
-        verb = "wait in" if phase == "collective" else f"are {phase.replace('_', ' ')} in"
-        if len(ranks) == 1:
-            verb = "waits in" if phase == "collective" else f"is {phase.replace('_', ' ')} in"
-        caller = f", called from `{sample.phase.caller}`" if phase == "collective" and sample.phase.caller else ""
-        parts.append(f"{_ranks_text(ranks).capitalize()} {verb} {' / '.join(frames)}{caller}.")
+    """One paragraph naming the ranks and frames behind a verdict, written from the same ranks as
+    its table (`ranks_by_phase`), so the two never disagree."""
+    parts = [f"{v.group}{_when(v)}: {v.verdict}."]
+    by_rank = {r.rank: r for r in v.ranks}
+    classes: list[tuple[str, list[RankStack]]] = []
+    for phase, numbers in sorted(v.ranks_by_phase.items(), key=lambda kv: kv[0] != "collective"):
+        members = [by_rank[n] for n in numbers]
+        if phase == "collective":  # which collective each rank waits in is the heart of a desync
+            by_frame: dict[str, list[RankStack]] = {}
+            for r in members:
+                by_frame.setdefault(_where(r), []).append(r)
+            classes += [(phase, rs) for _, rs in sorted(by_frame.items(), key=lambda kv: -len(kv[1]))]
+        else:
+            classes.append((phase, members))
+    for phase, members in classes:
+        frames = sorted({_where(r) for r in members})
+        word = "are" if len(members) > 1 else "is"
+        verb = ("wait in" if len(members) > 1 else "waits in") if phase == "collective" else (
+            f"{word} in" if phase == "unknown" else f"{word} {phase.replace('_', ' ')} in")
+        caller = f", called from `{members[0].phase.caller}`" if phase == "collective" and members[0].phase.caller \
+            else ""
+        text = _ranks_text(members)
+        parts.append(f"{text[0].upper() if text.startswith('rank') else text[0]}{text[1:]} {verb} "
+                     f"{' / '.join(frames)}{caller}.")
     if v.verdict == TP_DESYNC:
-        waiting = _ranks_text(v.ranks_by_phase["collective"])
-        away = _ranks_text([r for p, rs in v.ranks_by_phase.items() if p != "collective" for r in rs])
-        parts.append(f"A collective returns only when every rank of the group has entered it, so {waiting} "
-                     f"wait for {away}, which took another path: the group is desynchronised and will not "
-                     "make progress until it is restarted.")
-    elif v.verdict == ALL_IN_COLLECTIVE:
-        parts.append("The ranks agree with each other; if they do not move, look at the peer engine or the "
-                     "transport under the collective.")
+        waiting = [r for r in v.ranks if r.phase.phase == "collective"]
+        away = [r for r in v.ranks if r.phase.phase != "collective"]
+        if away:
+            parts.append(f"A collective returns only when every rank of the group has entered it, so "
+                         f"{_ranks_text(waiting)} wait for {_ranks_text(away)}, which took another path: the group "
+                         "is desynchronised and will not make progress until it is restarted.")
+        else:
+            parts.append("The ranks wait in different collectives, so none of them can complete: the group is "
+                         "desynchronised and will not make progress until it is restarted.")
+    elif v.verdict == UNIFORM_WAIT:
+        parts.append("Every rank waits at the same place, so the ranks agree with each other: the hang is below "
+                     "Python (the device, NCCL, the transport) or in a peer outside these dumps. Next: a "
+                     "`py-spy dump --native` of one rank, GPU state (nvidia-smi, DCGM XID errors) and the peer "
+                     "engine's stacks.")
+    elif v.verdict == STRAGGLER_OR_MISSING:
+        if v.missing:
+            parts.append("The ranks in the bundle wait in a collective for ranks that are not in it: the missing "
+                         "ranks are the stragglers or the ones that took another path. Next: dump them.")
+        else:
+            parts.append("One rank alone waits in a collective: its peers are not in the bundle, so whether the "
+                         "group desynced cannot be told. Next: dump every rank of its group at the same moment.")
     elif v.verdict == ALL_IDLE:
         parts.append("Every rank waits for work: nothing reaches this engine; look upstream (router, peer engine).")
     else:
-        parts.append("The ranks are in different phases, none of them a collective: no desync shown by this round.")
+        parts.append("No rank waits on another: the stacks show work, not a hang.")
     if v.progress:
-        stuck = [r for r, p in v.progress.items() if p == STUCK]
-        moving = [r for r, p in v.progress.items() if p == PROGRESSING]
+        stuck = [by_rank[r] for r, p in v.progress.items() if p == STUCK and r in by_rank]
+        moving = [by_rank[r] for r, p in v.progress.items() if p == PROGRESSING and r in by_rank]
         if stuck:
             parts.append(f"Across rounds, {_ranks_text(stuck)} did not move (STUCK).")
         if moving:
@@ -400,6 +464,9 @@ def judge(stacks: pl.DataFrame | pl.LazyFrame, quarantine: pl.DataFrame | pl.Laz
     groups: dict[str, list[RankStack]] = {}
     for r in ranks:
         groups.setdefault(r.group, []).append(r)
+    for group, members in groups.items():  # a group with TP ranks: its other processes are no ranks of it
+        if any(r.label.startswith("TP") for r in members):
+            groups[group] = [r for r in members if r.label.startswith("TP")]
     for group, _ in unreadable:
         groups.setdefault(group, [])
     verdicts = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
@@ -34,6 +34,9 @@ class ParseResult:
     # Why the input could only be read in part (e.g. a compressed copy cut short): what was read
     # before it is in `rows`, and the manifest reports this beside the counts.
     damage: str | None = None
+    # What the reader changed or guessed to read the input (e.g. a py-spy dump pasted without its
+    # head), in words: reported beside the counts, never silently.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def parsed(self) -> int:

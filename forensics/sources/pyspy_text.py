@@ -31,6 +31,7 @@ import polars as pl
 from forensics import pyspy
 from forensics.capture import HEADER_PREFIX, Capture, from_path
 from forensics.pyspy import DumpContext, capture_of, subject_of
+from forensics.pyspy_paste import HEADERLESS_TITLE, NO_PID, needs_normalizing, normalize
 from forensics.rawio import read_whole_lines
 from forensics.sources import ParseResult, register
 
@@ -59,16 +60,19 @@ _LINE = (
 )
 # Lines that start the way py-spy's do: when such a line fails `_LINE`, it is a damaged dump line.
 _PYSPY_START = r"^(?:Process \d|Python v|Thread |    |Signal \d)"
-_SNIFF = re.compile(rb"(?m)^(?:Process \d+: .*\n(?:Python v|Parent)|Signal \d+: .*\nProcess \d+: |"
-                    rb"Thread (?:0x[0-9A-Fa-f]+|\d+) \((?:idle|active|active\+gil)\))")
+_SNIFF = re.compile(rb"(?m)^[ \t>]*(?:Process \d+: .*\n[ \t>]*(?:Python v|Parent|Thread )|Signal \d+: .*\n"
+                    rb"Process \d+: |Thread (?:0[xX][0-9A-Fa-f]+|\d+) \((?:idle|active|active\+gil|gil)\))")
+_ANSI_BYTES = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
 _SNIFF_FAILED = re.compile(rb"(?m)^" + re.escape(HEADER_PREFIX.encode()) + rb".*\n(?:.*\n)*?Error: ")
 
 
 def sniff(head: bytes, path: Path) -> bool:
-    """py-spy text: a `Process N:` header followed by `Python v`, a core dump's `Signal N:`, a
-    thread line with py-spy's status words, or a capture header followed by py-spy's `Error:`."""
+    """py-spy text: a `Process N:` header followed by `Python v` (or, pasted, a thread line), a
+    core dump's `Signal N:`, a thread line with py-spy's status words (indented or quoted too),
+    or a capture header followed by py-spy's `Error:`; colour codes are looked through."""
     if path.is_dir():
         return False
+    head = _ANSI_BYTES.sub(b"", head) if b"\x1b[" in head else head
     return bool(_SNIFF.search(head) or _SNIFF_FAILED.search(head))
 
 
@@ -196,8 +200,6 @@ def _failure(seg: dict) -> str | None:
         return "dump cut short: the file ends in the middle of a line"
     if seg["damaged_line"] is not None:
         return f"line {seg['damaged_line']}: not a py-spy line: {seg['damaged_text'].strip()[:60]}"
-    if seg["kind"] == "process" and seg["python"] is None:
-        return "no 'Python v…' line after the process line"
     if seg["threads"] == 0:
         return "no threads in the dump"
     return None
@@ -205,9 +207,21 @@ def _failure(seg: dict) -> str | None:
 
 def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
     """Every dump in one py-spy text file: frames of readable dumps, a quarantine row per other.
-    `fallback` dates the dumps that have no capture header of their own."""
+    `fallback` dates the dumps that have no capture header of their own. Text as people paste it
+    is first put back into py-spy's layout (`forensics.pyspy_paste`); rows keep the user's lines."""
+    notes: list[str] = []
+    origin: list[int] | None = None
+    if needs_normalizing(text):
+        pasted = normalize(text)
+        text, origin, notes = pasted.text, pasted.origin, pasted.notes
+
+    def at(line: int | None) -> int | None:
+        return origin[line - 1] if origin is not None and line is not None else line
+
     lines = classify(text)
-    segments = _segment_checks(lines)
+    segments = _segment_checks(lines).with_columns(
+        pl.col("damaged_line").map_elements(at, return_dtype=pl.Int64) if origin is not None
+        else pl.col("damaged_line"))
     header_text = dict(lines.others.filter(pl.col("kind") == "header").select("line", "text").iter_rows())
     contexts: list[DumpContext] = []
     bad: list[tuple[int | None, str, str, str | None]] = []
@@ -222,19 +236,33 @@ def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
                 good_segments.append(seg["segment"])
                 contexts.append(DumpContext(seg["segment"], capture))
             else:
-                bad.append((seg["first_line"], why, seg["first_text"], subject_of(capture, seg["pid"], seg["title"])))
+                bad.append((at(seg["first_line"]), why, seg["first_text"], subject_of(capture, seg["pid"] or None,
+                                                                                    _title(seg["title"]))))
         elif kind == "error":
             cause = " ".join(t.strip() for t in seg["error_text"][1:] if t.strip() and t.strip() != "Caused by:")
             reason = "py-spy failed: " + seg["first_text"].removeprefix("Error: ") + (f" ({cause})" if cause else "")
             pid = int(previous_banner) if previous_banner else None
-            bad.append((seg["first_line"], reason, seg["first_text"], subject_of(capture, pid)))
+            bad.append((at(seg["first_line"]), reason, seg["first_text"], subject_of(capture, pid)))
         elif seg["threads"] or seg["damaged_line"] is not None:
             # Thread or frame lines with no "Process" line above them: the head of a dump is missing.
-            bad.append((seg["first_line"], "thread lines without a 'Process N:' line before them",
+            bad.append((at(seg["first_line"]), "thread lines without a 'Process N:' line before them",
                         seg["first_text"], subject_of(capture)))
         previous_banner = seg["banner_pid"] if kind == "banner" else None
     frames = _frames(lines, segments, good_segments) if good_segments else None
-    return pyspy.result(source_file, FORMAT, frames, contexts, bad)
+    if frames is not None and origin is not None:
+        lookup = pl.DataFrame({"source_line": range(1, len(origin) + 1), "_origin": origin},
+                              schema={"source_line": frames.schema["source_line"], "_origin": pl.Int64})
+        frames = (frames.join(lookup, on="source_line", how="left", maintain_order="left")
+                  .with_columns(pl.col("_origin").cast(frames.schema["source_line"]).alias("source_line"))
+                  .drop("_origin"))
+    result = pyspy.result(source_file, FORMAT, frames, contexts, bad)
+    result.notes = notes
+    return result
+
+
+def _title(title: str | None) -> str | None:
+    """A process title as read; None for the head-less processes `forensics.pyspy_paste` made."""
+    return None if title == HEADERLESS_TITLE else title
 
 
 def _frames(lines: Lines, segments: pl.DataFrame, good: list[int]) -> pl.DataFrame:
@@ -259,7 +287,10 @@ def _frames(lines: Lines, segments: pl.DataFrame, good: list[int]) -> pl.DataFra
               .select("thread_line", g("line").alias("frame_line"), "function", "file", g("lineno").alias("line"))
               .with_columns(pl.int_range(pl.len()).over("thread_line").cast(pl.Int32).alias("depth"))
               .join(locals_, on="frame_line", how="left"))
-    per_dump = segments.select("segment", "pid", "title", "python")
+    per_dump = segments.select(
+        "segment", pl.when(pl.col("pid") != NO_PID).then(pl.col("pid")).alias("pid"),
+        pl.when(pl.col("title") != HEADERLESS_TITLE).then(pl.col("title")).alias("title"),
+        pl.when(pl.col("python") != "?").then(pl.col("python")).alias("python"))
     return (threads.join(frames, on="thread_line", how="left")
             .join(per_dump, on="segment", how="left")
             .with_columns(pl.coalesce("frame_line", "thread_line").alias("source_line"),

@@ -11,8 +11,8 @@ import pytest
 from forensics.case import ingest, load_case
 from forensics.detect.stacks import (
     ALL_IDLE,
-    ALL_IN_COLLECTIVE,
-    MIXED,
+    UNIFORM_WAIT,
+    ORDINARY_WORK,
     PROGRESSING,
     STUCK,
     TP_DESYNC,
@@ -74,9 +74,9 @@ def test_ranks_split_between_all_reduce_and_on_idle_is_a_desync(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("stacks, verdict", [
-    ({0: ALL_REDUCE, 1: ALL_REDUCE}, ALL_IN_COLLECTIVE),
+    ({0: ALL_REDUCE, 1: ALL_REDUCE}, UNIFORM_WAIT),
     ({0: ON_IDLE, 1: HANDSHAKE, 2: ON_IDLE}, ALL_IDLE),  # the idle handshake is idle, not a collective
-    ({0: COMPUTE, 1: SYNC}, MIXED),
+    ({0: COMPUTE, 1: SYNC}, ORDINARY_WORK),
     ({0: HANDSHAKE, 1: ALL_REDUCE}, TP_DESYNC),
 ])
 def test_other_verdicts(tmp_path: Path, stacks: dict[int, list[str]], verdict: str) -> None:
@@ -140,7 +140,7 @@ def test_only_the_profiles_processes_and_their_main_thread_are_judged(tmp_path: 
     files = {"stacks/all.txt": ranks_file({0: ALL_REDUCE, 1: ALL_REDUCE})
              + dump(999, "python -m sglang_router.launch_router", ON_IDLE)}
     (v,) = verdicts(tmp_path, files)
-    assert v.verdict == ALL_IN_COLLECTIVE and sorted(r.pid for r in v.ranks) == [100, 101]
+    assert v.verdict == UNIFORM_WAIT and sorted(r.pid for r in v.ranks) == [100, 101]
 
 
 def test_the_merged_tree_counts_ranks_per_frame(tmp_path: Path) -> None:

@@ -1,0 +1,224 @@
+"""py-spy text as people paste it, made into the text py-spy writes, line numbers kept.
+
+Dumps reach a bundle from tickets, chats and write-ups as often as from `py-spy dump` itself, and
+people change them on the way: the `Process N:` / `Python v…` head is left off, frames lose their
+indent or a markdown block indents everything, several `Thread` lines are stacked over one shared
+frame list ("4 ranks were in:"), a dump is cut with `...`, an author writes `← note` after a
+frame, `--native` frames lose their library, a shell prompt or `ps` output stands in front, and
+SGLang's watchdog wraps a dump in `Pyspy dump for PID n` / `Pyspy failed to dump PID n`.
+
+`normalize` rewrites such text into py-spy's own layout and returns, for every line it writes,
+the line of the original it came from, so that the reader's rows and quarantine rows still point
+at the user's file. A block of thread lines with no `Process` line above it becomes a process of
+its own (pid = the main thread's id when it is an OS thread id, else unknown) titled
+`HEADERLESS_TITLE`, which the reader turns back into "no title"; each `MainThread` of such a block
+starts a new process, the way authors paste one rank after another.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+HEADERLESS_TITLE = "<no Process line: pasted without its head>"
+NO_PID = 0  # the pid written for a head-less process whose pid the text does not give
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_NOTE = re.compile(r"\)?\s{2,}(?:←|<-+|#\s).*$")  # "frame (file:1)     ← an author's note"
+_FENCE = re.compile(r"^\s*(?:```|~~~)")
+_ELISION = re.compile(r"^\s*(?:\.\.\.|…|\[\.\.\.\]|<snip>|\.\.\. *\(.*\))\s*$")
+_PROCESS = re.compile(r"^(?:Process \d+: |Signal \d+: )")
+_THREAD = re.compile(r"^Thread (?P<id>0[xX][0-9A-Fa-f]+|\d+)(?: \((?:idle|active\+gil|active|gil)\))?"
+                     r"(?:: \"(?P<name>.*)\")?\s*$")
+_PLACED_FRAME = re.compile(r"^\S.* \([^()]*\)$")  # function (file[:line])
+_BARE_NATIVE = re.compile(r"^(?:[A-Za-z_~][\w:.<>~,*& -]*|0x[0-9A-Fa-f.]+)$")  # a symbol with no library
+_LOCALS = re.compile(r"^(?:        (?:Arguments|Locals)::?|            \S[^:]*: .*)$")
+_KEEP = re.compile(r"^(?:Python v|Parent Process \d|Error: |Caused by:|# capture |=+ *(?:pid)? *\d* *=+$)")
+_SGLANG_DUMP = re.compile(r"Pyspy dump for PID (?P<pid>\d+)")
+_SGLANG_FAILED = re.compile(r"Pyspy failed to dump PID (?P<pid>\d+)\.?\s*(?P<why>.*)")
+_INDENTED_HEAD = re.compile(r"(?m)^(?P<indent>[ \t]+)(?:Thread (?:0[xX][0-9A-Fa-f]+|\d+)|Process \d+: )")
+# What canonical py-spy output never holds: where any of it is found, the text is normalised.
+_TRIGGERS = re.compile(
+    r"\x1b\[|←|Pyspy (?:dump for|failed to dump) PID|(?m:^\s*(?:```|~~~))|(?m:^\s*(?:\.\.\.|…)\s*$)"
+    r"|(?m:^[ \t]+(?:Thread|Process) \d)|(?m:^    [^\s(][^()\n]*$)|(?m:^Thread [^\n]*\n(?!    |Thread |\n|$))")
+
+
+def needs_normalizing(text: str) -> bool:
+    """Whether `text` holds anything py-spy itself never writes (cheap: regular expressions only)."""
+    if _TRIGGERS.search(text):
+        return True
+    first_thread = text.find("\nThread ") + 1 if not text.startswith("Thread ") else 0
+    if first_thread < 0 or (first_thread == 0 and not text.startswith("Thread ")):
+        return False
+    return not re.search(r"(?m)^(?:Process|Signal) \d+: ", text[:first_thread])
+
+
+@dataclass
+class Normalized:
+    """The text in py-spy's layout, the original line of each of its lines, and what was changed."""
+
+    text: str
+    origin: list[int]  # origin[i] = 1-based line of the original that line i + 1 came from
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Block:
+    """Stacked thread lines of a head-less dump and the frame list they share."""
+
+    threads: list[tuple[int, str, str | None, str]] = field(default_factory=list)  # (line, text, name, id)
+    frames: list[tuple[int, str]] = field(default_factory=list)
+
+
+def _dedent(lines: list[str]) -> list[str]:
+    """Lines with a common indent taken off, when every Thread/Process line carries it (a markdown
+    code block indented by four spaces or a tab) and none stands at the margin."""
+    text = "\n".join(lines)
+    indents = {m["indent"] for m in _INDENTED_HEAD.finditer(text)}
+    if len(indents) != 1 or re.search(r"(?m)^(?:Thread (?:0x|\d)|Process \d)", text):
+        return lines
+    indent = indents.pop()
+    return [line[len(indent):] if line.startswith(indent) else line for line in lines]
+
+
+def _clean(line: str) -> str:
+    line = _ANSI.sub("", line).rstrip("\r").rstrip()
+    if "←" in line or "<-" in line or "  # " in line:
+        cut = _NOTE.search(line)
+        if cut:
+            line = line[:cut.start()] + (")" if cut.group(0).startswith(")") else "")
+    return line
+
+
+def _frame(line: str, in_thread: bool) -> str | None:
+    """`line` as a py-spy frame line, or None when it is not one here."""
+    if line.startswith("    ") and not line.startswith("        ") and line.strip():
+        body = line.strip()
+    elif in_thread and line and not line[0].isspace() and _PLACED_FRAME.match(line):
+        body = line  # frames pasted without their indent
+    elif in_thread and line.startswith("\t") and line.strip():
+        body = line.strip()
+    else:
+        return None
+    if _PLACED_FRAME.match(body):
+        return "    " + body
+    if in_thread and _BARE_NATIVE.match(body):
+        return f"    {body} (?)"  # a --native frame printed without its library: py-spy's "unknown"
+    return None
+
+
+def normalize(text: str) -> Normalized:
+    """`text` rewritten into py-spy's own layout (see the module's docstring)."""
+    raw = text.split("\n")
+    if text.endswith("\n"):
+        raw.pop()
+    lines = _dedent([_clean(line) for line in raw])
+    out: list[str] = []
+    origin: list[int] = []
+    notes: list[str] = []
+    in_process = False  # inside a dump that has its own Process line
+    last = "none"  # what the previous meaningful line was: thread, frame, locals, other
+    block: _Block | None = None  # a head-less dump being gathered
+    headless_open = False  # a head-less process is open: its non-main threads join it
+
+    def emit(line: str, number: int) -> None:
+        out.append(line)
+        origin.append(number)
+
+    def flush() -> None:
+        nonlocal block, headless_open
+        if block is None:
+            return
+        shared = block.frames
+        for number, thread_text, name, thread_id in block.threads:
+            if not headless_open or name == "MainThread":
+                pid = int(thread_id) if thread_id.isdigit() and name in (None, "MainThread") else NO_PID
+                emit(f"Process {pid}: {HEADERLESS_TITLE}", number)
+                emit("Python v?", number)
+                emit("", number)
+                headless_open = True
+            emit(thread_text, number)
+            for frame_number, frame_text in shared:
+                emit(frame_text, frame_number)
+        if len(block.threads) > 1 and shared:
+            notes.append(f"line {block.threads[0][0]}: {len(block.threads)} thread lines share one frame list "
+                         f"(grouped by the author): each thread gets those frames")
+        block = None
+
+    for number, line in enumerate(lines, start=1):
+        if _FENCE.match(line):
+            flush()
+            headless_open, last = False, "other"
+            emit("", number)
+            continue
+        if _ELISION.match(line):
+            if last in ("thread", "frame", "locals"):
+                notes.append(f"line {number}: frames left out by whoever pasted the dump ('{line.strip()}')")
+            emit("", number)
+            continue
+        if (failed := _SGLANG_FAILED.search(line)) is not None:
+            flush()
+            in_process, headless_open, last = False, False, "other"
+            emit(f"=== pid {failed['pid']} ===", number)
+            emit(f"Error: {failed['why'].removeprefix('Error: ') or 'py-spy failed'}", number)
+            continue
+        if (dump := _SGLANG_DUMP.search(line)) is not None:
+            flush()
+            in_process, headless_open, last = False, False, "other"
+            emit(f"=== pid {dump['pid']} ===", number)
+            continue
+        if _PROCESS.match(line):
+            flush()
+            in_process, headless_open, last = True, False, "other"
+            emit(line, number)
+            continue
+        thread = _THREAD.match(line)
+        if thread is not None:
+            last = "thread"
+            if in_process:
+                emit(line, number)
+                continue
+            if block is not None and block.frames:
+                flush()
+            if block is None:
+                block = _Block()
+            block.threads.append((number, line, thread["name"], thread["id"]))
+            continue
+        frame = _frame(line, last in ("thread", "frame", "locals"))
+        if frame is not None and last in ("thread", "frame", "locals"):
+            last = "frame"
+            if block is not None:
+                block.frames.append((number, frame))
+            else:
+                emit(frame, number)
+            continue
+        if _LOCALS.match(line) and last in ("frame", "locals"):
+            last = "locals"
+            if block is not None:
+                block.frames.append((number, line))
+            else:
+                emit(line, number)
+            continue
+        if not line.strip():
+            if block is not None and block.frames:
+                flush()
+            emit("", number)
+            continue
+        if _KEEP.match(line):
+            flush()
+            if not line.startswith(("Python v", "Parent Process")):
+                in_process, headless_open = False, False
+            last = "other"
+            emit(line, number)
+            continue
+        # Prose, a shell prompt, `ps` output: noise between dumps, written so that no reader
+        # takes it for a dump line (a "    PID STAT" heading is not a damaged frame).
+        flush()
+        headless_open, last = False, "other"
+        if in_process and line.startswith("    "):
+            emit(line, number)  # inside a dump, a line that looks like py-spy's but is not: damage
+        else:
+            in_process = False
+            emit("> " + line.strip(), number)
+    flush()
+    return Normalized("\n".join(out) + ("\n" if out else ""), origin, notes)
