@@ -136,14 +136,20 @@ class _Line:
 
 
 def _labels(line: _Line, metric: str | None, family_type: str | None,
-            pairs: list[tuple[str, str]]) -> str | None:
-    """Read a label set from just after `{` into `pairs`; returns the metric name if the set carried it."""
+            pairs: list[tuple[str, str]], utf8_names: bool = True) -> str | None:
+    """Read a label set from just after `{` into `pairs`; returns the metric name if the set carried it.
+    Quoted (UTF-8) names are read only with `utf8_names`: the text format's legacy reader, the one
+    promtool runs, refuses them."""
     seen: set[str] = set()
     while True:
         line.skip_blank()
         if line.peek() == "}":
             line.at += 1
             return metric
+        if line.peek() == '"' and not utf8_names:
+            if metric is None:
+                raise ValueError("invalid metric name")
+            raise ValueError(f"invalid label name for metric {go_quote(metric)}")
         if line.peek() == '"':
             line.at += 1
             name = line.quoted("label name")
@@ -204,16 +210,14 @@ def parse_line(text: str, family_type: str | None = None, *, openmetrics: bool =
     """Read one sample line exactly; ValueError says what is wrong in expfmt's words."""
     line = _Line(text)
     line.skip_blank()
-    metric: str | None = None
     pairs: list[tuple[str, str]] = []
-    if line.peek() != "{":
-        metric = line.name(_NAME_START, _NAME_CHAR)
-        if not metric:
-            raise ValueError("invalid metric name")
-        line.skip_blank()
+    metric: str | None = line.name(_NAME_START, _NAME_CHAR) or None
+    if metric is None and not (openmetrics and line.peek() == "{"):
+        raise ValueError("invalid metric name")  # `{} 3.14`; OpenMetrics may name it inside the braces
+    line.skip_blank()
     if line.peek() == "{":
         line.at += 1
-        metric = _labels(line, metric, family_type, pairs)
+        metric = _labels(line, metric, family_type, pairs, utf8_names=openmetrics)
         if not metric:
             raise ValueError("invalid metric name")
         line.skip_blank()
@@ -256,10 +260,10 @@ def _exemplar(text: str) -> None:
 
 def help_problem(text: str) -> str | None:
     """An invalid escape in a HELP text (only `\\\\` and `\\n` are allowed), or None."""
-    found = re.search(r"\\([^\\n])|\\$", text)
-    if not found:
-        return None
-    return f"invalid escape sequence '\\{found[1] or ''}'"
+    for escape in re.finditer(r"\\(.|$)", text):  # pairs, left to right: `\\i` is `\\` then `i`
+        if escape[1] not in ("\\", "n"):
+            return f"invalid escape sequence '\\{escape[1]}'"
+    return None
 
 
 def series_key() -> pl.Expr:

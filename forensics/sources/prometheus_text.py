@@ -51,6 +51,8 @@ _ALLOWED = pl.DataFrame([(t, s) for t, suffixes in promtext.SUFFIXES.items() for
 _SNIFF_LINE = re.compile(rf"^(?:# (?:HELP|TYPE|UNIT) |# EOF$|{promtext.METRIC_NAME}(?:\{{.*\}})?[ \t]+(?:{promtext.FLOAT})"
                          rf"(?:[ \t]+\S+)?[ \t]*$)")
 _TARGET = re.compile(r"^(?:(?P<host>[^:_/]+)[:_])?(?P<port>\d{2,5})$")
+# A JSON document's start: `[`, `{"key":`, or `{}` alone (`{} 3.14` is a sample line, if a bad one).
+_JSON_START = re.compile(rb'\s*(?:\[|\{\s*"(?:[^"\\]|\\.)*"\s*:|\{\s*\}\s*$)')
 _SUFFIXES = (".prom", ".metrics", ".om", ".openmetrics")
 CHUNK_BYTES = 2 << 20  # scrapes are read in runs of about this size: memory against per-run cost
 
@@ -66,7 +68,7 @@ def sniff(head: bytes, path: Path) -> bool:
     if path.is_dir():
         return False
     if _in_metrics_folder(path):
-        return not head.lstrip()[:1] in (b"{", b"[")  # JSON there is an API answer, not a scrape
+        return not _JSON_START.match(head)  # JSON there is an API answer, not a scrape
     for line in head.decode("utf-8", "replace").splitlines():
         if not line.strip() or line.startswith(HEADER_PREFIX):
             continue
@@ -102,7 +104,7 @@ def _whole_file_problem(text: str) -> str | None:
             return None
         title = re.search(r"<title>(.*?)</title>", text[:4096], re.IGNORECASE | re.DOTALL)
         return "an HTML page, not a metrics exposition" + (f" ({title[1].strip()[:60]})" if title else "")
-    return "empty scrape: no samples and no metadata"
+    return None
 
 
 def _captures(lines: pl.DataFrame, fallback: Capture, target: dict[str, str]) -> pl.DataFrame:
@@ -137,9 +139,9 @@ def classify(text: str, first_line: int = 1, first_scrape: int = 0) -> pl.DataFr
     t = pl.col("text")
     kind = (pl.when(t.str.starts_with(HEADER_PREFIX)).then(pl.lit("header"))
             .when(t.str.strip_chars() == "").then(pl.lit("blank"))
-            .when(t.str.contains(r"^#[ \t]+(?:HELP|TYPE|UNIT)(?:[ \t]|$)")).then(pl.lit("meta"))
+            .when(t.str.contains(r"^[ \t]*#[ \t]+(?:HELP|TYPE|UNIT)[ \t]+\S")).then(pl.lit("meta"))
             .when(t.str.contains(r"^# EOF[ \t]*$")).then(pl.lit("eof"))
-            .when(t.str.starts_with("#")).then(pl.lit("comment"))
+            .when(t.str.contains(r"^[ \t]*#")).then(pl.lit("comment"))
             .otherwise(pl.lit("sample")))
     return lines.with_columns(kind.alias("kind")).with_columns(
         ((pl.col("kind") == "header").cum_sum() + first_scrape).cast(pl.Int32).alias("scrape"),
@@ -150,23 +152,28 @@ def classify(text: str, first_line: int = 1, first_scrape: int = 0) -> pl.DataFr
 def _metadata(lines: pl.DataFrame, first_sample: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The HELP/TYPE/UNIT each family declares per scrape, and the metadata lines that are wrong."""
     meta = (lines.filter(pl.col("kind") == "meta")
-            .with_columns(pl.col("raw_text").str.extract_groups(promtext.METADATA).alias("m")).unnest("m")
-            .with_columns(pl.col("family").str.strip_chars('"')))
+            .with_columns(pl.col("raw_text").str.strip_chars_start(" \t").str.extract_groups(promtext.METADATA)
+                          .alias("m")).unnest("m"))
+    # expfmt reads a name and nothing after it (`# TYPE name`) as a comment it ignores: read, kept
+    # out of the declarations and of the checks for repeats
+    meta = (meta.filter(pl.col("family").is_null() | pl.col("detail").is_not_null())
+            .with_columns(pl.col("family").str.starts_with('"').alias("quoted"), pl.col("family").str.strip_chars('"')))
     meta = meta.join(first_sample, on=["scrape", "family"], how="left")
     keyword, family = pl.col("keyword"), pl.col("family")
     repeated = pl.int_range(pl.len()).over("scrape", "family", "keyword") > 0
     after_samples = pl.col("first_sample_line").is_not_null() & (pl.col("first_sample_line") < pl.col("line"))
     quoted = pl.format('"{}"', family)
-    reason = (pl.when(family.is_null()).then(pl.lit("invalid metric name in comment"))
+    # a quoted (UTF-8) name is an error for the text format's legacy reader that promtool runs;
+    # OpenMetrics as Prometheus reads it takes them
+    legacy_quoted = pl.col("quoted") & (pl.col("format") != OPENMETRICS_FORMAT)
+    reason = (pl.when(family.is_null() | legacy_quoted).then(pl.lit("invalid metric name in comment"))
               .when((keyword == "TYPE") & (repeated | after_samples))
               .then(pl.format("second TYPE line for metric name {}, or TYPE reported after samples", quoted))
               .when((keyword == "TYPE") & ~pl.col("detail").str.to_lowercase().is_in(list(promtext.TYPES)))
               .then(pl.format('unknown metric type "{}"', pl.col("detail").fill_null("")))
               .when((keyword == "HELP") & repeated).then(pl.format("second HELP line for metric name {}", quoted))
-              .when((keyword == "HELP") & after_samples)
-              .then(pl.format("HELP line for metric name {} after its samples", quoted))
-              .when((keyword == "HELP") & pl.col("detail").fill_null("").str.contains(r"\\([^\\n]|$)"))
-              .then(pl.col("detail").map_elements(lambda h: promtext.help_problem(h) or "", return_dtype=pl.String)))
+              .when((keyword == "HELP") & pl.col("detail").fill_null("").str.contains("\\", literal=True))
+              .then(pl.col("detail").map_elements(promtext.help_problem, return_dtype=pl.String)))
     meta = meta.with_columns(reason.alias("reason"))
     bad = meta.filter(pl.col("reason").is_not_null()).select("line", "reason", pl.col("raw_text").alias("text"))
     good = meta.filter(pl.col("reason").is_null())
@@ -180,9 +187,14 @@ def _metadata(lines: pl.DataFrame, first_sample: pl.DataFrame) -> tuple[pl.DataF
 
 
 def parse_text(text: str, source_file: str, fallback: Capture, target: dict[str, str],
-               first_line: int = 1, first_scrape: int = 0) -> ParseResult:
+               first_line: int = 1, first_scrape: int = 0, not_utf8: dict[int, str] | None = None) -> ParseResult:
     """Every scrape in one exposition text (a whole file, or a run of whole scrapes of it that
-    starts at `first_line` with scrape number `first_scrape`)."""
+    starts at `first_line` with scrape number `first_scrape`); `not_utf8` names the lines whose
+    bytes were not UTF-8 (the text has U+FFFD there) with their reasons."""
+    if not any(line.strip() and not line.startswith(HEADER_PREFIX) for line in io.StringIO(text)):
+        # promtool accepts an empty exposition; an empty scrape is still worth a word
+        return ParseResult("samples", empty(SAMPLES_SCHEMA), empty(QUARANTINE_SCHEMA), 0, parsed_records=0,
+                           notes=["empty: no samples and no metadata (the endpoint answered nothing?)"])
     problem = _whole_file_problem(text)
     if problem is not None:
         bad = pl.DataFrame({"line": [first_line], "reason": [problem], "text": [text[:200]]})
@@ -217,7 +229,10 @@ def parse_text(text: str, source_file: str, fallback: Capture, target: dict[str,
         .alias("type"))
     bad_samples = _sample_problems(samples.filter(pl.col("reason").is_not_null()), good)
     # One reason per line; what is wrong with the scrape's shape (after EOF, …) comes first.
-    quarantine = (pl.concat([_other_problems(lines), bad_samples, bad_meta])
+    encoding = pl.DataFrame({"line": list(not_utf8 or {}), "reason": list((not_utf8 or {}).values())},
+                            schema={"line": pl.Int64, "reason": pl.String}).join(
+        lines.select("line", "text"), on="line", how="inner")
+    quarantine = (pl.concat([encoding, _other_problems(lines), bad_samples, bad_meta])
                   .unique("line", keep="first").sort("line"))
     rows = _finish(good.join(quarantine.select("line"), on="line", how="anti"), captures, source_file)
     records = lines.filter(~pl.col("kind").is_in(["blank", "header"])).height
@@ -267,7 +282,8 @@ def _heads(heads: pl.DataFrame) -> pl.DataFrame:
         pl.col("labels").str.contains(f"^{promtext.LABELS}$").fill_null(True).alias("labels_ok"))
     labels = _labels(found.filter(pl.col("labels_ok")).select(pl.col("head").alias("line"), "labels"))
     found = found.join(labels.rename({"line": "head"}), on="head", how="left")
-    name = pl.coalesce("name", "quoted_name")
+    # the legacy reader promtool runs takes no quoted (UTF-8) names: such lines go to the exact reader
+    name = pl.when(pl.col("quoted_name").is_null() & ~pl.col("quoted_label").fill_null(False)).then(pl.col("name"))
     ok = (pl.col("labels_ok") & name.is_not_null() & ~pl.col("bad_labels").fill_null(False)
           & ~(pl.col("name").is_not_null() & pl.col("quoted_name").is_not_null()))
     return found.select("head", name.alias("name"), pl.col("label_list"), ok.alias("head_ok"))
@@ -315,7 +331,8 @@ def _labels(samples: pl.DataFrame) -> pl.DataFrame:
     real = pairs.filter(pl.col("lvalue").is_not_null()).sort("line", "label")
     grouped = real.group_by("line").agg(
         pl.struct(pl.col("label").alias("name"), "value").alias("label_list"),
-        (pl.col("label").is_duplicated().any() | (pl.col("label") == "__name__").any()).alias("bad_labels"))
+        (pl.col("label").is_duplicated().any() | (pl.col("label") == "__name__").any()).alias("bad_labels"),
+        pl.col("qname").is_not_null().any().alias("quoted_label"))
     return (with_labels.select("line").join(grouped, on="line", how="left").join(quoted_names, on="line", how="left")
             .with_columns((pl.col("bad_labels").fill_null(False) | pl.col("two_names").fill_null(False))
                           .alias("bad_labels"))
@@ -324,7 +341,8 @@ def _labels(samples: pl.DataFrame) -> pl.DataFrame:
 
 def _sample_problems(refused: pl.DataFrame, good: pl.DataFrame) -> pl.DataFrame:
     """The refused sample lines with their reasons, plus checks on lines that read: `le` /
-    `quantile` values that are not floats, and duplicate series."""
+    `quantile` values that are not floats, and sample timestamps out of any plausible range. (A
+    series written twice is no parse error for promtool, so both samples are kept.)"""
     checks = [refused.select("line", "reason", "text")]
     for label, kinds in (("le", ("histogram", "gaugehistogram")), ("quantile", ("summary",))):
         value = pl.col("label_list").list.eval(
@@ -337,11 +355,6 @@ def _sample_problems(refused: pl.DataFrame, good: pl.DataFrame) -> pl.DataFrame:
     checks.append(good.filter(pl.col("timestamp").is_not_null()
                               & ~micros.is_between(EARLIEST_SAMPLE_US, LATEST_REALTIME_US, closed="left").fill_null(False))
                   .select("line", pl.format("timestamp {} is outside 1900–2199", pl.col("timestamp").str.slice(0, 40))
-                          .alias("reason"), "text"))
-    checks.append(good.with_columns(promtext.series_key().alias("_series"))
-                  .with_columns(pl.col("line").min().over("scrape", "_series").alias("_first"))
-                  .filter(pl.col("line") != pl.col("_first"))
-                  .select("line", pl.format("duplicate series {} (first at line {})", "_series", "_first")
                           .alias("reason"), "text"))
     return pl.concat(checks).unique("line", keep="first", maintain_order=True)
 
@@ -393,6 +406,22 @@ def _scrape_runs(data: bytes | mmap.mmap, chunk_bytes: int) -> list[tuple[int, i
     return runs or [(0, 0)]
 
 
+_QUOTED_VALUE = re.compile(rb'"((?:[^"\\\n]|\\.)*)"')
+
+
+def _not_utf8(raw: bytes, first_line: int) -> dict[int, str]:
+    """The lines of `raw` that are not UTF-8, with expfmt's reason (`invalid label value "\xbd"`)."""
+    found = {}
+    for number, line in enumerate(raw.split(b"\n"), start=first_line):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            value = next((m[1] for m in _QUOTED_VALUE.finditer(line) if m.start() < error.start < m.end()), None)
+            found[number] = (f'invalid label value "{value.decode("utf-8", "backslashreplace")}"' if value is not None
+                             else f"not UTF-8 at byte {error.start + 1} of the line")
+    return found
+
+
 def parse(path: Path) -> ParseResult:
     """Read one exposition file, a run of scrapes at a time so that memory follows the run, not
     the file (a file of a thousand scrapes holds hundreds of MB)."""
@@ -400,8 +429,12 @@ def parse(path: Path) -> ParseResult:
     fallback, target = from_path(path), target_of(path)
     results, line, scrape = [], 1, 0
     for start, end in _scrape_runs(data, CHUNK_BYTES):
-        text = bytes(data[start:end]).decode("utf-8", "replace")
-        results.append(parse_text(text, str(path), fallback, target, line, scrape))
+        raw = bytes(data[start:end])
+        try:
+            text, not_utf8 = raw.decode("utf-8"), {}
+        except UnicodeDecodeError:
+            text, not_utf8 = raw.decode("utf-8", "replace"), _not_utf8(raw, line)
+        results.append(parse_text(text, str(path), fallback, target, line, scrape, not_utf8))
         release(data, start, end)  # done with these pages: let them leave memory
         line += text.count("\n")
         scrape += text.startswith(HEADER_PREFIX) + text.count("\n" + HEADER_PREFIX)

@@ -48,6 +48,18 @@ MALFORMED = {
     "bad name": "1a 1\n",
     "missing value": "a\n",
     "bad label name": 'a{b:c="1"} 1\n',
+    "no name": "{} 3.14\n",
+    "quoted metric name": '{"a.b"} 1\n',
+    "quoted label name": 'a{"b.c"="1"} 1\n',
+    "quoted name in TYPE": '# TYPE "a.b" gauge\n',
+}
+# promtool accepts these though a Prometheus scrape would not take them all (a series twice):
+# checked against promtool only.
+PROMTOOL_ACCEPTS = {
+    "HELP after samples": "a 1\n# HELP a late\n",
+    "a series twice": 'a{x="1"} 1\na{x="1"} 3\n',
+    "HELP and TYPE with no text": "# HELP\n# HELP \n# HELP a\n# HELP a \n# TYPE a\na 1\n",
+    "blanks before comments": " # HELP  a  doc\n  #    TYPE    a gauge\na 1\n",
 }
 
 
@@ -66,7 +78,8 @@ def test_what_promtool_rejects_we_quarantine_at_its_line_in_its_words(tmp_path: 
     assert (int(where), message) in result.quarantine.select("line", "reason").rows()
 
 
-@pytest.mark.parametrize("text", ACCEPTED.values(), ids=ACCEPTED.keys())
+@pytest.mark.parametrize("text", [*ACCEPTED.values(), *PROMTOOL_ACCEPTS.values()],
+                         ids=[*ACCEPTED.keys(), *PROMTOOL_ACCEPTS.keys()])
 def test_promtool_accepts_what_we_read_cleanly(tmp_path: Path, text: str) -> None:
     code, said = _promtool(text)
     assert code in (0, 3), said  # 3: lint advice only (no HELP, counter naming), not a parse error

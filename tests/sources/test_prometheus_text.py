@@ -198,19 +198,30 @@ BAD_FILES = [
      [(2, 'second TYPE line for metric name "a", or TYPE reported after samples')]),
     ("unknown TYPE", "# TYPE a gauge2\na 1\n", [(1, 'unknown metric type "gauge2"')]),
     ("second HELP", "# HELP a one\n# HELP a two\na 1\n", [(2, 'second HELP line for metric name "a"')]),
-    ("HELP after samples", "a 1\n# HELP a late\n", [(2, 'HELP line for metric name "a" after its samples')]),
     ("bad HELP escape", "# HELP a bad \\t escape\na 1\n", [(1, "invalid escape sequence '\\t'")]),
-    ("duplicate series", 'a{x="1"} 1\na{x="2"} 2\na{x="1"} 3\n',
-     [(3, 'duplicate series a{x="1"} (first at line 1)')]),
     ("truncated scrape", "a 1\nb 2", [(2, "scrape cut short: the last line has no newline")]),
     ("OpenMetrics: a comment", "a 1\n# just a note\n# EOF\n", [(2, "OpenMetrics allows no comments")]),
     ("OpenMetrics: after EOF", "a 1\n# EOF\n# HELP a x\nb 2\n",
      [(3, "content after '# EOF'"), (4, "content after '# EOF'")]),
     ("HTML error page", "<html><head><title>502 Bad Gateway</title></head></html>\n",
      [(1, "an HTML page, not a metrics exposition (502 Bad Gateway)")]),
-    ("empty file", "", [(1, "empty scrape: no samples and no metadata")]),
-    ("only a header", HEADER, [(1, "empty scrape: no samples and no metadata")]),
 ]
+
+
+@pytest.mark.parametrize("text", ["a 1\n# HELP a late\n", 'a{x="1"} 1\na{x="2"} 2\na{x="1"} 3\n',
+                                  "# HELP\n# HELP \n# HELP a\n# HELP a \n# TYPE a\na 1\n"],
+                         ids=["HELP after samples", "a series written twice", "HELP and TYPE with no text"])
+def test_what_promtool_accepts_loads_whole(tmp_path: Path, text: str) -> None:
+    result = _parse(tmp_path, text)
+    assert result.quarantine.height == 0 and result.parsed == result.records
+    assert result.rows.height == text.count(" 1\n") + text.count(" 2\n") + text.count(" 3\n")
+
+
+@pytest.mark.parametrize("text", ["", HEADER], ids=["empty file", "only a header"])
+def test_an_empty_scrape_is_said_not_quarantined(tmp_path: Path, text: str) -> None:
+    result = _parse(tmp_path, text)
+    assert (result.records, result.quarantine.height) == (0, 0)
+    assert result.notes == ["empty: no samples and no metadata (the endpoint answered nothing?)"]
 
 
 @pytest.mark.parametrize("text, expected", [b[1:] for b in BAD_FILES], ids=[b[0] for b in BAD_FILES])
