@@ -31,11 +31,12 @@ from forensics.logs import read_lines
 from forensics.profiles import Profile
 
 STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
+PLAIN_LOG = "log:line"  # the data_type of plain-text server log records
 JUMP_S = 1.0  # a wall-clock step smaller than this is indistinguishable from logging delays
 #: The columns of `events` the detectors read (the rest stay in the case for whoever digs further).
 EVENT_COLUMNS = ("ts", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_ID", "host", "unit", "identifier",
-                 "pid", "priority", "message_id", "invocation_id", "message", "source_file", "source_offset",
-                 "source_line")
+                 "pid", "priority", "message_id", "invocation_id", "message", "data_type", "source_file",
+                 "source_offset", "source_line")
 
 
 @dataclass
@@ -144,9 +145,28 @@ def _line_ts(events: pl.DataFrame, incident: Incident, offsets: dict[str, float]
     return out
 
 
+def _plain_log_ts(events: pl.DataFrame, incident: Incident) -> pl.DataFrame:
+    """Plain-text log records (`forensics.sources.server_log`) carry their stamp as written, read
+    as UTC by the reader: placed here in their host's zone from the manifest."""
+    plain = pl.col("data_type") == PLAIN_LOG
+    hosts = events.filter(plain).get_column("host").unique().to_list()
+    for host in hosts:
+        zone = incident.clock(host).time_zone.key
+        if zone == "UTC":
+            continue
+        mine = plain & (pl.col("host").eq_missing(pl.lit(host, pl.String)))
+        local = (pl.col("ts").dt.replace_time_zone(None).dt.replace_time_zone(zone, ambiguous="earliest",
+                                                                              non_existent="null")
+                 .dt.convert_time_zone("UTC"))
+        events = events.with_columns(pl.when(mine).then(local).otherwise(pl.col("ts")).alias("ts"))
+    return events
+
+
 def build_timeline(case: Case, incident: Incident, profile: Profile) -> Timeline:
     """Read the case's frames onto one timeline."""
     events = read_lines(case.events.select(EVENT_COLUMNS), profile)
+    if events.select((pl.col("data_type") == PLAIN_LOG).any()).item():
+        events = _plain_log_ts(events, incident).sort("ts", maintain_order=True)
     hosts = sorted(h for h in events.get_column("host").unique().to_list() if h is not None)
     pairs = request_pairs(events)
     placed = estimate_offsets(pairs, hosts, incident)
@@ -165,7 +185,9 @@ def build_timeline(case: Case, incident: Incident, profile: Profile) -> Timeline
     stacks = case.stacks.with_columns(
         (pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host")))).alias("ts")).collect()
     skew = (pl.col("line_ts") - pl.col("ts")).dt.total_microseconds() / 1e6
-    checks = (events.select("host", "ts", "line_ts").filter(pl.col("line_ts").is_not_null())
+    # journald's time against the line's own stamp: plain-text logs have only the latter
+    checks = (events.select("host", "ts", "line_ts", "data_type")
+              .filter(pl.col("line_ts").is_not_null() & (pl.col("data_type") != PLAIN_LOG)).drop("data_type")
               .group_by("host").agg(skew.median().alias("line_minus_journal_s"),
                                     (skew.quantile(0.95) - skew.quantile(0.05)).alias("spread_s"),
                                     pl.len().alias("lines"))

@@ -31,12 +31,26 @@ from forensics.detect import (
     span,
 )
 from forensics.detect import stacks as stack_detector
-from forensics.detect.keytimes import KeyTimes, annotation_track, key_times
+from forensics.detect.keytimes import HANG_VERDICTS, KeyTimes, annotation_track, key_times
 from forensics.detect.stacks import Verdict, latest
 from forensics.detect.tracks import Track, links, tracks
 from forensics.errors import ForensicsError
 from forensics.incident import load_incident
 from forensics.profiles import Profile, load_profile
+
+
+CHECKS_TRACK = "checks"  # findings that say what was looked at when nothing was wrong
+NOT_ANOMALIES = ("annotation", "clock_jump")
+
+
+def is_anomaly(finding: Finding) -> bool:
+    """Whether a finding says something went wrong: anything but notes, clock steps and stack
+    verdicts that show no hang (ordinary work, every rank idle)."""
+    if finding.kind in NOT_ANOMALIES:
+        return False
+    if finding.kind == "stack_verdict":
+        return any(word in finding.text for word in HANG_VERDICTS)
+    return True
 
 
 @dataclass
@@ -57,6 +71,43 @@ class Analysis:
         if finding.kind != "stack_verdict":
             return False
         return {v.group: v.at for v in latest(self.verdicts)}.get(finding.component or "") != finding.at
+
+    @property
+    def incident_found(self) -> bool:
+        """Whether any finding shows something wrong (else the report says "no incident found")."""
+        return any(is_anomaly(f) for f in self.findings)
+
+    def checked(self) -> list[str]:
+        """What the analysis looked at, in sentences: said in full when no incident was found, so
+        "nothing wrong" is a statement with its basis, not a silence."""
+        t, out = self.timeline, []
+        records = sum(e["parsed"] for e in t.manifest["inputs"])
+        inputs = len(t.manifest["inputs"])
+        if not inputs:
+            return ["no readable evidence in the bundle: nothing was checked"
+                    + (f" ({len(t.manifest['skipped'])} files skipped, each with its reason in the sources table)"
+                       if t.manifest["skipped"] else "")]
+        out.append(f"{records:,} records read from {inputs} input{'s' if inputs > 1 else ''}")
+        lines = progress.last_progress(t)
+        if lines.height:
+            streams = ", ".join(f"{r['component'] or 'unknown component'}{' ' + r['tag'] if r['tag'] else ''} "
+                                f"(last at {clock(r['last'])})" for r in lines.head(6).iter_rows(named=True))
+            out.append(f"progress lines of {lines.height} scheduler{'s' if lines.height > 1 else ''}: {streams}"
+                       f"{' …' if lines.height > 6 else ''}; none stopped for over "
+                       f"{progress.FREEZE_GAP_S:.0f} s with work pending")
+        else:
+            out.append("no progress lines (the profile's batch lines) in the logs")
+        if self.verdicts:
+            verdicts = "; ".join(f"{v.group}: {v.verdict}" for v in latest(self.verdicts))
+            out.append(f"py-spy stacks of {len({r.source for v in self.verdicts for r in v.ranks})} processes: "
+                       f"{verdicts} (no hang shown)")
+        series = t.samples.select(pl.col("series").n_unique()).collect().item()
+        if series:
+            out.append(f"{series:,} metric series; no progress counter stalled with requests pending")
+        notable = t.events.filter(pl.col("priority").is_not_null() & (pl.col("priority") <= 3)).height
+        out.append(f"{notable:,} log records at error priority or worse" if notable
+                   else "no log record at error priority or worse")
+        return out
 
     def findings_frame(self) -> pl.DataFrame:
         """The canonical `findings` frame."""
@@ -104,6 +155,8 @@ class Analysis:
                        for t in self.tracks],
             "track_links": self.links,
             "stack_verdicts": [v.as_dict() for v in latest(self.verdicts)],
+            "incident_found": self.incident_found,
+            "checked": self.checked(),
             "clock_checks": self.timeline.clock_checks.to_dicts(),
             "notes": self.timeline.incident.notes,
         }
@@ -147,6 +200,11 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None)
     times, contradictions = key_times(timeline, found)
     found += errors.detect(timeline, times.started)
     found += contradictions
+    if not any(is_anomaly(f) for f in found):
+        # Stacks of healthy processes are a check that was made, not an incident: no track of its own.
+        for f in found:
+            if f.kind == "stack_verdict":
+                f.track = CHECKS_TRACK
     all_tracks = tracks(found, main)
     written()
     return Analysis(bundle, timeline, found, times, all_tracks, links(all_tracks, times.resolved), verdicts,
@@ -161,6 +219,13 @@ def in_display_zone(analysis: Analysis) -> Iterator[None]:
         yield
     finally:
         DISPLAY_ZONE.reset(token)
+
+
+def no_incident_heading(analysis: Analysis) -> str:
+    """The sentence a report opens with when no finding shows a fault."""
+    if not analysis.timeline.manifest["inputs"]:
+        return "no evidence read: nothing in the bundle could be checked"
+    return "no incident found: nothing in the evidence shows a fault. Checked:"
 
 
 def report_text(analysis: Analysis) -> str:
@@ -190,6 +255,8 @@ def _report_text(analysis: Analysis) -> str:
             lines.append(f"  {clock(f.at)}  [{f.kind}] {f.text}")
     if analysis.links:
         lines += ["", "## between tracks"] + [f"  {text}" for text in analysis.links]
+    if not analysis.incident_found:
+        lines += ["", "## " + no_incident_heading(analysis)] + [f"  - {line}" for line in analysis.checked()]
     checks = analysis.timeline.clock_checks
     if checks.height:
         lines += ["", "## clocks"]

@@ -204,8 +204,11 @@ def _drop_repeated_records(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str
     columns = set(events.columns)
     drop: list[pl.Series] = []
     if "__CURSOR" in columns:
+        # the same cursor and the same entry: a cursor a collector reused for another entry (Vector's
+        # test journal has one) is no repeat
         cursor = pl.col("__CURSOR")
-        drop.append(_repeated(events, cursor, cursor.is_not_null() & ~cursor.is_first_distinct()))
+        same = pl.struct(cursor, "ts", "message")
+        drop.append(_repeated(events, cursor, cursor.is_not_null() & ~same.is_first_distinct()))
     if set(RECORD_IDENTITY) <= columns and events.get_column("source_file").n_unique() > 1:
         identity = pl.struct(*RECORD_IDENTITY)
         first_input = pl.col("source_file").first().over(identity)

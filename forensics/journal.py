@@ -113,7 +113,13 @@ def _column(fields: pl.DataFrame, name: str) -> pl.Expr:
 # Wall-clock times at or past 2200-01-01 (µs since the epoch) come from damaged or forged records:
 # no journal was written then, and such times overflow date arithmetic downstream.
 LATEST_REALTIME_US = 7_258_118_400_000_000
-INTEGER_FIELDS = ("__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_PID", "PRIORITY")
+INTEGER_FIELDS = ("__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_PID", "PRIORITY", "_SOURCE_REALTIME_TIMESTAMP")
+
+
+def _entry_time(fields: pl.DataFrame) -> pl.Expr:
+    """When the entry was written: journald's `__REALTIME_TIMESTAMP`, else the sender's own
+    `_SOURCE_REALTIME_TIMESTAMP` (collectors such as Vector re-serve entries with only that)."""
+    return pl.coalesce(_integer(fields, "__REALTIME_TIMESTAMP"), _integer(fields, "_SOURCE_REALTIME_TIMESTAMP"))
 
 
 def _with_integers(fields: pl.DataFrame) -> pl.DataFrame:
@@ -139,16 +145,17 @@ def _integer(fields: pl.DataFrame, name: str) -> pl.Expr:
 def _problems(fields: pl.DataFrame) -> pl.Expr:
     """The first reason a record cannot go into `events` (led by its line where known), or null."""
     checks: list[tuple[pl.Expr, pl.Expr]] = [
-        (_column(fields, "__REALTIME_TIMESTAMP").is_null(), pl.lit("missing __REALTIME_TIMESTAMP")),
+        (_column(fields, "__REALTIME_TIMESTAMP").is_null() & _column(fields, "_SOURCE_REALTIME_TIMESTAMP").is_null(),
+         pl.lit("missing __REALTIME_TIMESTAMP")),
     ]
     for name in ("__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_PID"):
         value = _column(fields, name)
         checks.append((value.is_not_null() & _integer(fields, name).is_null(),
                        pl.format("{} {} is not an integer", pl.lit(name), value.str.slice(0, 40))))
-    realtime = _integer(fields, "__REALTIME_TIMESTAMP")
+    realtime = _entry_time(fields)
     checks.append((realtime.is_not_null() & ~realtime.is_between(0, LATEST_REALTIME_US, closed="left"),
-                   pl.format("__REALTIME_TIMESTAMP {} is outside 1970–2199 (a damaged or forged record)",
-                             _column(fields, "__REALTIME_TIMESTAMP").str.slice(0, 40))))
+                   pl.format("entry time {} is outside 1970–2199 (a damaged or forged record)",
+                             realtime.cast(pl.String))))
     priority = _integer(fields, "PRIORITY")
     checks.append((_column(fields, "PRIORITY").is_not_null() & (priority.is_null() | ~priority.is_between(0, 7)),
                    pl.format("PRIORITY {} is not 0-7", _column(fields, "PRIORITY").str.slice(0, 40))))
@@ -184,10 +191,9 @@ def assemble_events(fields: pl.DataFrame, *, source_file: str, fmt: str) -> tupl
         schema=dict(QUARANTINE_SCHEMA),
     )
 
-    realtime = _integer(good, "__REALTIME_TIMESTAMP")
     canonical = {
-        "ts": realtime.cast(EVENTS_SCHEMA["ts"]),
-        "__REALTIME_TIMESTAMP": realtime,
+        "ts": _entry_time(good).cast(EVENTS_SCHEMA["ts"]),
+        "__REALTIME_TIMESTAMP": _integer(good, "__REALTIME_TIMESTAMP"),
         "__MONOTONIC_TIMESTAMP": _integer(good, "__MONOTONIC_TIMESTAMP"),
         "_BOOT_ID": _column(good, "_BOOT_ID"),
         "__CURSOR": _column(good, "__CURSOR"),

@@ -67,7 +67,7 @@ def detect(timeline: Timeline) -> list[Finding]:
     issued, how, issued_evidence = mitigation_time(timeline)
     several_hosts = events.get_column("host").n_unique() > 1
     for host, component in systemd.select("host", "component").drop_nulls().unique().sort("host", "component").rows():
-        mine = systemd.filter((pl.col("component") == component) & (pl.col("host") == host))
+        mine = systemd.filter(pl.col("component").eq_missing(component) & pl.col("host").eq_missing(host))
         where = f"{component} on {host}" if several_hosts else component
         started = mine.filter(pl.col("message_id") == STARTED)
         stopping = mine.filter(pl.col("message_id") == STOPPING)
@@ -76,7 +76,7 @@ def detect(timeline: Timeline) -> list[Finding]:
             if stop_rows.height == 0:
                 continue  # a first start, not a restart
             stop_at = latest_time(stop_rows.get_column("ts"))
-            ready = events.filter((pl.col("component") == component) & (pl.col("host") == host) & (pl.col("ts") > row["ts"])
+            ready = events.filter(pl.col("component").eq_missing(component) & pl.col("host").eq_missing(host) & (pl.col("ts") > row["ts"])
                                   & (pl.col("health_ok") | pl.col("ready"))).sort("ts")
             healthy = ready.filter(pl.col("health_ok"))
             healthy_at = earliest(healthy.get_column("ts"))

@@ -49,7 +49,9 @@ def last_progress(timeline: Timeline) -> pl.DataFrame:
 
 
 def freezes(timeline: Timeline) -> pl.DataFrame:
-    """Gaps in each component's progress (per host) longer than FREEZE_GAP_S after a line with
+    """Gaps in each component's progress (per host and scheduler tag: with DP attention every DP
+    rank logs its own batches, and a pasted log may hold several engines) longer than FREEZE_GAP_S
+    after a line with
     work pending: component, host, from (the last line), to (the next one, or null when progress
     never came back), the pending counts, and the rows. With no later progress line the gap runs
     to the component's own last line: a log that simply ends is not a freeze."""
@@ -61,8 +63,8 @@ def freezes(timeline: Timeline) -> pl.DataFrame:
     if "inflight_req" in progress.columns:
         pending = pending | (pl.col("inflight_req").fill_null(0) > 0)
     gaps = (progress.join(own_end, on=["host", "component"], how="left")
-            .with_columns(pl.col("ts").shift(-1).over("host", "component").alias("next_ts"),
-                          pl.col("_row").shift(-1).over("host", "component").alias("_next_row"))
+            .with_columns(pl.col("ts").shift(-1).over("host", "component", "tag").alias("next_ts"),
+                          pl.col("_row").shift(-1).over("host", "component", "tag").alias("_next_row"))
             .with_columns(((pl.coalesce("next_ts", "own_end") - pl.col("ts")).dt.total_microseconds() / 1e6)
                           .alias("gap_s"))
             .filter((pl.col("gap_s") > FREEZE_GAP_S) & pending).sort("ts"))
@@ -109,8 +111,8 @@ def detect(timeline: Timeline) -> list[Finding]:
                 + (f"no progress for {span((until - at).total_seconds())} until {clock(until)}."
                    if until else "no progress until the end of the data."))
         agree, metric_evidence = _metrics_check(timeline, component, host, at, until)
-        rows = timeline.events.filter((pl.col("ts") == at) & (pl.col("component") == component)
-                                      & (pl.col("host") == host) & pl.col("progress").is_not_null())
+        rows = timeline.events.filter((pl.col("ts") == at) & pl.col("component").eq_missing(component)
+                                      & pl.col("host").eq_missing(host) & pl.col("progress").is_not_null())
         evidence = event_evidence(rows, 1) + metric_evidence
         if gap["next_row"]:
             evidence += [Evidence("events", gap["next_row"]["source_file"], gap["next_row"]["source_line"],
@@ -123,11 +125,12 @@ def detect(timeline: Timeline) -> list[Finding]:
 def _silent_hang(timeline: Timeline, component: str, host: str | None, where: str, at: datetime,
                  until: datetime | None, stops: pl.DataFrame) -> list[Finding]:
     """Health 200 and an active unit while frozen: the blind spot, until the unit is stopped."""
-    unit_stops = stops.filter((pl.col("component") == component) & (pl.col("host") == host) & (pl.col("ts") > at))
+    unit_stops = stops.filter(pl.col("component").eq_missing(component) & pl.col("host").eq_missing(host)
+                              & (pl.col("ts") > at))
     blind_end = earliest(unit_stops.get_column("ts")) or until or latest_time(timeline.events.get_column("ts"))
     if blind_end is None:
         return []
-    health = timeline.events.filter((pl.col("component") == component) & (pl.col("host") == host)
+    health = timeline.events.filter(pl.col("component").eq_missing(component) & pl.col("host").eq_missing(host)
                                     & pl.col("health_ok") & (pl.col("ts") > at) & (pl.col("ts") < blind_end))
     if health.height == 0:
         return []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from forensics.analyze import Analysis, in_display_zone
+from forensics.analyze import Analysis, in_display_zone, no_incident_heading
 from forensics.detect import Finding, clock, span
 from forensics.detect.stacks import latest
 from forensics.render.text import Redact
@@ -94,6 +94,9 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
                    + (" Health checks kept answering 200 while frozen." if hangs else "")
                    + (f" A restart at {_at(t.mitigated)} brought service back at {_at(t.resolved)}"
                       f" ({span(ttr)} after the start)." if t.mitigated and t.resolved and ttr is not None else ""))
+    elif not analysis.incident_found:
+        out.append(no_incident_heading(analysis)[0].upper() + no_incident_heading(analysis)[1:])
+        out += [f"- {_md(line, redact)}" for line in analysis.checked()]
     else:
         out.append("No engine froze in the evidence.")
     others = [tr for tr in analysis.tracks if tr.name not in (main, "data quality", "errors")]

@@ -23,7 +23,7 @@ import plotly.io as pio
 import polars as pl
 from plotly.subplots import make_subplots
 
-from forensics.analyze import Analysis, analyze, in_display_zone
+from forensics.analyze import Analysis, analyze, in_display_zone, no_incident_heading
 from forensics.case import check_output_target, instance_summary
 from forensics.detect import clock, errors, progress
 from forensics.detect.stacks import latest
@@ -132,8 +132,11 @@ class ReportSession:
 
     def sources(self) -> Html:
         """Records, parsed, quarantined and time span per input."""
-        rows = [{k: e.get(k) for k in ("path", "format", "records", "parsed", "quarantined", "first_ts", "last_ts",
-                                       "error")} for e in self.analysis.timeline.manifest["inputs"]]
+        rows = [{**{k: e.get(k) for k in ("path", "format", "records", "parsed", "quarantined", "first_ts", "last_ts",
+                                          "error")}, "notes": "; ".join(e.get("notes", [])) or None}
+                for e in self.analysis.timeline.manifest["inputs"]]
+        rows += [{"path": s["path"], "format": "skipped", "notes": s["reason"]}
+                 for s in self.analysis.timeline.manifest["skipped"]]
         return Html(html.table(rows, self.redact, numeric=("records", "parsed", "quarantined")))
 
     def findings(self) -> Html:
@@ -151,6 +154,9 @@ class ReportSession:
             parts.append(f"<h3>track: {safe(track.name, r)}</h3><ul>{items}</ul>")
         if self.analysis.links:
             parts.append("<h3>between tracks</h3>" + "".join(f"<p>{safe(t, r)}</p>" for t in self.analysis.links))
+        if not self.analysis.incident_found:
+            parts.insert(0, f'<p class="verdict">{safe(no_incident_heading(self.analysis))}</p><ul>'
+                         + "".join(f"<li>{safe(line, r)}</li>" for line in self.analysis.checked()) + "</ul>")
         return Html("".join(parts))
 
     def key_times(self) -> Html:

@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 /* The hot loop of forensics.sources.journal_export, in C.
  *
  * Why C: the numpy version found newlines and '=' in one vectorised pass, but then spent most of
@@ -332,9 +333,22 @@ static int scan(Scan *S, int at_eof)
                     return OVERRUN;
                 if (add_problem(S, RUNS_PAST, entry, line, s, e - s, size, left) < 0)
                     return NO_MEMORY;
+                return SCANNED; /* the declared value takes the rest of the file */
             } else if (a[size_at + 8 + (Py_ssize_t)size] != '\n') {
+                /* The length is wrong: the entry is taken to end at the first blank line after the
+                   declared value (a value may itself hold blank lines, so none is looked for before). */
                 if (add_problem(S, NO_NEWLINE, entry, line, s, e - s, size, 0) < 0)
                     return NO_MEMORY;
+                const Py_ssize_t from = size_at + 8 + (Py_ssize_t)size;
+                const uint8_t *blank = memmem(a + from, (size_t)(m - from), "\n\n", 2);
+                if (!blank) {
+                    if (!at_eof)
+                        return OVERRUN;
+                    return SCANNED;
+                }
+                const Py_ssize_t q = blank - a;
+                next_line = line + 1 + count_newlines(a + size_at, q + 1 - size_at);
+                next = q + 1;
             } else {
                 const Py_ssize_t value_end = size_at + 8 + (Py_ssize_t)size;
                 if (add_field(S, s, e - s, size_at + 8, value_end, entry, line, position++) < 0)

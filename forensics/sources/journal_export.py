@@ -87,9 +87,14 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
     first_problem: dict[int, tuple[int, str]] = {}
     for entry, line, why in problems:
         first_problem.setdefault(entry, (line, why))
-    if at_eof and n_entries and not closed and n_entries - 1 not in first_problem:
+    # The last entry may end at the end of the file without its blank line. Cut in the middle of
+    # a line it is damage; after a whole field line it is read (VictoriaLogs reads it; systemd-
+    # journal-remote drops it as "premature EOF") and the input's notes say so.
+    unclosed = at_eof and n_entries and not closed and n_entries - 1 not in first_problem
+    if unclosed and (m == 0 or readable[m - 1] != ord("\n")):
         first_problem[n_entries - 1] = (int(entry_line[-1]),
                                         "entry at end of file is not closed by a blank line (file truncated?)")
+        unclosed = False
 
     columns: dict[str, pl.Series] = {}
     raw_items: list[tuple[np.ndarray, str, pl.Series]] = []
@@ -119,6 +124,8 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
         pl.Series("@problem", located, dtype=pl.String) if located else pl.lit(None, pl.String).alias("@problem"),
         pl.Series("@excerpt", excerpts),
     )
+    if unclosed:
+        frame = frame.with_columns((pl.int_range(pl.len()) == n_entries - 1).alias("@unclosed"))
     if raw_items:
         raw = pl.concat([
             pl.DataFrame({"row": rows, "name": [name] * len(rows), "value": vals})
@@ -131,20 +138,22 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
 
 
 def _read_piece(piece: Piece, line_base: int, source_file: str
-                ) -> tuple[pl.DataFrame, pl.DataFrame, int] | _Overrun:
-    """One piece's `events` and `quarantine` rows and its record count."""
+                ) -> tuple[pl.DataFrame, pl.DataFrame, int, bool] | _Overrun:
+    """One piece's `events` and `quarantine` rows, its record count, and whether its last entry
+    ended the file without a blank line."""
     try:
         fields = _parse_chunk(piece.data, piece.length, piece.at_eof, piece.offset, line_base, piece.reusable)
     except _Overrun as overrun:
         return overrun
     events, quarantine = assemble_events(fields, source_file=source_file, fmt=NAME)
-    return events, quarantine, fields.height
+    return events, quarantine, fields.height, "@unclosed" in fields.columns
 
 
 IN_FLIGHT = 4  # pieces parsed or waiting for a worker: enough to keep two busy
 
 
-def _finish(waiting: deque[tuple[Piece, int, Future]], source_file: str) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+def _finish(waiting: deque[tuple[Piece, int, Future]], source_file: str
+            ) -> tuple[pl.DataFrame, pl.DataFrame, int, bool]:
     """The oldest waiting piece's rows; its memory goes back for later pieces."""
     piece, line_base, job = waiting.popleft()
     result = job.result()
@@ -167,7 +176,7 @@ def parse(path: Path) -> ParseResult:
     # Pieces are independent and numpy/polars release the GIL, so parsing uses both cores while
     # the next piece is decompressed. A piece is finished in file order once the piece after it
     # has arrived (a binary value may run on into it).
-    done: list[tuple[pl.DataFrame, pl.DataFrame, int]] = []
+    done: list[tuple[pl.DataFrame, pl.DataFrame, int, bool]] = []
     damage = None
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         waiting: deque[tuple[Piece, int, Future]] = deque()
@@ -185,11 +194,14 @@ def parse(path: Path) -> ParseResult:
             done.append(_finish(waiting, str(path)))
     if not done:  # the input broke off before its first piece
         return ParseResult("events", empty(EVENTS_SCHEMA), empty(QUARANTINE_SCHEMA), records=0, damage=damage)
-    events = pl.concat([e for e, _, _ in done], how="diagonal_relaxed")
+    events = pl.concat([e for e, _, _, _ in done], how="diagonal_relaxed")
     named = list(EVENTS_SCHEMA)  # columns beyond the schema in name order, whichever piece had them first
     events = events.select(*named, *sorted(set(events.columns) - set(named)))
-    quarantine = pl.concat([q for _, q, _ in done])
-    return ParseResult("events", events, quarantine, records=sum(n for _, _, n in done), damage=damage)
+    quarantine = pl.concat([q for _, q, _, _ in done])
+    notes = ["the last entry ends the file without its blank line: read as whole (systemd-journal-remote would "
+             "drop it as a premature end of file)"] if done[-1][3] else []
+    return ParseResult("events", events, quarantine, records=sum(n for _, _, n, _ in done), damage=damage,
+                       notes=notes)
 
 
 register(NAME, sniff, parse, module=__name__)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import re
 from pathlib import Path
 
 import numpy as np
@@ -35,13 +36,53 @@ _SLOW_MARKERS = ('":[', '": [', '":null', '": null')
 _SCHEMA_SAMPLE_LINES = 2000
 
 
+_DOCUMENT_START = re.compile(rb'^[\x1e \t\r\n]*\[?[ \t\r\n]*\{[ \t\r\n]*"')
+
+
 def sniff(head: bytes, path: Path) -> bool:
-    """A JSON object whose first key is a journal field (journalctl always writes __CURSOR or a field)."""
+    """A JSON object with journal fields (journalctl always writes __CURSOR or a field): one per
+    line as journalctl writes them, pretty-printed, or inside a JSON array (as APIs re-serve them)."""
     if path.is_dir():
         return False
-    start = head.lstrip(b"\x1e \t\r\n")
-    return start.startswith(b'{"') and any(k in head for k in (b'"__CURSOR"', b'"__REALTIME_TIMESTAMP"',
-                                                               b'"MESSAGE"', b'"_BOOT_ID"'))
+    return bool(_DOCUMENT_START.match(head)) and any(k in head for k in (b'"__CURSOR"', b'"__REALTIME_TIMESTAMP"',
+                                                                          b'"MESSAGE"', b'"_BOOT_ID"'))
+
+
+def _one_per_line(data: bytes | mmap.mmap) -> bool:
+    """Whether records are one per line (journalctl's own output), not pretty-printed or in an array."""
+    first = next((line for line in bytes(data[:65536]).split(b"\n") if line.strip(b"\x1e \t\r")), b"")
+    first = first.strip(b"\x1e \t\r")
+    return first.startswith(b"{") and first.endswith(b"}")
+
+
+def _documents(text: str) -> pl.DataFrame:
+    """Field frame of a file holding JSON values one after another, each an entry or an array of
+    entries, laid out any way (pretty-printed, `[ … ]`): read with Python's json, value by value."""
+    decoder = json.JSONDecoder()
+    builder = FieldFrameBuilder()
+    at = 0
+    while True:
+        while at < len(text) and text[at] in "\x1e \t\r\n,":
+            at += 1
+        if at >= len(text):
+            break
+        line = text.count("\n", 0, at) + 1
+        try:
+            value, end = decoder.raw_decode(text, at)
+        except (ValueError, RecursionError) as error:
+            why = "JSON nested too deeply" if isinstance(error, RecursionError) else f"invalid JSON: {error}"
+            builder.add({}, offset=at, line=line, problem=f"line {line}: {why}", excerpt=text[at:at + EXCERPT_CHARS].encode())
+            break  # where one value is broken, where the next starts is unknown
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            try:
+                record, problem = _record(item), None
+            except ValueError as error:
+                record, problem = {}, f"line {line}: {error}"
+            builder.add(record, offset=at, line=line, problem=problem,
+                        excerpt=json.dumps(item)[:EXCERPT_CHARS].encode())
+        at = end
+    return builder.build()
 
 
 def _value(name: str, value: object) -> JournalValue:
@@ -146,6 +187,10 @@ def _fast(path: Path, data: bytes | mmap.mmap, buf: np.ndarray, starts: np.ndarr
 def parse(path: Path) -> ParseResult:
     """Read a JSON (or json-seq) journal export into `events` and `quarantine` rows."""
     data, damage = read_whole_lines(path)
+    if len(data) and not _one_per_line(data):
+        fields = _documents(bytes(data).decode("utf-8", "replace"))
+        events, quarantine = assemble_events(fields, source_file=str(path), fmt=NAME)
+        return ParseResult("events", events, quarantine, records=fields.height, damage=damage)
     buf = np.frombuffer(data, np.uint8) if len(data) else np.zeros(0, np.uint8)
     ends = np.flatnonzero(buf == 10)
     if len(buf) and buf[-1] != 10:

@@ -1,0 +1,202 @@
+"""Plain-text server logs: what `kubectl logs`, `docker logs`, `nohup … > server.log` and a paste
+into a ticket give, for services that do not run under systemd (most SGLang and vLLM deployments).
+
+A record is a line that carries a time of its own, with the lines after it that carry none
+(tracebacks, `server_args=…` continuations) folded into its message. Times are found in the forms
+servers write them, after any wrapper is taken off:
+
+- wrappers: colour codes; `docker logs -t` / Docker Desktop times (`2025-02-04T21:29:17.1Z `,
+  `2025-02-04 21:29:17 `) kept in `DOCKER_TIMESTAMP`; `kubectl logs --prefix` (`[pod/x/c] `);
+  Ray / SkyPilot / vLLM process prefixes (`(head, rank=0, pid=18260) `, `(APIServer pid=7) `),
+  whose `pid=` becomes the pid; a `# ` a write-up put in front of a stamped line;
+- stamps: SGLang's `[2025-02-17 05:27:24 TP0] …` (the message keeps it, so the profile reads the
+  tag and the line's local time as it does in journald); vLLM's `INFO 07-27 05:32:14 [core.py:58]`
+  (month and day only: the year is the one of the file's latest full date, else of its
+  modification time, and the note says which); ISO times at the start of a line; syslog's
+  `Jun 18 21:34:47 host ident[pid]: …` (`journalctl` without `-o`);
+- uvicorn's `INFO:     10.0.0.7:51234 - "GET /health …" 200` lines carry no time: each is a record
+  timed by the record before it (`LOG_TIME_SOURCE` says so).
+
+Progress bars (tqdm), blank lines, `...` elisions and a Docker time alone on its line are passed
+over and counted in the input's notes, as are lines before the first time. Times are read as
+written, without a zone; `forensics.align` places them in the host's zone (incident.toml) as it
+does SGLang's stamps in journald. Host: a syslog line's own, else the folder under `logs/`
+(`logs/gpu-node-00/decode.log`); unit: the file's name, so `incident.toml` components can list
+`units = ["decode*.log"]` and the profile's words (`decode`) find the component.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from forensics.rawio import read_whole_lines
+from forensics.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, empty, excerpt_text
+from forensics.sources import ParseResult, register
+
+NAME = "server_log"
+FORMAT = "server_log"
+DATA_TYPE = "log:line"
+_SUFFIXES = (".log", ".out", ".err")
+
+_ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
+_DOCKER = r"^(?P<docker>[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z?)(?: |$)"
+_KUBE = r"^\[(?:pod|deployment|statefulset|job)/[^\]]+\] "
+_PROCESS = r"^\(([^()]*)\) "
+_MARKDOWN = r"^# (\[[0-9]{4}-)"
+# The stamp forms, tried on what is left after the wrappers.
+_SGLANG = r"^\[(?P<sglang>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?)(?: [^\]]*)?\]"
+_VLLM = (r"^(?P<vllm_level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) +(?P<vllm_md>[0-9]{2}-[0-9]{2}) "
+         r"(?P<vllm_time>[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?)")
+_ISO = r"^(?P<iso>[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})?)(?:Z|[+-][0-9]{2}:?[0-9]{2})?[ \]|]"
+_SYSLOG = (r"^(?P<sys_month>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<sys_day>[0-9]{1,2}) "
+           r"(?P<sys_time>[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?) (?P<sys_host>\S+) "
+           r"(?P<sys_ident>[^\s\[:]+)(?:\[(?P<sys_pid>[0-9]+)\])?: ")
+_UVICORN = r"^(?P<uvicorn>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
+_LEVEL = r"\b(?P<level>CRITICAL|FATAL|ERROR|WARNING|WARN|INFO|DEBUG)\b"
+_NOISE = r"^\s*$|^\s*(?:\.\.\.|…)\s*$|[0-9]+%\|[^|]*\|\s*[0-9]+/[0-9]+|\[[0-9:<?]+, *[^\]]*(?:it/s|s/it)\]"
+_PRIORITY = {"CRITICAL": 2, "FATAL": 2, "ERROR": 3, "WARNING": 4, "WARN": 4, "INFO": 6, "DEBUG": 7}
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
+                                       "Dec"), start=1)}
+_SNIFF = re.compile(
+    rb"(?m)^(?:(?:\x1b\[[0-9;]*m)*[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.]+Z? )?(?:\([^()\n]*\) )?(?:# )?"
+    rb"(?:\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}[^\]\n]*\] |"
+    rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}[.0-9]* \[)")
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """A server log: a line stamped the way SGLang or vLLM stamp theirs within the first 4 KiB,
+    or any text file under a `logs/` folder or named `*.log` (its lines are then read as they come)."""
+    if path.is_dir():
+        return False
+    if _SNIFF.search(head):
+        return True
+    in_logs = path.suffix in _SUFFIXES or any(p.name == "logs" for p in path.parents)
+    return in_logs and b"\x00" not in head[:1024] and bool(head.strip())
+
+
+def _host_of(path: Path) -> str | None:
+    """The folder right under `logs/` that holds the file, if any: `logs/<host>/decode.log`."""
+    parts = path.parts
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i - 1] == "logs" and i < len(parts) - 1:
+            return parts[i]
+    return None
+
+
+def _lines(text: str) -> pl.DataFrame:
+    """Every line with its wrappers taken off and its stamp found."""
+    frame = pl.Series("raw", [text]).str.split("\n").explode().to_frame()
+    if text.endswith("\n"):
+        frame = frame.head(frame.height - 1)
+    frame = frame.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
+    body = pl.col("raw").str.replace_all(_ANSI, "").str.strip_chars_end("\r")
+    frame = frame.with_columns(body.alias("body"))
+    frame = frame.with_columns(pl.col("body").str.extract(_DOCKER, 1).alias("docker"))
+    after_docker = pl.when(pl.col("docker").is_not_null()).then(
+        pl.col("body").str.replace(_DOCKER, "")).otherwise(pl.col("body"))
+    frame = frame.with_columns(after_docker.str.replace(_KUBE, "").alias("body"))
+    process = pl.col("body").str.extract(_PROCESS, 1)
+    frame = frame.with_columns(process.alias("process"), process.str.extract(r"pid=([0-9]+)", 1).alias("process_pid"))
+    frame = frame.with_columns(pl.col("body").str.replace(_PROCESS, "").str.replace(_MARKDOWN, "$1").alias("body"))
+    stamps = [pl.col("body").str.extract_groups(p).alias(f"s{i}") for i, p in enumerate((_SGLANG, _VLLM, _ISO, _SYSLOG))]
+    frame = frame.with_columns(*stamps).unnest("s0", "s1", "s2", "s3")
+    frame = frame.with_columns(pl.col("body").str.extract(_UVICORN, 1).alias("uvicorn"),
+                               pl.col("body").str.contains(_NOISE).alias("noise"))
+    # A Docker time over a line of its own (Docker Desktop writes one before a progress bar) is noise;
+    # a Docker time over a line without a stamp of its own is that line's time.
+    own = pl.coalesce("sglang", "iso", "sys_time", "vllm_time")
+    return frame.with_columns(
+        (pl.col("docker").is_not_null() & (pl.col("body").str.strip_chars() == "")).alias("docker_alone"),
+        pl.when(own.is_null() & pl.col("docker").is_not_null() & (pl.col("body").str.strip_chars() != ""))
+        .then(pl.col("docker")).otherwise(pl.col("iso")).alias("iso"))
+
+
+def _year(frame: pl.DataFrame, path: Path) -> tuple[int, str | None]:
+    """The year for stamps written without one: the latest full date in the file, else the file's
+    modification year; and a note when such stamps exist."""
+    if frame.get_column("vllm_md").null_count() == frame.height and frame.get_column("sys_month").null_count() == \
+            frame.height:
+        return 1970, None
+    dated = frame.select(pl.coalesce("sglang", "iso").str.slice(0, 4).cast(pl.Int32, strict=False).max()).item()
+    if dated:
+        return int(dated), f"stamps without a year read as {dated}, the year of the file's latest full date"
+    year = datetime.fromtimestamp(path.stat().st_mtime, UTC).year
+    return year, f"stamps without a year read as {year}, the year of the file's modification time (a guess)"
+
+
+def parse(path: Path) -> ParseResult:
+    """Read one plain-text server log into `events` and `quarantine` rows."""
+    data, damage = read_whole_lines(path)
+    text = bytes(data).decode("utf-8", "replace")
+    frame = _lines(text)
+    year, year_note = _year(frame, path)
+    months = pl.col("sys_month").replace_strict(_MONTHS, default=None, return_dtype=pl.Int32)
+    written = pl.coalesce(
+        pl.col("sglang"),
+        pl.col("iso").str.replace("T", " ").str.replace(",", "."),
+        pl.when(pl.col("vllm_md").is_not_null()).then(pl.format("{}-{} {}", pl.lit(year), "vllm_md", "vllm_time")),
+        pl.when(months.is_not_null()).then(pl.format("{}-{}-{} {}", pl.lit(year), months.cast(pl.String).str.zfill(2),
+                                                     pl.col("sys_day").str.zfill(2), "sys_time")))
+    frame = frame.with_columns(written.alias("written"))
+    stamped = pl.col("written").is_not_null()
+    starts = (stamped | pl.col("uvicorn").is_not_null()) & ~pl.col("docker_alone")
+    frame = frame.with_columns(starts.cast(pl.Int32).cum_sum().alias("record"))
+    passed_over = frame.filter(~starts & ((pl.col("record") == 0) | pl.col("noise") | pl.col("docker_alone")))
+    body_lines = frame.filter(starts | ((pl.col("record") > 0) & ~pl.col("noise") & ~pl.col("docker_alone")))
+    records = (body_lines.group_by("record", maintain_order=True).agg(
+        pl.col("line").first(), pl.col("body").str.join("\n").alias("message"),
+        *[pl.col(c).first() for c in ("written", "uvicorn", "docker", "process", "process_pid", "vllm_level",
+                                      "sys_host", "sys_ident", "sys_pid")]))
+    parsed_time = pl.coalesce([pl.col("written").str.to_datetime(f, strict=False, time_unit="us")
+                               for f in ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")])
+    records = records.with_columns(parsed_time.alias("own_ts"))
+    # A line without a time of its own (uvicorn's) is timed by the record before it.
+    records = records.with_columns(pl.col("own_ts").forward_fill().alias("ts_naive"),
+                                   pl.when(pl.col("own_ts").is_not_null()).then(pl.lit("own stamp"))
+                                   .when(pl.col("written").is_null()).then(pl.lit("the record before it"))
+                                   .alias("LOG_TIME_SOURCE"))
+    bad = records.filter(pl.col("ts_naive").is_null() | (pl.col("written").is_not_null() & pl.col("own_ts").is_null()))
+    good = records.join(bad.select("record"), on="record", how="anti")
+    level = pl.coalesce("vllm_level", "uvicorn", pl.col("message").str.extract(_LEVEL, 1))
+    host = pl.coalesce("sys_host", pl.lit(_host_of(path), pl.String))
+    events = good.select(
+        pl.col("ts_naive").dt.replace_time_zone("UTC").alias("ts"),
+        pl.lit(None, pl.Int64).alias("__REALTIME_TIMESTAMP"), pl.lit(None, pl.Int64).alias("__MONOTONIC_TIMESTAMP"),
+        pl.lit(None, pl.String).alias("_BOOT_ID"), pl.lit(None, pl.String).alias("__CURSOR"),
+        host.alias("host"), pl.coalesce("sys_ident", pl.lit(path.name)).alias("unit"),
+        pl.coalesce("sys_ident", pl.lit(path.stem)).alias("identifier"),
+        pl.coalesce("sys_pid", "process_pid").cast(pl.Int64).alias("pid"),
+        level.replace_strict(_PRIORITY, default=None, return_dtype=pl.Int8).alias("priority"),
+        pl.lit(None, pl.String).alias("message_id"), pl.lit(None, pl.String).alias("invocation_id"),
+        "message", pl.lit(DATA_TYPE).alias("data_type"), pl.lit(FORMAT).alias("format"),
+        pl.lit(str(path)).alias("source_file"), pl.lit(None, pl.Int64).alias("source_offset"),
+        pl.col("line").alias("source_line"), pl.lit(None, pl.List(EVENTS_SCHEMA["raw_fields"].inner)).alias("raw_fields"),
+        pl.col("docker").alias("DOCKER_TIMESTAMP"), pl.col("process").alias("LOG_PROCESS"), "LOG_TIME_SOURCE",
+        pl.col("written").alias("LOG_STAMP"))
+    events = events.with_columns(pl.col(n).cast(d) for n, d in EVENTS_SCHEMA.items())
+    quarantine = bad.select(
+        pl.lit(str(path)).alias("source_file"), pl.lit(FORMAT).alias("format"), pl.lit(None, pl.Int64).alias("offset"),
+        pl.col("line"),
+        pl.when(pl.col("written").is_null()).then(pl.lit("no time: a line without a stamp before any stamped line"))
+        .otherwise(pl.format("time stamp {} is not a date", "written")).alias("reason"),
+        pl.col("message").map_elements(excerpt_text, return_dtype=pl.String).alias("excerpt"),
+        pl.lit(None, pl.String).alias("subject")).cast(dict(QUARANTINE_SCHEMA))  # type: ignore[arg-type]
+    notes = [n for n in (year_note,) if n]
+    before = passed_over.filter(pl.col("record") == 0).height
+    noise = passed_over.height - before
+    if before:
+        notes.append(f"{before} lines before the first time stamp passed over (commands, prose, progress bars)")
+    if noise:
+        notes.append(f"{noise} lines passed over between records (blank lines, progress bars, '...', Docker times "
+                     "alone on a line)")
+    if records.height == 0:
+        return ParseResult("events", empty(EVENTS_SCHEMA), empty(QUARANTINE_SCHEMA), 0, damage=damage,
+                           notes=notes or ["no line with a time stamp: nothing read"])
+    return ParseResult("events", events, quarantine, records.height, damage=damage, notes=notes)
+
+
+register(NAME, sniff, parse, module=__name__)
