@@ -18,13 +18,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import polars as pl
 
 from forensics.align import Timeline, build_timeline
-from forensics.case import ingest_in_background
+from forensics.case import Case, ingest_in_background
 from forensics.detect import (
     DISPLAY_ZONE,
     Finding,
     clock,
     errors,
     event_evidence,
+    gpu,
     findings_frame,
     lifecycle,
     progress,
@@ -36,9 +37,10 @@ from forensics.detect.stacks import Verdict, latest
 from forensics.detect.tracks import Track, links, tracks
 from forensics.errors import ForensicsError
 from forensics.incident import load_incident
-from forensics.profiles import Profile, load_profile
+from forensics.profiles import Profile, choose_profile
 
 
+PROFILE_SAMPLE_LINES = 20_000  # log lines looked at to choose a profile
 CHECKS_TRACK = "checks"  # findings that say what was looked at when nothing was wrong
 NOT_ANOMALIES = ("annotation", "clock_jump")
 
@@ -177,11 +179,26 @@ def analyze(bundle: str | Path, case_dir: str | Path | None = None, profile: Pro
         DISPLAY_ZONE.reset(token)
 
 
+def profile_for(case: Case) -> tuple[Profile, str]:
+    """The shipped profile the case's evidence points to (process titles, metric names, the first
+    log lines), and why."""
+    titles = case.stacks.select(pl.col("title").drop_nulls().unique()).collect().get_column("title").to_list()
+    names = (case.samples.select(pl.col("name").cast(pl.String).drop_nulls().unique()).collect()
+             .get_column("name").to_list())
+    messages = (case.events.select("message").head(PROFILE_SAMPLE_LINES).collect().get_column("message")
+                .drop_nulls().to_list())
+    return choose_profile(titles, names, messages)
+
+
 def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None) -> Analysis:
-    profile = profile or load_profile()
     case_dir = Path(case_dir) if case_dir else Path("exports") / bundle.resolve().name / "case"
     case, written = ingest_in_background(bundle, case_dir)
+    chosen = None
+    if profile is None:
+        profile, chosen = profile_for(case)
     incident = load_incident(bundle, profile)
+    if chosen:
+        incident.notes.append(chosen)
     timeline = build_timeline(case, incident, profile)
     main = profile.logs.main_track
     found: list[Finding] = []
@@ -189,6 +206,7 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None)
     found += lifecycle.detect(timeline)
     verdicts, stack_findings = stack_detector.findings(timeline.stacks, timeline.quarantine, profile, main)
     found += stack_findings
+    found += gpu.detect(timeline, found, verdicts, main)
     for note in incident.annotations:
         found.append(Finding("annotation", annotation_track(note.text, timeline), None, note.at, note.text))
     for jump in timeline.jumps.iter_rows(named=True):

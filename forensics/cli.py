@@ -121,7 +121,7 @@ def _utc(text: str) -> datetime:
 
 def _report_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--display-tz", default="UTC", help="time zone the report shows times in (default: UTC)")
-    parser.add_argument("--profile", default="", help="profile name or .toml path (default: sglang)")
+    parser.add_argument("--profile", default="", help="profile name or .toml path (default: chosen from the evidence)")
     redaction = parser.add_mutually_exclusive_group()
     redaction.add_argument("--redact", dest="redact", action="store_const", const="all", default="timeline",
                            help="redact every output (default: timeline.html only)")
@@ -168,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_an.add_argument("bundle", type=Path)
     p_an.add_argument("--case", type=Path, help="case folder (default: exports/<bundle name>/case)")
     p_an.add_argument("--json", action="store_true", help="print summary.json instead of text")
-    p_an.add_argument("--profile", default="sglang", help="profile name or .toml path (default: sglang)")
+    p_an.add_argument("--profile", default="", help="profile name or .toml path (default: chosen from the evidence)")
     p_an.add_argument("--display-tz", default="UTC", help="time zone the text writes times in (default: UTC)")
     p_ref = sub.add_parser("reference", help="write the reference incident bundle (deterministic), at any scale")
     p_ref.add_argument("out", type=Path)
@@ -223,7 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             from forensics.analyze import analyze, report_text
             from forensics.profiles import load_profile
-            result = analyze(args.bundle, args.case, load_profile(args.profile), display_zone=args.display_tz)
+            result = analyze(args.bundle, args.case, load_profile(args.profile) if args.profile else None,
+                             display_zone=args.display_tz)
             print(json.dumps(result.summary(), indent=2) if args.json else report_text(result))
         elif args.command == "reference":
             from forensics.reference import write_reference

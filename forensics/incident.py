@@ -2,6 +2,7 @@
 
     title = "…"
     window = ["2026-06-18T21:20:00Z", "2026-06-18T21:45:00Z"]     # optional; else the data's span
+    metrics = ["DCGM_FI_DEV_MEM_COPY_UTIL"]   # metric names to draw beyond the profile's panels
 
     [hosts."gpu-node-00"]
     time_zone = "Asia/Shanghai"      # the zone SGLang's log-line stamps are written in (default UTC)
@@ -85,6 +86,7 @@ class Incident:
     guessed: bool
     inputs: list[str] = field(default_factory=list)  # globs from [inputs]; empty: every file is sniffed
     notes: list[str] = field(default_factory=list)  # what was guessed, in words
+    metrics: list[str] = field(default_factory=list)  # metric names the report must draw, beyond the profile's
 
     def clock(self, host: str | None) -> HostClock:
         """A host's clock; UTC and no offset unless the manifest says."""
@@ -151,7 +153,7 @@ def _type_problem(value: Any, kind: str) -> str | None:
 
 # The keys incident.toml may hold, and the type of each value.
 _TOP = {"title": "string", "window": "window", "hosts": "hosts", "components": "components",
-        "annotations": "annotations", "inputs": "inputs"}
+        "annotations": "annotations", "inputs": "inputs", "metrics": "list of string"}
 _HOST = {"time_zone": "string", "clock_offset_s": "number"}
 _COMPONENT = {"units": "list of string", "ports": "list of integer", "process_titles": "list of string",
               "stacks_group": "string"}
@@ -262,4 +264,5 @@ def load_incident(bundle: Path, profile: Profile | None = None) -> Incident:
             raise ManifestError(f"{path}: inputs.{kind} must be a list of glob patterns")
         inputs += globs
     return Incident(title=str(data.get("title", bundle.name)), window=window, hosts=hosts, components=components,
-                    annotations=sorted(annotations, key=lambda a: a.at), guessed=False, inputs=inputs)
+                    annotations=sorted(annotations, key=lambda a: a.at), guessed=False, inputs=inputs,
+                    metrics=list(data.get("metrics", [])))

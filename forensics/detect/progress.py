@@ -33,10 +33,17 @@ TRACK = "wedge"
 def progress_lines(timeline: Timeline, *columns: str) -> pl.DataFrame:
     """The progress lines in time order, with `columns` beside who logged them and when (the
     columns are chosen before filtering, so the wide events frame is not copied)."""
-    keep = [c for c in dict.fromkeys(("ts", "component", "host", "tag", "progress", *columns))
+    working_when = timeline.profile.logs.working_when
+    keep = [c for c in dict.fromkeys(("ts", "component", "host", "tag", "progress", *columns, *working_when))
             if c in timeline.events.columns or c == "_row"]  # _row: the line's position in `events`
+    # A stack that writes its stats line while idle (vLLM): the line shows work only when one of
+    # the profile's `working_when` numbers is above zero (or none could be read).
+    working = (pl.any_horizontal(pl.col(c).fill_null(0) > 0 for c in working_when)
+               | pl.all_horizontal(pl.col(c).is_null() for c in working_when)) if working_when else pl.lit(True)
     return (timeline.events.lazy().with_row_index("_row").select(keep)
-            .filter(pl.col("progress").is_not_null()).sort("ts", maintain_order=True).collect())
+            .filter(pl.col("progress").is_not_null() & working).sort("ts", maintain_order=True)
+            .select([c for c in keep if c not in working_when or c in columns])
+            .collect())
 
 
 def last_progress(timeline: Timeline) -> pl.DataFrame:
@@ -62,7 +69,7 @@ def freezes(timeline: Timeline) -> pl.DataFrame:
     pending = (pl.col("running_req").fill_null(0) > 0) | (pl.col("queue_req").fill_null(0) > 0)
     if "inflight_req" in progress.columns:
         pending = pending | (pl.col("inflight_req").fill_null(0) > 0)
-    gaps = (progress.join(own_end, on=["host", "component"], how="left")
+    gaps = (progress.join(own_end, on=["host", "component"], how="left", nulls_equal=True)
             .with_columns(pl.col("ts").shift(-1).over("host", "component", "tag").alias("next_ts"),
                           pl.col("_row").shift(-1).over("host", "component", "tag").alias("_next_row"))
             .with_columns(((pl.coalesce("next_ts", "own_end") - pl.col("ts")).dt.total_microseconds() / 1e6)
@@ -127,14 +134,19 @@ def _silent_hang(timeline: Timeline, component: str, host: str | None, where: st
     """Health 200 and an active unit while frozen: the blind spot, until the unit is stopped."""
     unit_stops = stops.filter(pl.col("component").eq_missing(component) & pl.col("host").eq_missing(host)
                               & (pl.col("ts") > at))
-    blind_end = earliest(unit_stops.get_column("ts")) or until or latest_time(timeline.events.get_column("ts"))
+    data_end = latest_time(timeline.events.get_column("ts"))
+    blind_end = earliest(unit_stops.get_column("ts")) or until or data_end
     if blind_end is None:
         return []
+    # up to the stop or the next progress, not at it; to the end of the data, its last line included
+    before_end = (pl.col("ts") <= blind_end) if blind_end == data_end else (pl.col("ts") < blind_end)
     health = timeline.events.filter(pl.col("component").eq_missing(component) & pl.col("host").eq_missing(host)
-                                    & pl.col("health_ok") & (pl.col("ts") > at) & (pl.col("ts") < blind_end))
+                                    & pl.col("health_ok") & (pl.col("ts") > at) & before_end)
     if health.height == 0:
         return []
-    text = (f"{where} looked healthy while frozen: health checks answered 200 {health.height} times and the "
-            f"unit stayed active from {clock(at)} to {clock(blind_end)} ({span((blind_end - at).total_seconds())}), "
+    # only journald says a unit stayed active; a plain log says nothing of the process's state
+    unit = "and the unit stayed active " if health.get_column("data_type").ne("log:line").any() else ""
+    text = (f"{where} looked healthy while frozen: health checks answered 200 {health.height} times {unit}"
+            f"from {clock(at)} to {clock(blind_end)} ({span((blind_end - at).total_seconds())}), "
             "the blind spot of health-based monitoring.")
     return [Finding("silent_hang", TRACK, component, at, text, blind_end, event_evidence(health, 3), host)]

@@ -94,6 +94,9 @@ class LogRules:
     fields: dict[str, tuple[str, ...]]  # column -> the labels it is written with ("label: number")
     events: tuple[LogEvent, ...]
     samples: tuple[LogSample, ...]
+    # Fields of a progress line of which one must be above zero for the line to show work (a stack
+    # that writes its stats line while idle, like vLLM); empty: every progress line shows work.
+    working_when: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,9 @@ class Profile:
     stacks: StackRules
     metrics: MetricRules
     logs: LogRules
+    # What in a bundle says it comes from this stack (process titles, metric names, log lines):
+    # how a profile is chosen when none is given.
+    evidence: re.Pattern[str] | None = None
 
     def component_of(self, text: str | None) -> str | None:
         """The first component whose word appears in `text` (a unit, title, group or path)."""
@@ -136,6 +142,24 @@ class Profile:
             if pattern.search(text):
                 return name
         return None
+
+
+def choose_profile(titles: list[str], metric_names: list[str], messages: list[str]) -> tuple[Profile, str]:
+    """The shipped profile whose `[profile] evidence` the bundle shows most (process titles,
+    metric names, a sample of log lines), and why in words; the default when none shows any."""
+    scores = []
+    for name in available():
+        profile = load_profile(name)
+        if profile.evidence is None:
+            continue
+        hits = sum(1 for text in (*titles, *metric_names, *messages) if text and profile.evidence.search(text))
+        scores.append((hits, name == DEFAULT_PROFILE, profile))
+    best = max(scores, key=lambda s: (s[0], s[1]), default=None)
+    if best is None or best[0] == 0:
+        return load_profile(), f"no stack's evidence found: the default profile ({DEFAULT_PROFILE})"
+    others = ", ".join(f"{p.name} {n}" for n, _, p in sorted(scores, key=lambda s: -s[0]) if p is not best[2])
+    return best[2], (f"profile {best[2].name} chosen from the evidence ({best[0]} titles, metric names and "
+                     f"log lines match it{'; ' + others if others else ''})")
 
 
 def available() -> list[str]:
@@ -225,7 +249,8 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
                                panels=tuple(_panel(path, i, p) for i, p in enumerate(metrics.get("panel", []))))
     return Profile(name=str(meta.get("name", path.stem)), description=str(meta.get("description", "")),
                    path=path, components=components, stacks=rules, metrics=metric_rules,
-                   logs=_log_rules(path, data.get("logs", {})))
+                   logs=_log_rules(path, data.get("logs", {})),
+                   evidence=_pattern(path, "[profile] evidence", meta["evidence"]) if "evidence" in meta else None)
 
 
 def _panel(path: Path, index: int, panel: dict[str, Any]) -> MetricPanel:
@@ -284,7 +309,12 @@ def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
     samples = [LogSample(str(_required(path, s, "line", f"[[logs.sample]] #{n + 1}")), s.get("kind"), s.get("tag"),
                          {k: float(v) for k, v in s.get("fields", {}).items()})
                for n, s in enumerate(logs.get("sample", []))]
+    fields = _fields(path, logs.get("fields", {}))
+    working = logs.get("working_when", [])
+    if not isinstance(working, list) or any(w not in fields for w in working):
+        raise ProfileError(f"{path}: [logs] working_when must list [logs.fields] names, not {working!r}")
     return LogRules(
+        working_when=tuple(working),
         main_track=str(logs.get("main_track", "main")),
         prefix=pattern("[logs] prefix", logs.get("prefix", r"^(?P<stamp>)(?P<tag>)"), ("stamp", "tag")),
         progress=pattern("[logs] progress", logs.get("progress", "$^")),
@@ -294,5 +324,5 @@ def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
                        ("method", "path", "status")),
         health_ok=pattern("[logs] health_ok", logs.get("health_ok", "$^")),
         ready=pattern("[logs] ready", logs.get("ready", "$^")),
-        fields=_fields(path, logs.get("fields", {})),
+        fields=fields,
         events=tuple(events), samples=tuple(samples))

@@ -38,6 +38,7 @@ BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600,
 MAX_BUCKETS = 400  # per lane on the timeline
 POINT_BUDGET = 60_000  # metric points over all panels; more series means coarser buckets
 MAX_CELLS = 300_000  # progress-strip cells (lanes × buckets); more lanes means coarser buckets
+OTHER_PANELS = 3  # panels for families the profile does not draw, those that moved most
 MAX_SERIES = 48  # per panel; beyond it, instances no finding names are folded into a median
 PHASE_COLOURS = {"collective": "#d62728", "idle": "#1f77b4", "transfer": "#9467bd", "compute": "#2ca02c",
                  "device_sync": "#8c564b", "unknown": "#7f7f7f"}
@@ -306,11 +307,39 @@ def _fold_uninvolved(points: pl.DataFrame, analysis: Analysis) -> pl.DataFrame:
     return pl.concat([points.filter(mine), folded.select(points.columns)])
 
 
+def other_families(analysis: Analysis, most: int = OTHER_PANELS) -> list[tuple[str, str]]:
+    """Metric families no panel of the profile draws, as (family, type), so nothing read is
+    invisible: those incident.toml's `metrics` lists first, then the ones that moved most in the
+    window (the spread of a gauge, or of a counter's rate, over its typical size)."""
+    drawn = [n for p in analysis.timeline.profile.metrics.panels for n in (*p.gauges, *p.rates)]
+    samples = analysis.timeline.samples.filter(~named(drawn) if drawn else pl.lit(True))
+    listed = list(analysis.timeline.incident.metrics)
+    gauges = (samples.filter(pl.col("type").cast(pl.String).is_in(["gauge", "untyped", "unknown"]))
+              .group_by(pl.col("name").cast(pl.String).alias("family"), pl.col("type").cast(pl.String))
+              .agg(((pl.col("value").max() - pl.col("value").min()) / (pl.col("value").abs().mean() + 1e-9))
+                   .alias("moved"), pl.col("ts").n_unique().alias("times"))
+              .collect())
+    counters = counter_rates(samples.filter(pl.col("type").cast(pl.String) == "counter"))
+    moved_counters = (counters.group_by(pl.col("name").cast(pl.String).alias("family"))
+                      .agg(((pl.col("rate").max() - pl.col("rate").min()) / (pl.col("rate").abs().mean() + 1e-9))
+                           .alias("moved"), (pl.len() + 1).alias("times"))
+                      .with_columns(pl.lit("counter").alias("type")))
+    ranked = (pl.concat([gauges, moved_counters.select(gauges.columns)])
+              .filter((pl.col("times") > 1) & (pl.col("moved") > 0) | pl.col("family").is_in(listed))
+              .with_columns(pl.col("family").is_in(listed).alias("listed"))
+              .sort(["listed", "moved"], descending=True))
+    return [(f, t) for f, t in ranked.select("family", "type").head(most).iter_rows()]
+
+
 def metric_panels(analysis: Analysis, axis: Axis) -> list[tuple[str, pl.DataFrame]]:
-    """The profile's panels that have data in this bundle: (title, `metric_frame`)."""
-    panels = analysis.timeline.profile.metrics.panels
+    """The profile's panels that have data in this bundle, then panels for the families no panel
+    draws that moved most (`other_families`): (title, `metric_frame`)."""
+    panels = [(p.title, p.gauges, p.rates) for p in analysis.timeline.profile.metrics.panels]
+    panels += [(f"{family} ({'per second' if kind == 'counter' else kind})",
+                () if kind == "counter" else (family,), (family,) if kind == "counter" else ())
+               for family, kind in other_families(analysis)]
     budget = POINT_BUDGET // max(len(panels), 1)
-    frames = [(p.title, metric_frame(analysis, p.gauges, p.rates, axis, budget)) for p in panels]
+    frames = [(title, metric_frame(analysis, gauges, rates, axis, budget)) for title, gauges, rates in panels]
     return [(title, frame) for title, frame in frames if frame.height]
 
 

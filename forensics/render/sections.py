@@ -101,7 +101,7 @@ class ReportSession:
         bundle = Path(bundle)
         out = check_output_target(Path(out_dir) if out_dir else Path("exports") / bundle.resolve().name, bundle,
                                   OUTPUTS)
-        analysis = analyze(bundle, out / "case", load_profile(profile) if profile else load_profile(), display_tz)
+        analysis = analyze(bundle, out / "case", load_profile(profile) if profile else None, display_tz)
         session = cls(analysis, out, redact)
         if redact == "all":
             session._report_redactor = session.redactor()

@@ -372,6 +372,19 @@ def _other_problems(lines: pl.DataFrame) -> pl.DataFrame:
         .alias("reason")).filter(pl.col("reason").is_not_null()).select("line", "reason", "text")
 
 
+# NVIDIA DCGM's "blank" values (no reading: not found, not supported, not permitted), written as
+# ordinary numbers: int64 blanks from 0x7ffffffffffffff0 on, and fp64 blanks from 2^47.
+DCGM_INT_BLANK = 9223372036854775792.0
+DCGM_FLOAT_BLANK = (140737488355328.0, 140737488355334.0)
+
+
+def _missing_when_blank(value: pl.Expr) -> pl.Expr:
+    """A sample value, null where a DCGM family writes one of its blank sentinels."""
+    dcgm = pl.col("name").str.starts_with("DCGM_")
+    blank = (value >= DCGM_INT_BLANK) | value.is_between(*DCGM_FLOAT_BLANK)
+    return pl.when(dcgm & blank).then(None).otherwise(value)
+
+
 def _sample_micros() -> pl.Expr:
     """A sample's own timestamp in µs since the epoch, as a float (OpenMetrics writes seconds, the
     text format milliseconds); null when it has none."""
@@ -386,7 +399,7 @@ def _finish(good: pl.DataFrame, captures: pl.DataFrame, source_file: str) -> pl.
              .with_columns(
                  pl.from_epoch(sample_us, time_unit="us").dt.replace_time_zone("UTC").alias("sample_ts"),
                  pl.col("label_list").fill_null([]).alias("label_list"),
-                 pl.col("value").cast(pl.Float64),
+                 _missing_when_blank(pl.col("value").cast(pl.Float64)).alias("value"),
                  pl.lit(DATA_TYPE).alias("data_type"),
                  pl.lit(source_file).alias("source_file"),
                  pl.col("line").alias("source_line"))
