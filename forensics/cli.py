@@ -239,6 +239,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ForensicsError as error:
         print(f"forensics: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("forensics: interrupted; outputs already there were left as they were", file=sys.stderr)
+        return 130
+    except OSError as error:  # a full disk, a read-only folder, a file that vanished: one line, no traceback
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"forensics: {error.strerror or error}{where}; outputs already there were left as they were",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
+import signal
 import tempfile
 import traceback
 from collections.abc import Iterable, Sequence
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forensics.case import check_output_target
+from forensics.case import OUTPUT_MARKER, case_lock, check_output_target
 from forensics.errors import ForensicsError
 
 NOTEBOOKS = Path(os.environ.get("FORENSICS_NOTEBOOKS", Path(__file__).resolve().parents[1] / "notebooks"))
@@ -32,6 +34,7 @@ OUTPUTS = (MAIN_NOTEBOOK, "report.html", "timeline.html", "postmortem.md", "summ
 TEMPLATES = Path(__file__).resolve().parent / "render" / "templates"
 BUNDLE_MARKERS = ("incident.toml", "journal", "metrics", "stacks")
 RECORD_TAG = "record"
+KERNEL_LOG = "kernel.log"
 
 
 class ReportError(ForensicsError):
@@ -58,7 +61,9 @@ def notebook_path(name: str = MAIN_NOTEBOOK) -> Path:
 
 def _ipc_kernel_manager(folder: str) -> type:
     """A kernel manager whose kernel talks over socket files in `folder` rather than TCP ports:
-    no port open to other users of the machine (and no warning from ipykernel about it)."""
+    no port open to other users of the machine (and no warning from ipykernel about it). The
+    kernel's own output goes to `folder`/kernel.log, not to the terminal: an interrupt or a failure
+    then ends in forensics' one line (a failure quotes the log's end)."""
     from jupyter_client.manager import AsyncKernelManager
 
     class IpcKernelManager(AsyncKernelManager):
@@ -67,7 +72,19 @@ def _ipc_kernel_manager(folder: str) -> type:
             self.transport = "ipc"
             self.ip = os.path.join(folder, "kernel")
 
+        async def _async_pre_start_kernel(self, **kw: Any) -> Any:
+            log = open(os.path.join(folder, KERNEL_LOG), "ab")  # noqa: SIM115 - the kernel process holds it
+            kw.setdefault("stdout", log)
+            kw.setdefault("stderr", log)
+            return await super()._async_pre_start_kernel(**kw)
+
     return IpcKernelManager
+
+
+def _log_tail(folder: str, lines: int = 8) -> str:
+    path = Path(folder) / KERNEL_LOG
+    text = path.read_text(errors="replace").strip() if path.is_file() else ""
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def execute(notebook: Path, output: Path, parameters: dict[str, Any], progress: bool = True) -> Path:
@@ -76,14 +93,17 @@ def execute(notebook: Path, output: Path, parameters: dict[str, Any], progress: 
     from papermill.exceptions import PapermillExecutionError
 
     output.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with tempfile.TemporaryDirectory(prefix="forensics-kernel-") as sockets:
+    with tempfile.TemporaryDirectory(prefix="forensics-kernel-") as sockets:
+        try:
             papermill.execute_notebook(str(notebook), str(output), parameters=parameters, progress_bar=progress,
                                        kernel_name="python3", cwd=str(Path.cwd()),
                                        kernel_manager_class=_ipc_kernel_manager(sockets))
-    except PapermillExecutionError as error:
-        raise ReportError(f"{notebook.name} failed in cell {error.exec_count}: {error.ename}: {error.evalue} "
-                          f"(executed copy with the traceback: {output})") from None
+        except PapermillExecutionError as error:
+            raise ReportError(f"{notebook.name} failed in cell {error.exec_count}: {error.ename}: {error.evalue} "
+                              f"(executed copy with the traceback: {output})") from None
+        except RuntimeError as error:  # the kernel died or would not start: its own words say why
+            tail = _log_tail(sockets)
+            raise ReportError(f"{notebook.name}: the kernel failed: {error}" + (f"\n{tail}" if tail else "")) from None
     return output
 
 
@@ -110,22 +130,64 @@ def to_html(executed: Path, output: Path) -> Path:
 
 def render(bundle: str | Path, out: str | Path | None = None, display_tz: str = "UTC", profile: str = "",
            redact: str = "timeline", progress: bool = True) -> Rendered:
-    """Render the incident report of `bundle` into `out` (default exports/<bundle name>)."""
+    """Render the incident report of `bundle` into `out` (default exports/<bundle name>).
+
+    The outputs are made in a folder beside `out` and swapped in as a set when every one is
+    written, under a lock on `out`: an interrupted, failed or out-of-space run leaves the previous
+    outputs as they were (and its own half-made folder is removed, now or by the next run)."""
     bundle = Path(bundle).resolve()
     if not bundle.is_dir():
         raise ReportError(f"{bundle}: not a folder (a bundle is a folder of journal / metrics / stacks inputs)")
     out_dir = check_output_target(Path(out) if out else Path("exports") / bundle.name, bundle, OUTPUTS)
-    executed = execute(notebook_path(), out_dir / MAIN_NOTEBOOK,
-                       {"bundle": str(bundle), "out_dir": str(out_dir), "display_tz": display_tz,
+    with case_lock(out_dir):
+        for leftover in out_dir.parent.glob(f".{out_dir.name}.partial-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+        try:
+            files = _render_into(bundle, staging, display_tz, profile, redact, progress)
+            summary = json.loads(files["summary.json"].read_text())
+            # no interrupt between the two renames of the swap: the set is whole before or after
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                _swap_in(staging, out_dir)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return Rendered(bundle, out_dir, {name: out_dir / path.name for name, path in files.items()}, summary)
+
+
+def _render_into(bundle: Path, folder: Path, display_tz: str, profile: str, redact: str,
+                 progress: bool) -> dict[str, Path]:
+    """Run the report notebook into `folder` and convert it; the files written, by name."""
+    (folder / OUTPUT_MARKER).write_text("forensics report outputs: `forensics report` rewrites the files it made\n")
+    executed = execute(notebook_path(), folder / MAIN_NOTEBOOK,
+                       {"bundle": str(bundle), "out_dir": str(folder), "display_tz": display_tz,
                         "profile": profile, "redact": redact}, progress)
-    files = {"notebook": executed, "report.html": to_html(executed, out_dir / "report.html")}
+    files = {"notebook": executed, "report.html": to_html(executed, folder / "report.html")}
     for name in ("timeline.html", "postmortem.md", "summary.json"):
-        path = out_dir / name
+        path = folder / name
         if not path.is_file():
             raise ReportError(f"{executed} ran but wrote no {name}")
         files[name] = path
-    summary = json.loads(files["summary.json"].read_text())
-    return Rendered(bundle, out_dir, files, summary)
+    return files
+
+
+def _swap_in(staging: Path, out_dir: Path) -> None:
+    """Replace `out_dir` by `staging` whole: a reader sees the old set or the new one. Files a
+    person put in `out_dir` beside the outputs are carried over."""
+    for path in out_dir.iterdir():
+        if not (staging / path.name).exists() and path.name not in (*OUTPUTS, "case", OUTPUT_MARKER):
+            path.rename(staging / path.name)
+    retired = out_dir.with_name(f".{out_dir.name}.partial-old-{os.getpid()}")
+    out_dir.rename(retired)
+    try:
+        staging.rename(out_dir)
+    except BaseException:
+        retired.rename(out_dir)  # put the previous outputs back
+        raise
+    shutil.rmtree(retired, ignore_errors=True)
 
 
 def find_bundles(patterns: Iterable[str]) -> list[Path]:

@@ -24,7 +24,10 @@
 #include <string.h>
 
 /* Problems found on a line (reported by kind; Python words them). */
-enum { NO_EQUALS = 0, LENGTH_CUT = 1, RUNS_PAST = 2, NO_NEWLINE = 3 };
+enum { NO_EQUALS = 0, LENGTH_CUT = 1, RUNS_PAST = 2, NO_NEWLINE = 3, TOO_MANY_FIELDS = 4 };
+/* journald writes no entry with more fields (ENTRY_FIELD_COUNT_MAX): beyond it an entry is forged
+   or damaged, and its fields are not kept (a million distinct names would cost gigabytes). */
+#define MAX_FIELDS 1024
 /* What scan() ends with. */
 enum { SCANNED = 0, OVERRUN = 1, NO_MEMORY = -1 };
 
@@ -309,8 +312,12 @@ static int scan(Scan *S, int at_eof)
         S->entry_end.v[entry] = e;
         const uint8_t *equals = memchr(a + s, '=', (size_t)(e - s));
         if (equals) {
-            if (add_field(S, s, equals - a - s, equals - a + 1, e, entry, line, position++) < 0)
+            if (position < MAX_FIELDS) {
+                if (add_field(S, s, equals - a - s, equals - a + 1, e, entry, line, position) < 0)
+                    return NO_MEMORY;
+            } else if (position == MAX_FIELDS && add_problem(S, TOO_MANY_FIELDS, entry, line, s, 0, 0, 0) < 0)
                 return NO_MEMORY;
+            position++;
         } else if (!valid_name(a + s, e - s)) {
             if (add_problem(S, NO_EQUALS, entry, line, s, e - s, 0, 0) < 0)
                 return NO_MEMORY;
@@ -351,8 +358,12 @@ static int scan(Scan *S, int at_eof)
                 next = q + 1;
             } else {
                 const Py_ssize_t value_end = size_at + 8 + (Py_ssize_t)size;
-                if (add_field(S, s, e - s, size_at + 8, value_end, entry, line, position++) < 0)
+                if (position < MAX_FIELDS) {
+                    if (add_field(S, s, e - s, size_at + 8, value_end, entry, line, position) < 0)
+                        return NO_MEMORY;
+                } else if (position == MAX_FIELDS && add_problem(S, TOO_MANY_FIELDS, entry, line, s, 0, 0, 0) < 0)
                     return NO_MEMORY;
+                position++;
                 next_line = line + 1 + count_newlines(a + size_at, value_end - size_at) + 1;
                 next = value_end + 1;
             }

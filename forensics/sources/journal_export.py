@@ -60,7 +60,10 @@ _LINE_PROBLEMS = {  # the kinds `_export_scan.scan` reports, worded
     1: lambda name, size, left: f"binary field {name.decode()}: length cut off by end of file",
     2: lambda name, size, left: f"binary field {name.decode()}: length {size} runs past end of file ({left} bytes left)",
     3: lambda name, size, left: f"binary field {name.decode()}: {size}-byte value not followed by a newline",
+    4: lambda name, size, left: (f"more than {MAX_FIELDS} fields: journald writes no such entry (forged or "
+                                 "damaged); its fields past that are not kept"),
 }
+MAX_FIELDS = 1024  # as _export_scan.c: journald's ENTRY_FIELD_COUNT_MAX
 _DENSE_NAMES = frozenset(name.encode() for name in DENSE_FIELDS)
 
 

@@ -34,6 +34,7 @@ from forensics.sources import ParseResult, register
 NAME = "journal_json"
 _SLOW_MARKERS = ('":[', '": [', '":null', '": null')
 _SCHEMA_SAMPLE_LINES = 2000
+MAX_FIELDS = 1024  # journald's ENTRY_FIELD_COUNT_MAX, as for exports
 
 
 _DOCUMENT_START = re.compile(rb'^[\x1e \t\r\n]*\[?[ \t\r\n]*\{[ \t\r\n]*"')
@@ -97,6 +98,8 @@ def _value(name: str, value: object) -> JournalValue:
 def _record(obj: object) -> dict[str, list[JournalValue]]:
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
+    if len(obj) > MAX_FIELDS:
+        raise ValueError(f"more than {MAX_FIELDS} fields: journald writes no such entry (forged or damaged)")
     record: dict[str, list[JournalValue]] = {}
     for name, value in obj.items():
         problem = field_name_problem(name.encode())
@@ -148,7 +151,7 @@ def _fast(path: Path, data: bytes | mmap.mmap, buf: np.ndarray, starts: np.ndarr
             continue
         if isinstance(value, dict):
             keys.update(value)
-    if not keys or any(field_name_problem(k.encode()) for k in keys):
+    if not keys or len(keys) > MAX_FIELDS or any(field_name_problem(k.encode()) for k in keys):
         return everything_slow
     if slow.any():
         # Blank out the lines Python will read, so polars' rows are exactly the fast lines.
@@ -169,7 +172,7 @@ def _fast(path: Path, data: bytes | mmap.mmap, buf: np.ndarray, starts: np.ndarr
     seen = frame.select(pl.sum_horizontal(pl.all().is_not_null())).to_series()
     written = fast_text.str.count_matches('":', literal=True)
     strings = fast_text.str.count_matches('":"', literal=True) + fast_text.str.count_matches('": "', literal=True)
-    lost = ((written != seen) | (written != strings)).to_numpy()
+    lost = ((written != seen) | (written != strings) | (written > MAX_FIELDS)).to_numpy()
     if lost.any():
         slow[fast_rows[lost]] = True
         fast_rows = fast_rows[~lost]

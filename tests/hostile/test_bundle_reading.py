@@ -170,3 +170,21 @@ def test_an_unreadable_capture_time_is_flagged_not_taken_silently(tmp_path: Path
     frames, _ = read_bundle(bundle)
     row = frames["stacks"].row(0, named=True)
     assert row["ts_confidence"] == "low" and "header ts=abc is not a time" in row["ts_source"]
+
+
+def test_a_million_field_names_in_one_entry_stay_bounded(tmp_path: Path) -> None:
+    """journald writes at most 1,024 fields per entry; a forged entry with a million distinct names
+    is refused and keeps no more columns (it used to take minutes and gigabytes)."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    body = b"".join(b"F%07d=x\n" % i for i in range(1_000_000))
+    (bundle / "wide.export").write_bytes(b"__REALTIME_TIMESTAMP=1781818560000000\n" + body + b"\n" + entries(1))
+    wide = {f"F{i:07d}": "x" for i in range(2000)}
+    import json
+    (bundle / "wide.json").write_text(json.dumps({"__REALTIME_TIMESTAMP": "1781818560000000", **wide}) + "\n")
+    frames, manifest = read_bundle(bundle)
+    by_file = {e["path"]: e for e in manifest["inputs"]}
+    assert (by_file["wide.export"]["parsed"], by_file["wide.export"]["quarantined"]) == (1, 1)
+    assert (by_file["wide.json"]["parsed"], by_file["wide.json"]["quarantined"]) == (0, 1)
+    assert frames["events"].width < 1100
+    assert all("more than 1024 fields" in r for r in frames["quarantine"].get_column("reason"))

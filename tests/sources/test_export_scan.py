@@ -16,7 +16,7 @@ import pytest
 
 from forensics.journal import field_name_problem
 from forensics.sources import _export_scan
-from forensics.sources.journal_export import _parse_chunk
+from forensics.sources.journal_export import MAX_FIELDS, _parse_chunk
 
 Entry = dict  # {"line": int, "problem": str | None, "fields": {name: [value bytes, ...]}}
 
@@ -28,6 +28,14 @@ def reference_entries(data: bytes) -> list[Entry]:
     problems: list[tuple[Entry, int, str]] = []
     current: Entry | None = None
     closed = False
+
+    def keep_field(entry: Entry, line: int) -> bool:
+        """journald's limit: past MAX_FIELDS fields the entry is refused and its later fields dropped."""
+        entry["count"] = entry.get("count", 0) + 1
+        if entry["count"] == MAX_FIELDS + 1:
+            problems.append((entry, line, f"more than {MAX_FIELDS} fields: journald writes no such entry "
+                                          "(forged or damaged); its fields past that are not kept"))
+        return entry["count"] <= MAX_FIELDS
     pos = 0
     while pos < len(data):
         newline = data.find(b"\n", pos)
@@ -44,7 +52,8 @@ def reference_entries(data: bytes) -> list[Entry]:
             entries.append(current)
         name, equals, value = text.partition(b"=")
         if equals:
-            current["fields"].setdefault(name, []).append(value)
+            if keep_field(current, line):
+                current["fields"].setdefault(name, []).append(value)
             if field_name_problem(name):
                 problems.append((current, line, field_name_problem(name)))
             continue
@@ -68,7 +77,8 @@ def reference_entries(data: bytes) -> list[Entry]:
                 break
             pos = blank + 1
         else:
-            current["fields"].setdefault(text, []).append(data[size_at + 8:size_at + 8 + size])
+            if keep_field(current, line):
+                current["fields"].setdefault(text, []).append(data[size_at + 8:size_at + 8 + size])
             pos = size_at + 8 + size + 1
     for entry, line, why in sorted(problems, key=lambda p: p[1]):
         if entry["problem"] is None:
@@ -159,14 +169,26 @@ def test_text_columns_are_strings_exactly_when_every_value_is_utf8() -> None:
 
 
 def test_many_keys_and_a_piece_without_a_closing_blank_line() -> None:
-    data = b"".join(b"K%d=%d\n" % (k, k) for k in range(5000)) + b"\n" + b"K1=again\n"
+    # 5,000 distinct keys over five entries (journald's limit is 1,024 per entry), then a last
+    # entry that ends the file without its blank line
+    data = b"\n".join(b"".join(b"K%d=%d\n" % (k, k) for k in range(e * 1000, e * 1000 + 1000)) for e in range(5))
+    data += b"\n" + b"K1=again\n"
     buffer = np.frombuffer(data, dtype=np.uint8)
     assert _export_scan.scan(buffer, len(data), False, True, frozenset(), 80) is None  # not between entries
     frame = _parse_chunk(buffer, len(data), True, 0, 0)
-    assert frame.height == 2 and frame.get_column("K4999").to_list() == ["4999", None]
+    assert frame.height == 6 and frame.get_column("K4999").to_list() == [None] * 4 + ["4999", None]
     # the last entry ends the file after a whole line, without its blank line: read, and marked
-    assert frame.get_column("@problem").to_list() == [None, None]
-    assert frame.get_column("@unclosed").to_list() == [False, True]
+    assert frame.get_column("@problem").to_list() == [None] * 6
+    assert frame.get_column("@unclosed").to_list() == [False] * 5 + [True]
+
+
+def test_an_entry_past_journalds_field_limit_is_refused_and_keeps_no_more_fields() -> None:
+    data = b"__REALTIME_TIMESTAMP=1\n" + b"".join(b"F%d=x\n" % k for k in range(100_000)) + b"\n"
+    frame = _parse_chunk(np.frombuffer(data + bytes(16), dtype=np.uint8), len(data), True, 0, 0)
+    assert frame.height == 1 and frame.width < MAX_FIELDS + 10  # a bounded number of columns
+    assert frame.get_column("@problem")[0] == (f"line {MAX_FIELDS + 1}: more than {MAX_FIELDS} fields: journald "
+                                               "writes no such entry (forged or damaged); its fields past that are "
+                                               "not kept")
 
 
 def test_count_newlines_and_bounds() -> None:
