@@ -1,0 +1,80 @@
+"""Fuzz targets for the two C extensions, run by atheris in a process whose extensions were built
+with AddressSanitizer and UndefinedBehaviorSanitizer (`tests/test_fuzz.py` builds them and starts
+this module with the sanitizer runtime preloaded).
+
+- `export_scan`: any bytes as a journal export, parsed by the C scanner, must give exactly what the
+  line-by-line reference parser of `tests/sources/test_export_scan.py` gives (a differential oracle:
+  a wrong answer is a failure, not only a crash), with values copied and as views.
+- `label_numbers`: any text as progress lines must read without a memory error, one number or null
+  per field and line, and the same numbers for a line alone as within the column.
+
+    python -m tests.fuzz.harness TARGET ASAN_BUILD_DIR [libFuzzer flags] CORPUS_DIR...
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import sys
+from pathlib import Path
+
+
+def load_sanitized(build: Path) -> None:
+    """Put the sanitizer builds of both extensions in place of the ordinary ones."""
+    for name in ("forensics.sources._export_scan", "forensics._label_numbers"):
+        path = next(build.glob(name.rsplit(".", 1)[1] + "*.so"))
+        loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+        spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+        assert spec is not None
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        sys.modules[name] = module
+
+
+def export_scan(data: bytes) -> None:
+    from tests.sources.test_export_scan import comparable, reference_entries, scanned_entries
+
+    for copy in (True, False):
+        scanned, expected = comparable(scanned_entries(data, copy)), comparable(reference_entries(data))
+        if scanned != expected:
+            raise AssertionError(f"scanner and reference differ on {data!r}:\n{scanned}\n{expected}")
+
+
+FIELDS = {"running": ("#running-req",), "usage": ("token usage", "full token usage"), "swa": ("swa token usage",),
+          "gen": ("gen throughput (token/s)",), "x": ("x",)}
+
+
+def label_numbers(data: bytes) -> None:
+    import polars as pl
+
+    from forensics.logs import label_numbers as read
+
+    lines = data.decode("utf-8", "replace").split("\n")
+    column = pl.Series("message", lines + [None], dtype=pl.String)
+    numbers = read(column, FIELDS)
+    if numbers.shape != (len(lines) + 1, len(FIELDS)) or numbers.row(len(lines)) != (None,) * len(FIELDS):
+        raise AssertionError(f"wrong shape or a number for a null line on {data!r}")
+    for i in range(0, len(lines), max(1, len(lines) // 3)):  # a line alone reads as within the column
+        alone = read(column.slice(i, 1), FIELDS).row(0)
+        if alone != numbers.row(i) and not any(a != a for a in alone):  # NaN is never equal to itself
+            raise AssertionError(f"line {i} reads differently alone on {data!r}")
+
+
+TARGETS = {"export_scan": export_scan, "label_numbers": label_numbers}
+
+
+def main() -> None:
+    import atheris
+
+    target, build = sys.argv[1], Path(sys.argv[2])
+    load_sanitized(build)
+    with atheris.instrument_imports():
+        import forensics.logs  # noqa: F401 - instrumented for coverage
+        import forensics.sources.journal_export  # noqa: F401
+    check = TARGETS[target]
+    atheris.Setup([sys.argv[0], *sys.argv[3:]], check)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
