@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import polars as pl
 
@@ -31,7 +32,8 @@ from forensics.logs import read_lines
 from forensics.profiles import Profile
 
 STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
-PLAIN_LOG = "log:line"  # the data_type of plain-text server log records
+PLAIN_LOG = "log:line"
+PLAUSIBLE_MARGIN = timedelta(days=1)  # how far outside the incident a record's time may still lie  # the data_type of plain-text server log records
 JUMP_S = 1.0  # a wall-clock step smaller than this is indistinguishable from logging delays
 #: The columns of `events` the detectors read (the rest stay in the case for whoever digs further).
 EVENT_COLUMNS = ("ts", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_ID", "host", "unit", "identifier",
@@ -53,6 +55,9 @@ class Timeline:
     incident: Incident
     profile: Profile
     manifest: dict
+    # records whose time lies far outside the incident (a forged or damaged stamp, a clock reset
+    # to 1970): kept out of every detector, listed per source in data quality
+    out_of_range: pl.DataFrame | None = None
 
 
 def _offset_us(offsets_s: dict[str, float], host: pl.Expr) -> pl.Expr:
@@ -162,9 +167,41 @@ def _plain_log_ts(events: pl.DataFrame, incident: Incident) -> pl.DataFrame:
     return events
 
 
+def plausible_window(case: Case, incident: Incident) -> tuple[datetime, datetime] | None:
+    """The times a record of this incident can have: the manifest's window, else the middle half of
+    the evidence's times widened ten times its length, and by PLAUSIBLE_MARGIN either side."""
+    if incident.window is not None:
+        start, end = incident.window
+    else:
+        times = pl.concat([case.events.select("ts").collect(), case.stacks.select("ts").collect(),
+                           case.samples.select("ts").collect()]).get_column("ts").drop_nulls()
+        if times.len() < 10:
+            return None
+        q1, q3 = times.quantile(0.25, "lower"), times.quantile(0.75, "higher")
+        spread = (q3 - q1) * 10  # far beyond where the bulk of the evidence lies, however it is spread
+        start, end = q1 - spread, q3 + spread
+    return start - PLAUSIBLE_MARGIN, end + PLAUSIBLE_MARGIN
+
+
+def _outside(frame: pl.DataFrame, window: tuple[datetime, datetime] | None, name: str
+             ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`frame` without the rows outside `window`, and those rows counted per source file."""
+    if window is None or frame.is_empty():
+        return frame, pl.DataFrame()
+    inside = pl.col("ts").is_between(*window) | pl.col("ts").is_null()
+    if frame.select(inside.all()).item():
+        return frame, pl.DataFrame()
+    outside = (frame.filter(~inside).group_by(pl.col("source_file").cast(pl.String))
+               .agg(pl.len().alias("records"), pl.col("ts").min().alias("earliest"), pl.col("ts").max().alias("latest"))
+               .with_columns(pl.lit(name).alias("frame")))
+    return frame.filter(inside), outside
+
+
 def build_timeline(case: Case, incident: Incident, profile: Profile) -> Timeline:
     """Read the case's frames onto one timeline."""
-    events = read_lines(case.events.select(EVENT_COLUMNS), profile)
+    window = plausible_window(case, incident)
+    raw_events, outside_events = _outside(case.events.select(EVENT_COLUMNS).collect(), window, "events")
+    events = read_lines(raw_events, profile)
     if events.select((pl.col("data_type") == PLAIN_LOG).any()).item():
         events = _plain_log_ts(events, incident).sort("ts", maintain_order=True)
     hosts = sorted(h for h in events.get_column("host").unique().to_list() if h is not None)
@@ -182,8 +219,17 @@ def build_timeline(case: Case, incident: Incident, profile: Profile) -> Timeline
                                  .alias("component"))
     samples = case.samples.with_columns(
         (pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host").cast(pl.String)))).alias("ts"))
-    stacks = case.stacks.with_columns(
-        (pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host")))).alias("ts")).collect()
+    outside_samples = pl.DataFrame()
+    if window is not None:
+        inside = pl.col("ts").is_between(*window) | pl.col("ts").is_null()
+        outside_samples = (samples.filter(~inside).group_by(pl.col("source_file").cast(pl.String))
+                           .agg(pl.len().alias("records"), pl.col("ts").min().alias("earliest"),
+                                pl.col("ts").max().alias("latest"))
+                           .with_columns(pl.lit("samples").alias("frame")).collect())
+        samples = samples.filter(inside)
+    stacks, outside_stacks = _outside(case.stacks.with_columns(
+        (pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host")))).alias("ts")).collect(),
+        window, "stacks")
     skew = (pl.col("line_ts") - pl.col("ts")).dt.total_microseconds() / 1e6
     # journald's time against the line's own stamp: plain-text logs have only the latter
     checks = (events.select("host", "ts", "line_ts", "data_type")
@@ -198,5 +244,7 @@ def build_timeline(case: Case, incident: Incident, profile: Profile) -> Timeline
                             pl.col("host").map_elements(lambda h: incident.clock(h).time_zone.key,
                                                         return_dtype=pl.String).alias("time_zone"))
               .sort("host"))
+    outside = [f for f in (outside_events, outside_stacks, outside_samples) if f.height]
     return Timeline(events, samples, stacks, case.quarantine.collect(), checks, pairs, clock_jumps(events),
-                    incident, profile, case.manifest)
+                    incident, profile, case.manifest,
+                    pl.concat(outside).sort("frame", "source_file") if outside else None)

@@ -21,6 +21,7 @@ from forensics.align import Timeline, build_timeline
 from forensics.case import Case, ingest_in_background
 from forensics.detect import (
     DISPLAY_ZONE,
+    Evidence,
     Finding,
     clock,
     errors,
@@ -42,7 +43,7 @@ from forensics.profiles import Profile, choose_profile
 
 PROFILE_SAMPLE_LINES = 20_000  # log lines looked at to choose a profile
 CHECKS_TRACK = "checks"  # findings that say what was looked at when nothing was wrong
-NOT_ANOMALIES = ("annotation", "clock_jump")
+NOT_ANOMALIES = ("annotation", "clock_jump", "out_of_range")
 
 
 def is_anomaly(finding: Finding) -> bool:
@@ -215,6 +216,13 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None)
                              f"and {clock(jump['after'])} (journald's monotonic clock did not): times either side of it "
                              "are on different clocks.", None,
                              event_evidence(pl.DataFrame([jump]).rename({"after": "ts"}), 1), jump["host"]))
+    if timeline.out_of_range is not None:
+        for row in timeline.out_of_range.iter_rows(named=True):
+            found.append(Finding("out_of_range", "data quality", None, None,
+                                 f"{row['records']:,} {row['frame']} records of {row['source_file']} lie far outside the "
+                                 f"incident ({row['earliest']:%Y-%m-%d %H:%M:%S} … {row['latest']:%Y-%m-%d %H:%M:%S} "
+                                 "UTC): a forged, damaged or reset clock; left out of the analysis.", None,
+                                 [Evidence(row["frame"], row["source_file"], None, None, None, "outside the window")]))
     times, contradictions = key_times(timeline, found)
     found += errors.detect(timeline, times.started)
     found += contradictions

@@ -50,7 +50,7 @@ MANIFEST_VERSION = 3
 #: The canonical frames a case holds, with their schemas (columns beyond them must be String).
 SCHEMAS = {"events": EVENTS_SCHEMA, "samples": SAMPLES_SCHEMA, "stacks": STACKS_SCHEMA}
 FRAMES = (*SCHEMAS, "quarantine")
-IGNORED_NAMES = {MANIFEST, "README.md", ".gitkeep"}
+IGNORED_NAMES = {MANIFEST, "README.md", ".gitkeep", ".forensics-tar-skipped.json"}
 FOLLOW_LINKS_ENV = "FORENSICS_FOLLOW_LINKS"  # 1: read symbolic links that lead out of the bundle
 
 
@@ -163,12 +163,70 @@ def discover(bundle: Path, listed: list[str] | None = None
                 skip(path, f"cannot be read: {error.strerror or error}")
 
     if not bundle.is_dir():
-        raise CaseError(f"{bundle}: not a directory (a bundle is a folder of evidence files)")
+        raise CaseError(f"{bundle}: not a directory (a bundle is a folder of evidence files, or a tarball of one)")
     visit(bundle)
+    if (bundle / TAR_SKIPPED).is_file():
+        skipped += json.loads((bundle / TAR_SKIPPED).read_text())
     for glob in listed or []:
         if glob not in matched:
             skipped.append({"path": glob, "reason": "listed in incident.toml [inputs] but matches no file"})
     return inputs, skipped
+
+
+TARBALL_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.zst", ".tar.bz2")
+TAR_SKIPPED = ".forensics-tar-skipped.json"  # members a tarball bundle held that were not extracted
+
+
+def is_tarball(path: Path) -> bool:
+    """Whether `path` is a bundle packed as a tar file (plain or compressed)."""
+    return path.is_file() and path.name.lower().endswith(TARBALL_SUFFIXES)
+
+
+@contextmanager
+def open_bundle(path: str | Path) -> Iterator[Path]:
+    """A bundle folder: `path` itself, or a tarball's members unpacked into a temporary folder named
+    after it for as long as the block runs. Unpacking uses tarfile's "data" filter: absolute names,
+    `..`, links leading out, devices and FIFOs are not extracted; each is listed, with why, among
+    the bundle's skipped files."""
+    path = Path(path)
+    if not is_tarball(path):
+        yield path
+        return
+    import tarfile
+
+    name = path.name
+    for suffix in TARBALL_SUFFIXES:
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    with tempfile.TemporaryDirectory(prefix="forensics-bundle-") as temporary:
+        folder = Path(temporary) / (name or "bundle")
+        folder.mkdir()
+        skipped = []
+        try:
+            opened = tarfile.open(path) if not path.name.lower().endswith(".zst") else _zstd_tar(path)
+        except (tarfile.TarError, OSError) as error:
+            raise CaseError(f"{path}: not a readable tar file ({error})") from None
+        with opened as tar:
+            try:
+                for member in tar:
+                    try:
+                        tar.extract(member, folder, filter="data")
+                    except (tarfile.FilterError, tarfile.ExtractError, OSError) as why:
+                        skipped.append({"path": member.name, "reason": f"not extracted from the tarball: {why}"})
+            except (tarfile.TarError, EOFError, OSError) as error:
+                skipped.append({"path": path.name, "reason": f"tarball cut short or damaged: {error}"})
+        if skipped:
+            (folder / TAR_SKIPPED).write_text(json.dumps(skipped))
+        yield folder
+
+
+def _zstd_tar(path: Path) -> Any:
+    import tarfile
+
+    import zstandard
+
+    return tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(open(path, "rb")), mode="r|")
 
 
 def _iso(value: Any) -> str | None:

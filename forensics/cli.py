@@ -16,7 +16,7 @@ from typing import TextIO
 import polars as pl
 from tqdm import tqdm
 
-from forensics.case import host_unit_summary, ingest, instance_summary, load_case
+from forensics.case import host_unit_summary, ingest, instance_summary, load_case, open_bundle
 from forensics.errors import ForensicsError
 
 
@@ -187,55 +187,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_synth.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
-        if args.command == "report":
-            from forensics.report import render
-            rendered = render(args.bundle, args.out, args.display_tz, args.profile, args.redact)
-            for name, path in rendered.files.items():
-                print(f"{name:<14} {path}")
-        elif args.command == "batch":
-            from forensics.report import batch
-            rows = batch([str(b) for b in args.bundles], args.out, args.workers, args.display_tz, args.profile,
-                         args.redact)
-            failed = [r for r in rows if r.get("error")]
-            print(f"{len(rows) - len(failed)} rendered, {len(failed)} failed; index: {args.out / 'index.html'}")
-            for row in failed:
-                print(f"  failed {row['bundle']}: {row['error'].splitlines()[0]}")
-            return 1 if failed else 0
-        elif args.command == "ingest":
-            case_dir = args.case or _default_case(args.bundle)
-            ingest(args.bundle, case_dir,
-                   progress=lambda items: tqdm(items, desc="ingest", unit="input", file=sys.stderr))
-            sys.stderr.flush()
-            print_summary(case_dir)
-        elif args.command == "summary":
-            print_summary(args.case)
-        elif args.command == "stacks":
-            expected, by_pid = _expected(args.expect), _groups(args.group)  # bad flags fail before work
-            print_stacks(_case_for(args.path), args.profile, expected, args.all_rounds, by_pid)
-        elif args.command == "pull":
-            from forensics.pull import pull
-            files = pull(args.url, _utc(args.start), _utc(args.end), queries=args.query, metrics=args.metric,
-                         step=args.step, bundle=args.bundle)
-            for path in files:
-                print(path)
-        elif args.command == "analyze":
-            import json
-
-            from forensics.analyze import analyze, report_text
-            from forensics.profiles import load_profile
-            result = analyze(args.bundle, args.case, load_profile(args.profile) if args.profile else None,
-                             display_zone=args.display_tz)
-            print(json.dumps(result.summary(), indent=2) if args.json else report_text(result))
-        elif args.command == "reference":
-            from forensics.reference import write_reference
-            write_reference(args.out, scale=args.scale, hosts=args.hosts, time_zone=args.time_zone,
-                            skew_s=args.skew_s, declare_skew=not args.undeclared_skew,
-                            journal_formats=tuple(args.journal_format or ["export"]))
-            print(f"wrote the reference incident to {args.out}")
-        elif args.command == "synth":
-            from forensics.synth import write_export
-            write_export(args.out, args.entries, hosts=args.hosts, seed=args.seed)
-            print(f"wrote {args.entries:,} entries to {args.out}")
+        with open_bundle(getattr(args, "bundle", None) or getattr(args, "path", None) or ".") as folder:
+            if getattr(args, "bundle", None) is not None:
+                args.bundle = folder
+            elif getattr(args, "path", None) is not None:
+                args.path = folder
+            return _run(args)
     except ForensicsError as error:
         print(f"forensics: {error}", file=sys.stderr)
         return 2
@@ -247,6 +204,59 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"forensics: {error.strerror or error}{where}; outputs already there were left as they were",
               file=sys.stderr)
         return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Carry out one parsed command."""
+    if args.command == "report":
+        from forensics.report import render
+        rendered = render(args.bundle, args.out, args.display_tz, args.profile, args.redact)
+        for name, path in rendered.files.items():
+            print(f"{name:<14} {path}")
+    elif args.command == "batch":
+        from forensics.report import batch
+        rows = batch([str(b) for b in args.bundles], args.out, args.workers, args.display_tz, args.profile,
+                     args.redact)
+        failed = [r for r in rows if r.get("error")]
+        print(f"{len(rows) - len(failed)} rendered, {len(failed)} failed; index: {args.out / 'index.html'}")
+        for row in failed:
+            print(f"  failed {row['bundle']}: {row['error'].splitlines()[0]}")
+        return 1 if failed else 0
+    elif args.command == "ingest":
+        case_dir = args.case or _default_case(args.bundle)
+        ingest(args.bundle, case_dir,
+               progress=lambda items: tqdm(items, desc="ingest", unit="input", file=sys.stderr))
+        sys.stderr.flush()
+        print_summary(case_dir)
+    elif args.command == "summary":
+        print_summary(args.case)
+    elif args.command == "stacks":
+        expected, by_pid = _expected(args.expect), _groups(args.group)  # bad flags fail before work
+        print_stacks(_case_for(args.path), args.profile, expected, args.all_rounds, by_pid)
+    elif args.command == "pull":
+        from forensics.pull import pull
+        files = pull(args.url, _utc(args.start), _utc(args.end), queries=args.query, metrics=args.metric,
+                     step=args.step, bundle=args.bundle)
+        for path in files:
+            print(path)
+    elif args.command == "analyze":
+        import json
+
+        from forensics.analyze import analyze, report_text
+        from forensics.profiles import load_profile
+        result = analyze(args.bundle, args.case, load_profile(args.profile) if args.profile else None,
+                         display_zone=args.display_tz)
+        print(json.dumps(result.summary(), indent=2) if args.json else report_text(result))
+    elif args.command == "reference":
+        from forensics.reference import write_reference
+        write_reference(args.out, scale=args.scale, hosts=args.hosts, time_zone=args.time_zone,
+                        skew_s=args.skew_s, declare_skew=not args.undeclared_skew,
+                        journal_formats=tuple(args.journal_format or ["export"]))
+        print(f"wrote the reference incident to {args.out}")
+    elif args.command == "synth":
+        from forensics.synth import write_export
+        write_export(args.out, args.entries, hosts=args.hosts, seed=args.seed)
+        print(f"wrote {args.entries:,} entries to {args.out}")
     return 0
 
 

@@ -213,6 +213,9 @@ class ReportSession:
         parts.append("<h3>clocks</h3>" + html.table(a.timeline.clock_checks, r))
         if a.timeline.jumps.height:
             parts.append("<h3>wall-clock steps</h3>" + html.table(a.timeline.jumps, r))
+        if a.timeline.out_of_range is not None:
+            parts.append("<h3>records far outside the incident (left out of the analysis)</h3>"
+                         + html.table(a.timeline.out_of_range, r, numeric=("records",)))
         gaps = source_gaps(a)
         parts.append("<h3>gaps in each source</h3>" + (html.table(gaps, r, numeric=("gap_s", "median_interval_s"))
                                                         if gaps.height else "<p>none</p>"))

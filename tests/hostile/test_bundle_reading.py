@@ -188,3 +188,53 @@ def test_a_million_field_names_in_one_entry_stay_bounded(tmp_path: Path) -> None
     assert (by_file["wide.json"]["parsed"], by_file["wide.json"]["quarantined"]) == (0, 1)
     assert frames["events"].width < 1100
     assert all("more than 1024 fields" in r for r in frames["quarantine"].get_column("reason"))
+
+
+def test_records_far_outside_the_incident_never_drive_findings(tmp_path: Path) -> None:
+    """A record stamped years off (a clock reset, a forged line) is left out and said, not read as
+    the moment progress stopped."""
+    from forensics.analyze import analyze
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    progress = b"".join(export_entry(
+        ("__REALTIME_TIMESTAMP", str(1781818560_000000 + i * 5_000_000)), ("__MONOTONIC_TIMESTAMP", str(i)),
+        ("_BOOT_ID", BOOT), ("_HOSTNAME", "node-a"), ("_SYSTEMD_UNIT", "sglang-decode.service"),
+        ("MESSAGE", f"[2026-06-18 21:36:{i * 5 % 60:02d} TP0] Decode batch. #running-req: 3, #queue-req: 0, ")) for i in range(12))
+    forged = export_entry(("__REALTIME_TIMESTAMP", str(4102444800_000000)), ("_HOSTNAME", "node-a"),  # 2100-01-01
+                          ("_SYSTEMD_UNIT", "sglang-decode.service"),
+                          ("MESSAGE", "[2100-01-01 00:00:00 TP0] Decode batch. #running-req: 3, #queue-req: 0, "))
+    (bundle / "j.export").write_bytes(progress + forged)
+    analysis = analyze(bundle, tmp_path / "case")
+    assert [f.kind for f in analysis.findings if f.kind == "frozen"] == []
+    (note,) = [f for f in analysis.findings if f.kind == "out_of_range"]
+    assert note.text.startswith("1 events records of j.export lie far outside the incident (2100-01-01 00:00:00")
+    assert not analysis.incident_found
+
+
+def test_a_tarball_bundle_is_read_without_extraction_tricks(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    import io
+    import tarfile
+
+    from forensics.cli import main
+
+    tarball = tmp_path / "incident-42.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        def add(name: str, data: bytes = b"", **fields: object) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            for key, value in fields.items():
+                setattr(info, key, value)
+            tar.addfile(info, io.BytesIO(data))
+        add("journal/node.export", entries(5))
+        add("/etc/evil.export", entries(1))
+        add("../escape.export", entries(1))
+        add("metrics/shadow.prom", type=tarfile.SYMTYPE, linkname="/etc/shadow")
+    assert main(["ingest", str(tarball), "--case", str(tmp_path / "case")]) == 0
+    printed = capsys.readouterr().out
+    # an absolute name is placed inside the bundle (its leading "/" dropped), never at /etc
+    assert "records seen 6 = parsed 6 + quarantined 0" in printed and "etc/evil.export" in printed
+    for member in ("../escape.export", "metrics/shadow.prom"):
+        assert f"skipped {member}: not extracted from the tarball" in printed, member
+    assert not (tmp_path.parent / "escape.export").exists() and not Path("/etc/evil.export").exists()
