@@ -1,10 +1,11 @@
 """forensics: post-mortem forensics for LLM serving fleets.
 
-Sources (journald, later Prometheus and py-spy) are read into a case of canonical Parquet frames;
-later stages align them on one timeline, detect findings and render reports.
+Sources (journald, server logs, Prometheus, py-spy) are read into a case of canonical Parquet
+frames; later stages align them on one timeline, detect findings and render reports.
 """
 
-from forensics.case import Case, ingest, load_case
+from typing import Any
+
 from forensics.errors import (
     CaseError,
     ForensicsError,
@@ -15,3 +16,13 @@ from forensics.errors import (
 
 __all__ = ["Case", "CaseError", "ForensicsError", "ParseError", "SchemaError", "WrongFormat", "ingest", "load_case"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """`Case`, `ingest` and `load_case` on first use: importing the package stays light (the data
+    stack loads only when a case is opened)."""
+    if name in ("Case", "ingest", "load_case"):
+        from forensics import case
+
+        return getattr(case, name)
+    raise AttributeError(f"module 'forensics' has no attribute {name!r}")

@@ -29,11 +29,12 @@ from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import polars as pl
 
 from forensics import sources
+from forensics.bundle import TAR_SKIPPED
 from forensics.errors import CaseError, ForensicsError, WrongFormat
 from forensics.incident import MANIFEST, load_incident
 from forensics.schema import (
@@ -63,6 +64,32 @@ CASE_MARKER = ".forensics-case"  # in every case folder: the only folders a new 
 OUTPUT_MARKER = ".forensics-report"  # in every report folder: the only folders a report writes into
 
 
+def to_pandas(frame: pl.DataFrame | pl.LazyFrame) -> Any:
+    """A polars frame as pandas with the dtypes an analyst expects: time zone-aware UTC timestamps
+    (`datetime64[us, UTC]`), categoricals as `category`, text as Arrow-backed strings, integers
+    and booleans as pandas' nullable types (a missing pid stays missing, not NaN), lists and
+    structs (labels, locals, raw fields) as Arrow-backed columns — no Python objects per cell."""
+    import pandas as pd
+    import pyarrow as pa
+
+    nullable = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+                pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
+                pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(), pa.bool_(): pd.BooleanDtype()}
+
+    def mapped(kind: pa.DataType) -> Any:
+        if kind in nullable:  # integers stay integers where a value is missing (not float NaN)
+            return nullable[kind]
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+            return pd.StringDtype("pyarrow")
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_struct(kind) \
+                or pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind):
+            return pd.ArrowDtype(kind)
+        return None
+
+    table = (frame.collect() if isinstance(frame, pl.LazyFrame) else frame).to_arrow()
+    return table.to_pandas(types_mapper=mapped, coerce_temporal_nanoseconds=False)
+
+
 @dataclass
 class Case:
     """An opened case: lazy frames and the manifest."""
@@ -73,6 +100,19 @@ class Case:
     stacks: pl.LazyFrame
     quarantine: pl.LazyFrame
     manifest: dict[str, Any]
+
+    def to_pandas(self, frame: str, columns: list[str] | None = None, where: pl.Expr | None = None) -> Any:
+        """One of the case's frames (`events`, `samples`, `stacks`, `quarantine`) as a pandas
+        DataFrame (`forensics.case.to_pandas`), narrowed first by `columns` and a polars `where`
+        (pushed down to the Parquet read, so only what is asked for is loaded)."""
+        if frame not in FRAMES:
+            raise CaseError(f"no frame {frame!r} in a case; there are {', '.join(FRAMES)}")
+        lazy: pl.LazyFrame = getattr(self, frame)
+        if where is not None:
+            lazy = lazy.filter(where)
+        if columns is not None:
+            lazy = lazy.select(columns)
+        return to_pandas(lazy)
 
 
 def _sha256(path: Path) -> str:
@@ -171,62 +211,6 @@ def discover(bundle: Path, listed: list[str] | None = None
         if glob not in matched:
             skipped.append({"path": glob, "reason": "listed in incident.toml [inputs] but matches no file"})
     return inputs, skipped
-
-
-TARBALL_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.zst", ".tar.bz2")
-TAR_SKIPPED = ".forensics-tar-skipped.json"  # members a tarball bundle held that were not extracted
-
-
-def is_tarball(path: Path) -> bool:
-    """Whether `path` is a bundle packed as a tar file (plain or compressed)."""
-    return path.is_file() and path.name.lower().endswith(TARBALL_SUFFIXES)
-
-
-@contextmanager
-def open_bundle(path: str | Path) -> Iterator[Path]:
-    """A bundle folder: `path` itself, or a tarball's members unpacked into a temporary folder named
-    after it for as long as the block runs. Unpacking uses tarfile's "data" filter: absolute names,
-    `..`, links leading out, devices and FIFOs are not extracted; each is listed, with why, among
-    the bundle's skipped files."""
-    path = Path(path)
-    if not is_tarball(path):
-        yield path
-        return
-    import tarfile
-
-    name = path.name
-    for suffix in TARBALL_SUFFIXES:
-        if name.lower().endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    with tempfile.TemporaryDirectory(prefix="forensics-bundle-") as temporary:
-        folder = Path(temporary) / (name or "bundle")
-        folder.mkdir()
-        skipped = []
-        try:
-            opened = tarfile.open(path) if not path.name.lower().endswith(".zst") else _zstd_tar(path)
-        except (tarfile.TarError, OSError) as error:
-            raise CaseError(f"{path}: not a readable tar file ({error})") from None
-        with opened as tar:
-            try:
-                for member in tar:
-                    try:
-                        tar.extract(member, folder, filter="data")
-                    except (tarfile.FilterError, tarfile.ExtractError, OSError) as why:
-                        skipped.append({"path": member.name, "reason": f"not extracted from the tarball: {why}"})
-            except (tarfile.TarError, EOFError, OSError) as error:
-                skipped.append({"path": path.name, "reason": f"tarball cut short or damaged: {error}"})
-        if skipped:
-            (folder / TAR_SKIPPED).write_text(json.dumps(skipped))
-        yield folder
-
-
-def _zstd_tar(path: Path) -> Any:
-    import tarfile
-
-    import zstandard
-
-    return tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(open(path, "rb")), mode="r|")
 
 
 def _iso(value: Any) -> str | None:
@@ -505,8 +489,21 @@ def write_case(case_dir: str | Path, frames: dict[str, pl.DataFrame], manifest: 
             shutil.rmtree(retired, ignore_errors=True)
 
 
-def load_case(path: str | Path) -> Case:
-    """Open a case folder: lazy `events`, `samples`, `stacks` and `quarantine` frames plus the manifest."""
+@overload
+def load_case(path: str | Path, backend: Literal["polars"] = "polars") -> Case: ...
+@overload
+def load_case(path: str | Path, backend: Literal["pandas"]) -> dict[str, Any]: ...
+
+
+def load_case(path: str | Path, backend: str = "polars") -> Case | dict[str, Any]:
+    """Open a case folder: lazy `events`, `samples`, `stacks` and `quarantine` frames plus the
+    manifest. With `backend="pandas"`: a dict of those four frames as pandas DataFrames (read
+    whole: for big cases, `load_case(path).to_pandas(frame, columns, where)` reads less)."""
+    if backend == "pandas":
+        case = load_case(path)
+        return {name: case.to_pandas(name) for name in FRAMES}
+    if backend != "polars":
+        raise CaseError(f"backend must be polars or pandas, not {backend!r}")
     path = Path(path)
     manifest_path = path / "manifest.json"
     if not manifest_path.is_file():

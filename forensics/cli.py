@@ -13,19 +13,42 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-import polars as pl
-from tqdm import tqdm
-
-from forensics.case import host_unit_summary, ingest, instance_summary, load_case, open_bundle
+from forensics.bundle import open_bundle
 from forensics.errors import ForensicsError
+
+# The data stack (polars, numpy, pyarrow) is imported where a command needs it, not here: `--help`
+# and argument errors answer at once.
 
 
 def _default_case(bundle: Path) -> Path:
-    return Path("exports") / bundle.resolve().name / "case"
+    """Where a command keeps a bundle's case when no `--case` is given: the per-user cache
+    (`$XDG_CACHE_HOME/forensics`, else `~/.cache/forensics`), never the folder it was run from; one
+    folder per bundle path, so two bundles of one name do not share a case."""
+    import hashlib
+    import os
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "forensics"
+    resolved = bundle.resolve()
+    key = hashlib.sha256(str(resolved).encode()).hexdigest()[:10]
+    return cache / f"{resolved.name}-{key}" / "case"
+
+
+def _ingest(bundle: Path, case_dir: Path) -> None:
+    """Ingest with a progress bar, saying where the case goes first."""
+    from tqdm import tqdm
+
+    from forensics.case import ingest
+
+    print(f"case: {case_dir}", file=sys.stderr)
+    ingest(bundle, case_dir, progress=lambda items: tqdm(items, desc="ingest", unit="input", file=sys.stderr))
 
 
 def print_summary(case_dir: Path, out: TextIO | None = None) -> None:
     """Print what a case holds: inputs, records seen = parsed + quarantined, hosts and units."""
+    import polars as pl
+
+    from forensics.case import host_unit_summary, instance_summary, load_case
+
     out = out or sys.stdout
     case = load_case(case_dir)
     m = case.manifest
@@ -60,7 +83,7 @@ def _case_for(path: Path) -> Path:
     if (path / "manifest.json").is_file():
         return path
     case_dir = _default_case(path)
-    ingest(path, case_dir, progress=lambda items: tqdm(items, desc="ingest", unit="input", file=sys.stderr))
+    _ingest(path, case_dir)
     sys.stderr.flush()
     return case_dir
 
@@ -69,6 +92,7 @@ def print_stacks(case_dir: Path, profile: str, expected: dict[str, int], every_r
                  groups_by_pid: dict[int, str] | None = None, out: TextIO | None = None) -> None:
     """Print each group's stack verdict with its explanation and the phase of every rank."""
     out = out or sys.stdout
+    from forensics.case import load_case
     from forensics.detect.stacks import judge, latest
     from forensics.profiles import load_profile
 
@@ -145,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _report_options(p_batch)
     p_ingest = sub.add_parser("ingest", help="read a bundle's inputs into a case (Parquet) and print its summary")
     p_ingest.add_argument("bundle", type=Path)
-    p_ingest.add_argument("--case", type=Path, help="case folder (default: exports/<bundle name>/case)")
+    p_ingest.add_argument("--case", type=Path, help="case folder (default: ~/.cache/forensics/<bundle>-<id>/case)")
     p_summary = sub.add_parser("summary", help="print what a case holds")
     p_summary.add_argument("case", type=Path)
     p_stacks = sub.add_parser("stacks", help="judge the py-spy dumps of a bundle or case: TP desync and friends")
@@ -166,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_pull.add_argument("--bundle", type=Path, default=Path("."), help="bundle folder (default: .)")
     p_an = sub.add_parser("analyze", help="findings, symptom tracks and key times of a bundle")
     p_an.add_argument("bundle", type=Path)
-    p_an.add_argument("--case", type=Path, help="case folder (default: exports/<bundle name>/case)")
+    p_an.add_argument("--case", type=Path, help="case folder (default: ~/.cache/forensics/<bundle>-<id>/case)")
     p_an.add_argument("--json", action="store_true", help="print summary.json instead of text")
     p_an.add_argument("--profile", default="", help="profile name or .toml path (default: chosen from the evidence)")
     p_an.add_argument("--display-tz", default="UTC", help="time zone the text writes times in (default: UTC)")
@@ -224,8 +248,7 @@ def _run(args: argparse.Namespace) -> int:
         return 1 if failed else 0
     elif args.command == "ingest":
         case_dir = args.case or _default_case(args.bundle)
-        ingest(args.bundle, case_dir,
-               progress=lambda items: tqdm(items, desc="ingest", unit="input", file=sys.stderr))
+        _ingest(args.bundle, case_dir)
         sys.stderr.flush()
         print_summary(case_dir)
     elif args.command == "summary":
@@ -244,7 +267,9 @@ def _run(args: argparse.Namespace) -> int:
 
         from forensics.analyze import analyze, report_text
         from forensics.profiles import load_profile
-        result = analyze(args.bundle, args.case, load_profile(args.profile) if args.profile else None,
+        case_dir = args.case or _default_case(args.bundle)
+        print(f"case: {case_dir}", file=sys.stderr)
+        result = analyze(args.bundle, case_dir, load_profile(args.profile) if args.profile else None,
                          display_zone=args.display_tz)
         print(json.dumps(result.summary(), indent=2) if args.json else report_text(result))
     elif args.command == "reference":

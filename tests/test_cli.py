@@ -6,6 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from forensics.cli import main
 from tests.conftest import REPO
 
 
@@ -24,10 +27,16 @@ def test_ingest_prints_the_accounting_and_skips_by_name(tmp_path: Path) -> None:
     assert summary.stdout == done.stdout
 
 
-def test_ingest_defaults_to_exports_folder(tmp_path: Path) -> None:
-    done = _forensics("ingest", str(REPO / "data/incidents/sample-sglang"), cwd=tmp_path)
+def test_ingest_defaults_to_the_user_cache_not_the_current_folder(tmp_path: Path) -> None:
+    import os
+
+    done = subprocess.run([str(Path(sys.executable).parent / "forensics"), "ingest",
+                           str(REPO / "data/incidents/sample-sglang")], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}, check=False)
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "exports/sample-sglang/case/manifest.json").is_file()
+    (case,) = (tmp_path / "cache" / "forensics").glob("sample-sglang-*/case")
+    assert (case / "manifest.json").is_file() and f"case: {case}" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
 
 
 def test_errors_are_one_line_naming_the_place(tmp_path: Path) -> None:
@@ -46,3 +55,29 @@ def test_stacks_command_takes_groups_and_sizes_and_names_bad_ones(tmp_path: Path
     bad = _forensics("stacks", str(reference), "--group", "decode=12,x", cwd=tmp_path)
     assert (bad.returncode, bad.stderr.strip()) == (
         2, "forensics: --group 'decode=12,x': write GROUP=PID,PID,…, e.g. decode=4242,4243")
+
+
+def test_analyze_from_an_empty_folder_leaves_it_empty_and_says_where_the_case_went(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_report import REFERENCE
+
+    here, cache = tmp_path / "here", tmp_path / "cache"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    assert main(["analyze", str(REFERENCE)]) == 0
+    assert list(here.iterdir()) == []
+    said = capsys.readouterr().err
+    (case,) = cache.glob("forensics/dsv4-pd-wedge-2026-06-18-*/case")
+    assert f"case: {case}" in said and (case / "manifest.json").is_file()
+
+
+def test_help_does_not_import_the_data_stack() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from forensics.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('polars', 'numpy', 'pyarrow', 'plotly') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -16,6 +16,7 @@ UTC, the axis title names the zone. Every string from the evidence goes through
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -29,6 +30,7 @@ from forensics.detect import errors
 from forensics.detect.lifecycle import FAILED, RESTART_SCHEDULED, STARTED, STARTING, STOPPED, STOPPING
 from forensics.detect.stacks import Verdict
 from forensics.metrics import counter_rates, named
+from forensics.profiles import MetricPanel
 from forensics.render.text import Redact, hover
 
 
@@ -114,15 +116,27 @@ def _lane_order(lanes: list[str], involved: set[str | None]) -> list[str]:
     return sorted(set(lanes), key=lambda lane: (lane.split(" · ", 1)[0] not in involved, lane))
 
 
-def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_buckets: int = MAX_BUCKETS) -> go.Figure:
-    """The interactive timeline: swimlanes on top, the profile's metric panels below, one time axis."""
+@dataclass(frozen=True)
+class Mark:
+    """Events a person asked to see on the timeline: a lane of markers for the rows `where` picks."""
+
+    label: str
+    where: pl.Expr
+
+
+def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_buckets: int = MAX_BUCKETS,
+                    extra_panels: Sequence[MetricPanel] = (), marks: Sequence[Mark] = ()) -> go.Figure:
+    """The interactive timeline: swimlanes on top, the profile's metric panels below, one time axis;
+    `extra_panels` and `marks` are what a notebook cell added (`ReportSession.add_panel` / `mark`)."""
     axis = axis_for(analysis, max_buckets)
-    panels = metric_panels(analysis, axis)
+    panels = metric_panels(analysis, axis, extra_panels)
     events = analysis.timeline.events.with_columns(lane_expr())
+    marked = [(mark, events.filter(mark.where).select("ts", "message", "lane")) for mark in marks]
     stack_lanes = [(r.host or "?") + f" · {r.group} · {r.label}" for v in analysis.verdicts for r in v.ranks]
     track_lanes = [f"track · {t.name}" for t in analysis.tracks]
     involved = {f.host for f in analysis.findings if f.host} | {r.host for v in analysis.verdicts for r in v.ranks}
-    lanes = track_lanes + _lane_order(events.get_column("lane").unique().to_list() + stack_lanes, involved)
+    lanes = ([f"mark · {mark.label}" for mark in marks] + track_lanes
+             + _lane_order(events.get_column("lane").unique().to_list() + stack_lanes, involved))
     shown = [hover(lane, redact, 60) for lane in lanes]
     # lanes are numbered (top lane highest) rather than categorical: plotly.js fails on a heatmap
     # whose categories are a subset of the axis' category array
@@ -140,6 +154,12 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     _lifecycle_markers(fig, events, axis, lane_y, redact)
     _stack_markers(fig, analysis.verdicts, axis, lane_y, redact)
     _finding_lanes(fig, analysis, axis, lane_y, redact)
+    for mark, rows in marked:
+        fig.add_trace(go.Scatter(
+            x=[wall_time(at, axis.zone) for at in rows.get_column("ts")],
+            y=[lane_y[f"mark · {mark.label}"]] * rows.height, mode="markers", name=f"mark: {hover(mark.label, redact)}",
+            text=[hover(f"{lane}: {message}", redact) for message, lane in rows.select("message", "lane").iter_rows()],
+            hovertemplate="%{text}<extra></extra>", marker={"symbol": "star", "size": 10}), row=1, col=1)
     for row, (_, frame) in enumerate(panels, start=2):
         metric_panel(fig, frame, row, redact)
     _vertical_marks(fig, analysis, axis, redact)
@@ -331,10 +351,10 @@ def other_families(analysis: Analysis, most: int = OTHER_PANELS) -> list[tuple[s
     return [(f, t) for f, t in ranked.select("family", "type").head(most).iter_rows()]
 
 
-def metric_panels(analysis: Analysis, axis: Axis) -> list[tuple[str, pl.DataFrame]]:
-    """The profile's panels that have data in this bundle, then panels for the families no panel
-    draws that moved most (`other_families`): (title, `metric_frame`)."""
-    panels = [(p.title, p.gauges, p.rates) for p in analysis.timeline.profile.metrics.panels]
+def metric_panels(analysis: Analysis, axis: Axis, extra: Sequence[MetricPanel] = ()) -> list[tuple[str, pl.DataFrame]]:
+    """The profile's panels that have data in this bundle, the `extra` ones asked for, then panels
+    for the families no panel draws that moved most (`other_families`): (title, `metric_frame`)."""
+    panels = [(p.title, p.gauges, p.rates) for p in (*analysis.timeline.profile.metrics.panels, *extra)]
     panels += [(f"{family} ({'per second' if kind == 'counter' else kind})",
                 () if kind == "counter" else (family,), (family,) if kind == "counter" else ())
                for family, kind in other_families(analysis)]

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -24,11 +26,11 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from forensics.analyze import Analysis, analyze, in_display_zone, no_incident_heading
-from forensics.case import check_output_target, instance_summary
+from forensics.case import check_output_target, instance_summary, to_pandas
 from forensics.detect import clock, errors, progress
 from forensics.detect.stacks import latest
 from forensics.errors import ForensicsError
-from forensics.profiles import load_profile
+from forensics.profiles import MetricPanel, load_profile
 from forensics.render import figures, html, postmortem
 from forensics.render.redact import Redactor
 from forensics.render.text import Redact, hover, safe
@@ -57,14 +59,53 @@ class Figure:
                 "text/plain": f"<figure {self.name}: {len(self.fig.data)} traces>"}
 
 
+class _PlainText(HTMLParser):
+    """The text of a section's HTML, laid out for a terminal: a line per paragraph, heading, list
+    item and table row (cells joined by " | ")."""
+
+    BLOCKS = {"p", "h1", "h2", "h3", "h4", "li", "tr", "pre", "table", "ul", "div"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.out: list[str] = []
+        self.cells = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self.BLOCKS or tag == "br":
+            self.out.append("\n")
+            self.cells = 0
+        if tag == "li":
+            self.out.append("- ")
+        if tag in ("td", "th"):
+            if self.cells:
+                self.out.append(" | ")
+            self.cells += 1
+
+    def handle_data(self, data: str) -> None:
+        self.out.append(data)
+
+    def text(self) -> str:
+        lines = ("".join(self.out)).splitlines()
+        return "\n".join(line.rstrip() for line in lines if line.strip())
+
+
 class Html:
-    """Escaped HTML for a notebook output."""
+    """Escaped HTML for a notebook output; as plain text (a terminal, `print`, a text-only
+    front end) it reads as its words and tables, not as an object's address."""
 
     def __init__(self, body: str) -> None:
         self.body = body
 
     def _repr_html_(self) -> str:
         return self.body
+
+    def __repr__(self) -> str:
+        reader = _PlainText()
+        reader.feed(self.body)
+        return reader.text()
+
+    def __str__(self) -> str:
+        return repr(self)
 
 
 def hosts_and_users(analysis: Analysis) -> tuple[list[str], list[str]]:
@@ -89,6 +130,8 @@ class ReportSession:
     out_dir: Path
     redact_mode: str = "timeline"
     _report_redactor: Redactor | None = field(default=None, repr=False)
+    panels: list[MetricPanel] = field(default_factory=list)  # added from notebook cells
+    marks: list[figures.Mark] = field(default_factory=list)
     timeline_statement: str | None = None  # what write_outputs redacted in timeline.html
 
     @classmethod
@@ -164,8 +207,37 @@ class ReportSession:
         return Html(html.key_times_block(self.analysis, self.redact))
 
     def timeline(self) -> Figure:
-        """Swimlanes and metric panels on one time axis."""
-        return Figure(figures.timeline_figure(self.analysis, self.redact), "timeline")
+        """Swimlanes and metric panels on one time axis, with the panels and marks added from
+        notebook cells (`add_panel`, `mark`)."""
+        return Figure(figures.timeline_figure(self.analysis, self.redact, extra_panels=self.panels,
+                                              marks=self.marks), "timeline")
+
+    def add_panel(self, title: str, gauges: Sequence[str] = (), rates: Sequence[str] = ()) -> Figure:
+        """A metric panel of one's own under the timeline (gauges as they are, counters as
+        per-second rates, names compared with `:` read as `_`); returns the timeline redrawn.
+        `timeline.html` written afterwards (`write_outputs`) carries it too."""
+        if not gauges and not rates:
+            raise ForensicsError(f"panel {title!r} names no gauges and no rates")
+        self.panels.append(MetricPanel(title, tuple(gauges), tuple(rates)))
+        return self.timeline()
+
+    def mark(self, label: str, where: pl.Expr) -> Figure:
+        """A lane of markers for the events a polars expression picks (e.g.
+        `pl.col("message").str.contains("OOM")`); returns the timeline redrawn."""
+        self.marks.append(figures.Mark(label, where))
+        return self.timeline()
+
+    def frames(self, backend: str = "polars") -> dict[str, Any]:
+        """The analysis' frames to dig in: the case's `events` (with the profile's reading of each
+        line), `samples`, `stacks`, `quarantine`, and `findings`; as pandas with `backend="pandas"`."""
+        t = self.analysis.timeline
+        frames: dict[str, Any] = {"events": t.events, "samples": t.samples.collect(), "stacks": t.stacks,
+                                  "quarantine": t.quarantine, "findings": self.analysis.findings_frame()}
+        if backend == "pandas":
+            return {name: to_pandas(frame) for name, frame in frames.items()}
+        if backend != "polars":
+            raise ForensicsError(f"backend must be polars or pandas, not {backend!r}")
+        return frames
 
     def stacks(self) -> list[Any]:
         """Phase per rank (every round) and the merged-stack icicle of each group's last round."""
@@ -306,7 +378,7 @@ class ReportSession:
         out = self.out_dir
         (out / "summary.json").write_text(json.dumps(self.summary(), indent=2, default=str) + "\n")
         timeline_redactor = None if self.redact_mode == "none" else self.redactor()
-        fig = figures.timeline_figure(self.analysis, timeline_redactor)
+        fig = figures.timeline_figure(self.analysis, timeline_redactor, extra_panels=self.panels, marks=self.marks)
         statement = timeline_redactor.statement() if timeline_redactor else None
         self.timeline_statement = statement
         (out / "timeline.html").write_text(html.timeline_page(self.analysis, fig, timeline_redactor, statement))
