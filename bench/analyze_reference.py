@@ -110,7 +110,7 @@ def inputs() -> tuple[Path, Path, Path, int]:
     as_json = CACHE / f"reference-x{SCALE}.json"
     if not (bundle / "incident.toml").exists():
         print(f"writing the reference incident at scale {SCALE} -> {bundle}", file=sys.stderr)
-        from forensics.reference import write_reference
+        from forensics.lab.reference import write_reference
         write_reference(bundle, scale=SCALE)
     export = bundle / "journal" / "gpu-node-00.export.zst"
     journals = CACHE / f"reference-x{SCALE}-journal"

@@ -79,7 +79,7 @@ def inputs() -> dict[str, Path]:
     as_json = CACHE / f"sglang-{ENTRIES}.json"
     if not export.exists():
         print(f"generating {ENTRIES:,} entries -> {export}", file=sys.stderr)
-        from forensics.synth import write_export
+        from forensics.lab.synth import write_export
         write_export(export.with_suffix(".tmp"), ENTRIES)
         export.with_suffix(".tmp").rename(export)
     if not journal.exists():

@@ -79,7 +79,7 @@ def inputs() -> tuple[Path, Path, int]:
     text, as_json = CACHE / f"pyspy-{DUMPS}.txt", CACHE / f"pyspy-{DUMPS}.json"
     if not (text.exists() and as_json.exists()):
         print(f"generating {DUMPS:,} py-spy dumps -> {text}, {as_json}", file=sys.stderr)
-        from forensics.synth import write_pyspy_dumps
+        from forensics.lab.synth import write_pyspy_dumps
         write_pyspy_dumps(text.with_suffix(".tmp"), as_json.with_suffix(".jtmp"), DUMPS)
         text.with_suffix(".tmp").rename(text)
         as_json.with_suffix(".jtmp").rename(as_json)

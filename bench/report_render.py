@@ -53,7 +53,7 @@ def main() -> None:
     fleet = CACHE / f"reference-{HOSTS}hosts"
     if not (fleet / "incident.toml").exists():
         print(f"writing the reference incident on {HOSTS} hosts -> {fleet}", file=sys.stderr)
-        from forensics.reference import write_reference
+        from forensics.lab.reference import write_reference
         write_reference(fleet, hosts=HOSTS)
     rows.append(_report(f"forensics report: {HOSTS} hosts", fleet, CACHE / f"report-{HOSTS}hosts"))
     naive_html = CACHE / "naive-plot.html"

@@ -37,8 +37,9 @@ def _ingest(bundle: Path, case_dir: Path) -> None:
     """Ingest with a progress bar, saying where the case goes first."""
     from tqdm import tqdm
 
-    from forensics.case import ingest
+    from forensics.case import check_case_target, ingest
 
+    check_case_target(case_dir, bundle)  # a refusal is the only line printed
     print(f"case: {case_dir}", file=sys.stderr)
     ingest(bundle, case_dir, progress=lambda items: tqdm(items, desc="ingest", unit="input", file=sys.stderr))
 
@@ -273,13 +274,13 @@ def _run(args: argparse.Namespace) -> int:
                          display_zone=args.display_tz)
         print(json.dumps(result.summary(), indent=2) if args.json else report_text(result))
     elif args.command == "reference":
-        from forensics.reference import write_reference
+        from forensics.lab.reference import write_reference
         write_reference(args.out, scale=args.scale, hosts=args.hosts, time_zone=args.time_zone,
                         skew_s=args.skew_s, declare_skew=not args.undeclared_skew,
                         journal_formats=tuple(args.journal_format or ["export"]))
         print(f"wrote the reference incident to {args.out}")
     elif args.command == "synth":
-        from forensics.synth import write_export
+        from forensics.lab.synth import write_export
         write_export(args.out, args.entries, hosts=args.hosts, seed=args.seed)
         print(f"wrote {args.entries:,} entries to {args.out}")
     return 0

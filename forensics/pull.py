@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.promtext import name_key
+from forensics.formats.promtext import name_key
 
 TOKEN_ENV = "FORENSICS_PROMETHEUS_TOKEN"
 BASIC_AUTH_ENV = "FORENSICS_PROMETHEUS_BASIC_AUTH"

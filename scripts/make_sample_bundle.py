@@ -17,7 +17,7 @@ from pathlib import Path
 
 import zstandard
 
-from forensics.synth import entries, write_export_entry
+from forensics.lab.synth import entries, write_export_entry
 
 BUNDLE = Path("data/incidents/sample-sglang")
 JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"

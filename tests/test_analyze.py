@@ -20,7 +20,7 @@ from forensics.detect.errors import fold_tracebacks
 from forensics.detect.keytimes import key_times
 from forensics.errors import ForensicsError
 from forensics.incident import ManifestError, load_incident
-from forensics.reference import write_reference
+from forensics.lab.reference import write_reference
 from tests.conftest import REPO
 
 REFERENCE = REPO / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"

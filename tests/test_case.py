@@ -124,7 +124,7 @@ def test_load_case_names_what_is_missing(tmp_path: Path) -> None:
 
 
 def test_a_journal_folder_with_exports_beside_journal_files_reads_every_part(tmp_path: Path) -> None:
-    from forensics.reference import write_reference
+    from forensics.lab.reference import write_reference
     bundle = write_reference(tmp_path / "bundle", journal_formats=("export", "json", "journal"))
     manifest = ingest(bundle, tmp_path / "case")
     journal = {e["path"]: e for e in manifest["inputs"] if e["path"].startswith("journal/")}
@@ -158,6 +158,6 @@ def test_identical_lines_within_one_input_are_all_kept(tmp_path: Path) -> None:
 def test_no_records_make_no_rows() -> None:
     import polars as pl
 
-    from forensics.journal import assemble_events
+    from forensics.formats.journal import assemble_events
     events, quarantine = assemble_events(pl.DataFrame(), source_file="empty.journal", fmt="journal_native")
     assert events.height == 0 and quarantine.height == 0

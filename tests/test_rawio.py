@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import zstandard
 
-from forensics import rawio
+from forensics.formats import rawio
 from forensics.errors import ParseError
-from forensics.byteviews import binary_views
+from forensics.formats.byteviews import binary_views
 
 COMPRESSORS = {
     "plain": lambda data: data,

@@ -291,7 +291,7 @@ def _assign_rounds(ranks: list[RankStack]) -> None:
 
 
 def _rank(title: str | None, kind: str) -> int | None:
-    """One rank from a process title, as `forensics.pyspy.rank_expressions` reads it in frames."""
+    """One rank from a process title, as `forensics.formats.pyspy.rank_expressions` reads it in frames."""
     found = re.search(rf"(?:^|[^A-Za-z]){kind.upper()}(\d+)", title or "")
     return int(found[1]) if found else None
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.errors import ForensicsError, WrongFormat
-from forensics.rawio import read_head
+from forensics.formats.rawio import read_head
 
 
 @dataclass

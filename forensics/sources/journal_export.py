@@ -8,7 +8,7 @@ The hot path is vectorised: numpy finds every newline and '=' once, binary field
 walked one by one, keys become zero-copy Binary views that polars codes, and each field's values
 become one column (copied out dense, or views into a memory-mapped file: see DENSE_FIELDS). The
 file is read in pieces of about 8 MB cut at entry boundaries, parsed and assembled two at a time
-while the next piece is decompressed (`forensics.rawio.pieces`).
+while the next piece is decompressed (`forensics.formats.rawio.pieces`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from forensics.byteviews import SLACK, binary_views, dense_binary
+from forensics.formats.byteviews import SLACK, binary_views, dense_binary
 from forensics.errors import ParseError
-from forensics.journal import FIELD_NAME, assemble_events, field_name_problem
-from forensics.rawio import Piece, pieces
+from forensics.formats.journal import FIELD_NAME, assemble_events, field_name_problem
+from forensics.formats.rawio import Piece, pieces
 from forensics.schema import EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD, empty
 from forensics.sources import ParseResult, _export_scan, register
 
@@ -74,7 +74,7 @@ def _int64(raw: bytes) -> np.ndarray:
 def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, line_base: int,
                  copy: bool = True) -> pl.DataFrame:
     """Parse one chunk (whole entries, the first `m` bytes of `readable`, found at `byte_base` in
-    the file, after `line_base` lines) into a field frame (see `forensics.journal`); with `copy`,
+    the file, after `line_base` lines) into a field frame (see `forensics.formats.journal`); with `copy`,
     every value is copied out of `readable`, so that its memory can be used again."""
     scanned = _export_scan.scan(readable, m, at_eof, copy, _DENSE_NAMES, EXCERPT_CHARS)
     if scanned is None:

@@ -20,14 +20,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from forensics.byteviews import binary_views
-from forensics.journal import (
+from forensics.formats.byteviews import binary_views
+from forensics.formats.journal import (
     FieldFrameBuilder,
     JournalValue,
     assemble_events,
     field_name_problem,
 )
-from forensics.rawio import read_whole_lines
+from forensics.formats.rawio import read_whole_lines
 from forensics.schema import EXCERPT_CHARS
 from forensics.sources import ParseResult, register
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forensics.errors import MissingSystemDependency, ParseError
-from forensics.journal import FieldFrameBuilder, JournalValue, assemble_events
+from forensics.formats.journal import FieldFrameBuilder, JournalValue, assemble_events
 from forensics.sources import ParseResult, register
 
 NAME = "journal_native"

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics import promtext
-from forensics.rawio import read_all
+from forensics.formats import promtext
+from forensics.formats.rawio import read_all
 from forensics.schema import (
     EXCERPT_CHARS,
     QUARANTINE_SCHEMA,

@@ -1,6 +1,6 @@
 """`/metrics` scrapes: Prometheus text format 0.0.4 and OpenMetrics 1.0 text, one or many per file.
 
-Where a scrape comes from and when (`forensics.capture`): a bundle keeps a folder per target,
+Where a scrape comes from and when (`forensics.formats.capture`): a bundle keeps a folder per target,
 `metrics/<target>/…`, where `<target>` is a port (`30002`) or `host:port` / `host_port`; each
 scrape carries its time in a capture header the collector writes before it,
 
@@ -15,7 +15,7 @@ Records are the lines that say something (samples, HELP/TYPE/UNIT, `# EOF`, comm
 or quarantined with its line number and a message in the words of Prometheus's own parser, and the
 rest of the scrape still loads. Duplicate series in one scrape keep the first. Every line is
 classified and cut by one pass of regular expressions over the whole file (polars); only the lines
-those refuse go through the exact reader `forensics.promtext.parse_line`.
+those refuse go through the exact reader `forensics.formats.promtext.parse_line`.
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics import promtext
-from forensics.capture import (
+from forensics.formats import promtext
+from forensics.formats.capture import (
     HEADER_PREFIX,
     Capture,
     from_header,
     from_path,
     parse_header,
 )
-from forensics.journal import LATEST_REALTIME_US
-from forensics.rawio import read_whole_lines, release
+from forensics.formats.journal import LATEST_REALTIME_US
+from forensics.formats.rawio import read_whole_lines, release
 from forensics.schema import QUARANTINE_SCHEMA, SAMPLES_SCHEMA, empty, excerpt_text
 from forensics.sources import ParseResult, register
 

@@ -4,7 +4,7 @@ Fields as py-spy 0.4 serialises `StackTrace` (src/stack_trace.rs): `pid`, `threa
 `thread_name`, `os_thread_id`, `active`, `owns_gil`, `frames` (innermost first: `name`,
 `filename`, `module`, `short_filename`, `line` — 0 when unknown —, `locals`, `is_entry`) and
 `process_info`. There is no process header and no time: the capture header before each array
-(`forensics.capture`) gives time, host, group, and the title that ranks are read from.
+(`forensics.formats.capture`) gives time, host, group, and the title that ranks are read from.
 
 A file may hold several dumps, each after its own capture header. Records are dumps; a dump that
 is not a complete array of threads (cut mid-array, py-spy's `Error:` text, an empty array) is
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics import pyspy
-from forensics.capture import HEADER_PREFIX, from_path
-from forensics.pyspy import DumpContext, capture_of, subject_of
-from forensics.rawio import read_all
+from forensics.formats import pyspy
+from forensics.formats.capture import HEADER_PREFIX, from_path
+from forensics.formats.pyspy import DumpContext, capture_of, subject_of
+from forensics.formats.rawio import read_all
 from forensics.sources import ParseResult, register
 
 NAME = "pyspy_json"

@@ -28,11 +28,11 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics import pyspy
-from forensics.capture import HEADER_PREFIX, Capture, from_path
-from forensics.pyspy import DumpContext, capture_of, subject_of
-from forensics.pyspy_paste import HEADERLESS_TITLE, NO_PID, needs_normalizing, normalize
-from forensics.rawio import read_whole_lines
+from forensics.formats import pyspy
+from forensics.formats.capture import HEADER_PREFIX, Capture, from_path
+from forensics.formats.pyspy import DumpContext, capture_of, subject_of
+from forensics.formats.pyspy_paste import HEADERLESS_TITLE, NO_PID, needs_normalizing, normalize
+from forensics.formats.rawio import read_whole_lines
 from forensics.sources import ParseResult, register
 
 NAME = "pyspy_text"
@@ -208,7 +208,7 @@ def _failure(seg: dict) -> str | None:
 def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
     """Every dump in one py-spy text file: frames of readable dumps, a quarantine row per other.
     `fallback` dates the dumps that have no capture header of their own. Text as people paste it
-    is first put back into py-spy's layout (`forensics.pyspy_paste`); rows keep the user's lines."""
+    is first put back into py-spy's layout (`forensics.formats.pyspy_paste`); rows keep the user's lines."""
     notes: list[str] = []
     origin: list[int] | None = None
     if needs_normalizing(text):
@@ -261,7 +261,7 @@ def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
 
 
 def _title(title: str | None) -> str | None:
-    """A process title as read; None for the head-less processes `forensics.pyspy_paste` made."""
+    """A process title as read; None for the head-less processes `forensics.formats.pyspy_paste` made."""
     return None if title == HEADERLESS_TITLE else title
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.rawio import read_whole_lines
+from forensics.formats.rawio import read_whole_lines
 from forensics.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, empty, excerpt_text
 from forensics.sources import ParseResult, register
 

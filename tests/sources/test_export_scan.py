@@ -14,7 +14,7 @@ import struct
 import numpy as np
 import pytest
 
-from forensics.journal import field_name_problem
+from forensics.formats.journal import field_name_problem
 from forensics.sources import _export_scan
 from forensics.sources.journal_export import MAX_FIELDS, _parse_chunk
 

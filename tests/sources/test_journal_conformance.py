@@ -19,7 +19,7 @@ import zstandard
 from polars.testing import assert_frame_equal
 
 from forensics import sources
-from forensics.synth import entries, write_export_entry
+from forensics.lab.synth import entries, write_export_entry
 from tests.conftest import export_entry, journalctl, to_journal
 
 PROVENANCE = ["format", "source_file", "source_offset", "source_line"]
@@ -154,9 +154,9 @@ def test_json_null_for_an_oversized_field_is_kept_as_such(tmp_path: Path) -> Non
 def test_small_batches_and_chunks_change_nothing(journal: Path, exported: dict[str, Path],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     expected = {name: _events(path) for name, path in [("native", journal), *exported.items()]}
-    import forensics.journal
+    import forensics.formats.journal
     from forensics.sources import journal_export
-    monkeypatch.setattr(forensics.journal, "BATCH_RECORDS", 7)
+    monkeypatch.setattr(forensics.formats.journal, "BATCH_RECORDS", 7)
     monkeypatch.setattr(journal_export, "CHUNK_BYTES", 1000)
     for name, path in [("native", journal), *exported.items()]:
         assert_frame_equal(_events(path), expected[name])

@@ -45,10 +45,10 @@ from zoneinfo import ZoneInfo
 
 import zstandard
 
-from forensics.synth import export_fields
+from forensics.lab.synth import export_fields
 
 DAY = datetime(2026, 6, 18, tzinfo=UTC)
-LAB_DUMPS = Path(__file__).resolve().parent.parent / "data" / "lab" / "tp-desync"
+LAB_DUMPS = Path(__file__).resolve().parents[2] / "data" / "lab" / "tp-desync"
 JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
 MODEL = "deepseek-ai/DeepSeek-V4-Flash"
 
@@ -363,7 +363,7 @@ def _manifest(hosts: list[Host], declare_skew: bool) -> str:
 
 README = """# The reference incident: DeepSeek-V4-Flash, prefill/decode disaggregated, TP-desync wedge (2026-06-18)
 
-Written by `forensics reference data/incidents/dsv4-pd-wedge-2026-06-18` (`forensics/reference.py`,
+Written by `forensics reference data/incidents/dsv4-pd-wedge-2026-06-18` (`forensics/lab/reference.py`,
 deterministic: the same bytes every time) from the story in `../shared/DESIGN.md`:
 
 - `journal/gpu-node-00.export.zst`: `journalctl -o export` of the host: the three units' stdout

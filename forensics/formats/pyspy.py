@@ -2,7 +2,7 @@
 
 py-spy (https://github.com/benfred/py-spy) prints a process's Python threads innermost frame
 first, as text (`py-spy dump --pid N`) or JSON (`--json`). Neither form carries a capture time,
-and `--json` carries no process title either: both come from the bundle (`forensics.capture`).
+and `--json` carries no process title either: both come from the bundle (`forensics.formats.capture`).
 
 Ranks come from the process title the way serving stacks set it, e.g. SGLang's
 `sglang::scheduler_DP0_TP3_EP3` or `sglang::scheduler_PP1_TP0`: each `DP`/`TP`/`PP`/`EP` followed by
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from forensics.capture import Capture, from_header, parse_header
+from forensics.formats.capture import Capture, from_header, parse_header
 from forensics.schema import QUARANTINE_SCHEMA, STACKS_SCHEMA, empty, excerpt_text
 from forensics.sources import ParseResult
 
