@@ -185,19 +185,14 @@ def normalize(text: str) -> Normalized:
             block.threads.append((number, line, thread["name"], thread["id"]))
             continue
         frame = _frame(line, last in ("thread", "frame", "locals"))
-        if frame is not None and last in ("thread", "frame", "locals"):
-            last = "frame"
+        kind, text = (("frame", frame) if frame is not None and last in ("thread", "frame", "locals")
+                      else ("locals", line) if _LOCALS.match(line) and last in ("frame", "locals") else (None, line))
+        if kind is not None:  # a frame or a --locals line: into the head-less block, or out as it is
+            last = kind
             if block is not None:
-                block.frames.append((number, frame))
+                block.frames.append((number, text))
             else:
-                emit(frame, number)
-            continue
-        if _LOCALS.match(line) and last in ("frame", "locals"):
-            last = "locals"
-            if block is not None:
-                block.frames.append((number, line))
-            else:
-                emit(line, number)
+                emit(text, number)
             continue
         if not line.strip():
             if block is not None and block.frames:
