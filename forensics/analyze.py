@@ -80,6 +80,14 @@ class Analysis:
         """Whether any finding shows something wrong (else the report says "no incident found")."""
         return any(is_anomaly(f) for f in self.findings)
 
+    def alert(self) -> Any:
+        """The progress alert that would have caught this incident (`forensics.detect.alert`), or None."""
+        from forensics.detect.alert import alert_rule
+
+        if not hasattr(self, "_alert"):
+            self._alert = alert_rule(self)
+        return self._alert
+
     def checked(self) -> list[str]:
         """What the analysis looked at, in sentences: said in full when no incident was found, so
         "nothing wrong" is a statement with its basis, not a silence."""
@@ -159,6 +167,7 @@ class Analysis:
             "track_links": self.links,
             "stack_verdicts": [v.as_dict() for v in latest(self.verdicts)],
             "incident_found": self.incident_found,
+            "alert": (rule.as_dict(self.key_times.detected) if (rule := self.alert()) is not None else None),
             "checked": self.checked(),
             "clock_checks": self.timeline.clock_checks.to_dicts(),
             "notes": self.timeline.incident.notes,

@@ -30,7 +30,8 @@ from forensics.errors import ForensicsError
 NOTEBOOKS = Path(os.environ.get("FORENSICS_NOTEBOOKS", Path(__file__).resolve().parents[1] / "notebooks"))
 MAIN_NOTEBOOK = "incident_report.ipynb"
 DEEP_DIVES = ("logs.ipynb", "metrics.ipynb", "stacks.ipynb")
-OUTPUTS = (MAIN_NOTEBOOK, "report.html", "timeline.html", "postmortem.md", "summary.json", *DEEP_DIVES)
+OUTPUTS = (MAIN_NOTEBOOK, "report.html", "timeline.html", "postmortem.md", "summary.json", "alerts.yml",
+           "alerts.test.yml", *DEEP_DIVES)
 TEMPLATES = Path(__file__).resolve().parent / "render" / "templates"
 BUNDLE_MARKERS = ("incident.toml", "journal", "metrics", "stacks")
 RECORD_TAG = "record"

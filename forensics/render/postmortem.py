@@ -143,6 +143,13 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
                   else "time to detect unknown."))
     for f in hangs:
         out.append(f"- Blind spot: {_md(f.text, redact)}")
+    rule = analysis.alert()
+    if rule is not None and rule.fires_at is not None:
+        earlier = (f", {span((t.detected - rule.fires_at).total_seconds())} before it was detected"
+                   if t.detected and t.detected > rule.fires_at else "")
+        out.append(f"- An alert on progress rather than health (`alerts.yml`: no tokens for 1m while requests were "
+                   f"pending, for 1m) would have paged at {_at(rule.fires_at)} for {_md(rule.instance, redact)}"
+                   f"{earlier}; `promtool test rules alerts.test.yml` replays this incident's samples to show it.")
     out += ["", TODO + " which alert fired (if any) and who was paged.", ""]
 
     out += ["## Action Items", "", "| action item | type | owner | bug |", "|---|---|---|---|"]

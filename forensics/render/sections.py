@@ -28,6 +28,7 @@ from plotly.subplots import make_subplots
 from forensics.analyze import Analysis, analyze, in_display_zone, no_incident_heading
 from forensics.case import check_output_target, instance_summary, to_pandas
 from forensics.detect import clock, errors, progress
+from forensics.detect.alert import promtool_test
 from forensics.detect.stacks import latest
 from forensics.errors import ForensicsError
 from forensics.profiles import MetricPanel, load_profile
@@ -386,7 +387,15 @@ class ReportSession:
         if self._report_redactor is not None:
             draft += f"\n*{self._report_redactor.statement()}*\n"
         (out / "postmortem.md").write_text(draft)
-        return {name: str(out / name) for name in ("summary.json", "timeline.html", "postmortem.md")}
+        written = ["summary.json", "timeline.html", "postmortem.md"]
+        rule = self.analysis.alert()
+        if rule is not None:  # the alert that would have caught it, and a promtool test that shows it
+            (out / "alerts.yml").write_text(rule.as_yaml())
+            written.append("alerts.yml")
+            if rule.fires_at is not None:
+                (out / "alerts.test.yml").write_text(promtool_test(self.analysis, rule, "alerts.yml"))
+                written.append("alerts.test.yml")
+        return {name: str(out / name) for name in written}
 
     def redaction_note(self) -> Html:
         """What each output redacted (after `write_outputs`), kinds and counts."""

@@ -1,0 +1,65 @@
+"""The alert that would have caught it: a rule on progress for the metric names the bundle has,
+checked by `promtool check rules`, and shown firing on the incident's own samples by
+`promtool test rules` — before the on-call engineer detected the wedge."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from forensics.render.sections import ReportSession
+from tests.test_report import REFERENCE
+
+DETECTED = datetime(2026, 6, 18, 21, 38, 30, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[ReportSession, Path]:
+    out = tmp_path_factory.mktemp("alerts")
+    session = ReportSession.open(REFERENCE, out)
+    session.write_outputs()
+    return session, out
+
+
+def test_the_rule_passes_promtool_and_fires_before_the_detection(written: tuple[ReportSession, Path]) -> None:
+    session, out = written
+    check = subprocess.run(["promtool", "check", "rules", str(out / "alerts.yml")], capture_output=True, text=True)
+    assert check.returncode == 0 and "SUCCESS: 1 rules found" in check.stdout, check.stdout + check.stderr
+    test = subprocess.run(["promtool", "test", "rules", "alerts.test.yml"], cwd=out, capture_output=True, text=True)
+    assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
+    alert = session.summary()["alert"]
+    assert alert["instance"] == "gpu-node-00:30002"  # decode, the engine that froze first
+    fires = datetime.fromisoformat(alert["fires_at"])
+    assert fires < DETECTED and alert["earlier_than_detection_s"] == (DETECTED - fires).total_seconds()
+    assert "sglang:generation_tokens_total" in alert["expr"] and "sglang:num_running_reqs" in alert["expr"]
+    assert "would have paged at 21:36:40" in (out / "postmortem.md").read_text()
+
+
+def test_the_test_file_fails_when_the_alert_is_said_to_fire_earlier(written: tuple[ReportSession, Path],
+                                                                     tmp_path: Path) -> None:
+    """The promtool test is a real check: moved one step earlier, it fails."""
+    _, out = written
+    text = (out / "alerts.test.yml").read_text()
+    times = [line.split(": ")[1] for line in text.splitlines() if "eval_time:" in line]
+    earlier = text.replace(f"eval_time: {times[1]}", f"eval_time: {times[0]}__").replace(
+        f"eval_time: {times[0]}\n", f"eval_time: {int(times[0][:-1]) - 10}s\n").replace(
+        f"eval_time: {times[0]}__", f"eval_time: {times[0]}")
+    (tmp_path / "alerts.yml").write_text((out / "alerts.yml").read_text())
+    (tmp_path / "alerts.test.yml").write_text(earlier)
+    test = subprocess.run(["promtool", "test", "rules", "alerts.test.yml"], cwd=tmp_path, capture_output=True,
+                          text=True)
+    assert test.returncode != 0
+
+
+def test_no_alert_without_a_hang(tmp_path: Path) -> None:
+    bundle = tmp_path / "healthy"
+    (bundle / "logs").mkdir(parents=True)
+    (bundle / "logs" / "server.log").write_text(
+        "[2025-08-08 03:35:18] Prefill batch. #new-seq: 1, #new-token: 7, #running-req: 1, #queue-req: 0,\n"
+        "[2025-08-08 03:35:19] Decode batch. #running-req: 1, #token: 47, gen throughput (token/s): 2.18, "
+        "#queue-req: 0,\n")
+    session = ReportSession.open(bundle, tmp_path / "out")
+    assert session.summary()["alert"] is None and "alerts.yml" not in session.write_outputs()
