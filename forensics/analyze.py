@@ -256,6 +256,23 @@ def in_display_zone(analysis: Analysis) -> Iterator[None]:
         DISPLAY_ZONE.reset(token)
 
 
+SUMMARY_SCHEMA = Path(__file__).with_name("summary.schema.json")  # summary.json's published JSON Schema
+
+
+def summary_problems(summary: dict[str, Any]) -> list[str]:
+    """Every way `summary` (as written to summary.json) breaks its JSON Schema, each with its path;
+    empty when it conforms. Needs `jsonschema` (installed with the report and dev extras)."""
+    import json
+
+    import jsonschema
+
+    schema = json.loads(SUMMARY_SCHEMA.read_text())
+    checker = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    data = json.loads(json.dumps(summary, default=str))
+    return [f"{'/'.join(str(p) for p in error.absolute_path) or '(top)'}: {error.message}"
+            for error in sorted(checker.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))]
+
+
 def no_incident_heading(analysis: Analysis) -> str:
     """The sentence a report opens with when no finding shows a fault."""
     if not analysis.timeline.manifest["inputs"]:

@@ -63,3 +63,12 @@ def test_no_alert_without_a_hang(tmp_path: Path) -> None:
         "#queue-req: 0,\n")
     session = ReportSession.open(bundle, tmp_path / "out")
     assert session.summary()["alert"] is None and "alerts.yml" not in session.write_outputs()
+
+
+def test_summary_keeps_to_its_published_schema(written: tuple[ReportSession, Path]) -> None:
+    import json
+
+    from forensics.analyze import summary_problems
+
+    _, out = written
+    assert summary_problems(json.loads((out / "summary.json").read_text())) == []

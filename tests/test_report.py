@@ -14,6 +14,7 @@ from typing import Any
 import nbformat
 import pytest
 
+from forensics.analyze import summary_problems
 from forensics.cli import main
 from forensics.report import DEEP_DIVES, MAIN_NOTEBOOK, execute, notebook_path
 from tests.conftest import export_entry
@@ -123,6 +124,10 @@ def test_report_writes_every_output(rendered: Path) -> None:
     assert [v["verdict"] for v in summary["stack_verdicts"] if v["group"] == "decode"] == ["TP_DESYNC"]
     hostile = next(s for s in summary["sources"] if s["path"].endswith("hostile.export"))
     assert hostile["records"] == hostile["parsed"] == 6
+    assert summary_problems(summary) == []
+    broken = summary_problems({**summary, "incident_found": "yes", "key_times": {"started": None}})
+    assert broken[0] == "incident_found: 'yes' is not of type 'boolean'"
+    assert "key_times: 'resolved' is a required property" in broken and len(broken) == 9
 
 
 def test_executed_notebook_records_the_key_times(rendered: Path) -> None:
