@@ -41,6 +41,10 @@ from forensics.incident import load_incident
 from forensics.profiles import Profile, choose_profile
 
 
+# Symptom kinds that speak of a cause and go into an incident's signature (counts of timeouts or
+# aborts follow the load, and would split one problem into many).
+SIGNATURE_KINDS = ("silent_hang", "kv_transfer_failure", "watchdog_timeout", "engine_dead", "cuda_error",
+                   "gpu_xid_error", "gpu_busy_while_hung", "gpu_idle_while_hung")
 PROFILE_SAMPLE_LINES = 20_000  # log lines looked at to choose a profile
 CHECKS_TRACK = "checks"  # findings that say what was looked at when nothing was wrong
 NOT_ANOMALIES = ("annotation", "clock_jump", "out_of_range")
@@ -87,6 +91,27 @@ class Analysis:
         if not hasattr(self, "_alert"):
             self._alert = alert_rule(self)
         return self._alert
+
+    def signature(self) -> dict[str, Any] | None:
+        """What makes this incident the same problem as another: the components that froze, each
+        hung stack group's verdict with its collective and the function that called it, and the
+        symptom kinds that speak of a cause (not load-dependent counts). `id` is a short hash of
+        `parts`; None when nothing was wrong."""
+        if not self.incident_found:
+            return None
+        parts = sorted({f"froze: {f.component}" for f in self.findings if f.kind == "frozen" and f.component})
+        for v in latest(self.verdicts):
+            if v.verdict in HANG_VERDICTS:
+                caller = (v.called_from or "").split(" (")[0]
+                parts.append(f"stacks: {v.group} {v.verdict}"
+                             + (f" in {v.collective}" if v.collective else "") + (f" from {caller}" if caller else ""))
+        main = self.timeline.profile.logs.main_track
+        parts += sorted({f"symptom: {f.kind}" for f in self.findings if f.kind in SIGNATURE_KINDS and f.track == main})
+        if not parts:
+            return None
+        import hashlib
+
+        return {"id": hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12], "parts": parts}
 
     def checked(self) -> list[str]:
         """What the analysis looked at, in sentences: said in full when no incident was found, so
@@ -167,6 +192,7 @@ class Analysis:
             "track_links": self.links,
             "stack_verdicts": [v.as_dict() for v in latest(self.verdicts)],
             "incident_found": self.incident_found,
+            "signature": self.signature(),
             "alert": (rule.as_dict(self.key_times.detected) if (rule := self.alert()) is not None else None),
             "checked": self.checked(),
             "clock_checks": self.timeline.clock_checks.to_dicts(),
@@ -271,6 +297,33 @@ def summary_problems(summary: dict[str, Any]) -> list[str]:
     data = json.loads(json.dumps(summary, default=str))
     return [f"{'/'.join(str(p) for p in error.absolute_path) or '(top)'}: {error.message}"
             for error in sorted(checker.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))]
+
+
+def seen_before(summary: dict[str, Any], library: Path, itself: Path | None = None) -> dict[str, Any] | None:
+    """Incidents of the same signature that started no later than this one, among the
+    summary.json files under `library` (a batch's output, or any folder of reports) other than
+    `itself`: how many, the last one, and each; None when none."""
+    import json
+
+    signature = (summary.get("signature") or {}).get("id")
+    start = (summary.get("window") or [None])[0]
+    if not signature or not library.is_dir():
+        return None
+    earlier = []
+    for path in sorted(library.glob("**/summary.json")):
+        if itself is not None and path.resolve() == itself.resolve():
+            continue
+        try:
+            other = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        other_start = (other.get("window") or [None])[0]
+        if (other.get("signature") or {}).get("id") == signature and other_start and (not start or other_start <= start):
+            earlier.append({"incident": other.get("incident"), "started": other_start, "summary": str(path)})
+    if not earlier:
+        return None
+    earlier.sort(key=lambda e: e["started"])
+    return {"count": len(earlier), "last": earlier[-1]["started"], "incidents": earlier}
 
 
 def no_incident_heading(analysis: Analysis) -> str:

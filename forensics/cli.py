@@ -152,6 +152,8 @@ def _report_options(parser: argparse.ArgumentParser) -> None:
                            help="redact every output (default: timeline.html only)")
     redaction.add_argument("--no-redact", dest="redact", action="store_const", const="none",
                            help="redact nothing, not even timeline.html")
+    parser.add_argument("--library", type=Path, help="a folder of earlier reports (a batch's output): the report "
+                                                     "says when the same problem was seen before")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -233,6 +235,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """Carry out one parsed command."""
+    if getattr(args, "library", None) is not None:
+        import os
+
+        # read by the report notebook's kernel, which inherits this process's environment
+        os.environ["FORENSICS_LIBRARY"] = str(args.library.resolve())
     if args.command == "report":
         from forensics.report import render
         rendered = render(args.bundle, args.out, args.display_tz, args.profile, args.redact)

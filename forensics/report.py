@@ -244,6 +244,7 @@ def _render_one(bundle: Path, out: Path, display_tz: str, profile: str, redact: 
     s = rendered.summary
     key = s.get("key_times", {})
     row.update(title=s.get("incident"), window=" — ".join(str(w) for w in s.get("window") or [] if w),
+               started=(s.get("window") or [None])[0], signature=s.get("signature"),
                verdicts="; ".join(f"{v['group']}: {v['verdict']}" for v in s.get("stack_verdicts", [])),
                ttd=_seconds(key.get("ttd_s")), ttm=_seconds(key.get("ttm_s")), ttr=_seconds(key.get("ttr_s")),
                links=[(name, f"{out.name}/{name}") for name in ("report.html", "timeline.html", "postmortem.md",
@@ -286,6 +287,32 @@ def batch(patterns: Iterable[str], out: str | Path = "exports", workers: int = 2
                 if rows[i].get("error"):
                     bar.write(f"failed: {bundles[i]}: {rows[i]['error'].splitlines()[0]}")
     ordered = [rows[i] for i in range(len(bundles))]
-    (out_root / "index.json").write_text(json.dumps(ordered, indent=2, default=str) + "\n")
-    (out_root / "index.html").write_text(index_page(ordered))
+    groups = recurring(ordered)
+    (out_root / "index.json").write_text(json.dumps({"incidents": ordered, "signatures": groups}, indent=2,
+                                                    default=str) + "\n")
+    (out_root / "index.html").write_text(index_page(ordered, groups))
     return ordered
+
+
+def recurring(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The incidents grouped by signature, most frequent first: what the signature says, how many,
+    first and last seen, the mean time between them, and the reports; each row learns how many
+    times its problem was seen before it (`seen_before`)."""
+    from datetime import datetime
+
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row.get("signature"):
+            by_id.setdefault(row["signature"]["id"], []).append(row)
+    groups = []
+    for signature, members in by_id.items():
+        members.sort(key=lambda r: r.get("started") or "")
+        for n, row in enumerate(members):
+            row["seen_before"] = n
+        times = [datetime.fromisoformat(r["started"]) for r in members if r.get("started")]
+        gaps = [(b - a).total_seconds() for a, b in zip(times, times[1:], strict=False)]
+        groups.append({"id": signature, "parts": members[0]["signature"]["parts"], "count": len(members),
+                       "first": members[0].get("started"), "last": members[-1].get("started"),
+                       "mean_between_s": sum(gaps) / len(gaps) if gaps else None,
+                       "reports": [f"{r['out']}/report.html" for r in members]})
+    return sorted(groups, key=lambda g: (-g["count"], g["first"] or ""))

@@ -263,7 +263,7 @@ def test_batch_goes_on_past_a_failing_bundle_and_indexes_both(tmp_path: Path, br
     (bad / "incident.toml").write_text('title = "broken\nwindow = [\n')
     out = tmp_path / "exports"
     assert main(["batch", str(bundles), "--out", str(out), "--workers", "2"]) == 1
-    rows = {Path(r["bundle"]).name: r for r in json.loads((out / "index.json").read_text())}
+    rows = {Path(r["bundle"]).name: r for r in json.loads((out / "index.json").read_text())["incidents"]}
     assert set(rows) == {"good-incident", "broken-incident"}
     assert "incident.toml" in rows["broken-incident"]["error"]
     assert rows["good-incident"]["ttd"] == "3m43s" and "decode: TP_DESYNC" in rows["good-incident"]["verdicts"]

@@ -144,9 +144,24 @@ def _bundle_name(analysis: Analysis) -> str:
     return Path(analysis.bundle).name
 
 
-def index_page(rows: Sequence[dict[str, Any]], title: str = "Incident reports") -> str:
-    """The batch index: one row per incident (title, window, verdicts, TTD, TTM, links), failed
-    bundles with their error. Every value is escaped; links are relative to the index."""
+def index_page(rows: Sequence[dict[str, Any]], groups: Sequence[dict[str, Any]] = (),
+               title: str = "Incident reports") -> str:
+    """The batch index: the recurring problems (incidents grouped by signature: what it says, how
+    many, first and last seen, the mean time between, the reports), then one row per incident
+    (title, window, verdicts, TTD, TTM, seen before, links), failed bundles with their error.
+    Every value is escaped; links are relative to the index."""
+    recurring = "".join(
+        "<tr>" + "".join([
+            f"<td><code>{safe(g['id'])}</code><br><span class='note'>{safe('; '.join(g['parts']))}</span></td>",
+            f"<td class='num'>{g['count']}</td>", f"<td>{safe(g['first'] or '—')}</td>",
+            f"<td>{safe(g['last'] or '—')}</td>",
+            f"<td class='num'>{safe(span(g['mean_between_s']) if g['mean_between_s'] is not None else '—')}</td>",
+            "<td>" + " · ".join(f'<a href="{safe(href)}">{n + 1}</a>' for n, href in enumerate(g["reports"]))
+            + "</td>"]) + "</tr>" for g in groups)
+    signatures = ('<table id="signatures"><thead><tr><th>signature</th><th>incidents</th><th>first seen</th>'
+                  '<th>last seen</th><th>mean time between</th><th>reports</th></tr></thead>'
+                  f"<tbody>{recurring}</tbody></table>" if groups
+                  else "<p>No incident with a signature (nothing found wrong, or every bundle failed).</p>")
     body = []
     for row in rows:
         links = " · ".join(f'<a href="{safe(href)}">{safe(name)}</a>' for name, href in row.get("links", []))
@@ -158,13 +173,17 @@ def index_page(rows: Sequence[dict[str, Any]], title: str = "Incident reports") 
             f"<td class='verdict'>{safe(row.get('verdicts') or '—')}</td>",
             f"<td class='num'>{safe(row.get('ttd') or '—')}</td>",
             f"<td class='num'>{safe(row.get('ttm') or '—')}</td>",
+            f"<td class='num'>{safe(row['seen_before']) if row.get('seen_before') else '—'}</td>",
             f"<td>{status}</td>", f"<td>{links}</td>"]) + "</tr>")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{safe(title)}</title><style>{STYLE}</style></head><body>
 <h1>{safe(title)}</h1>
 <p class="note">{len(rows)} bundles, {sum(1 for r in rows if r.get('error'))} failed.</p>
+<h2>Recurring problems</h2>
+{signatures}
+<h2>Incidents</h2>
 <table id="incidents"><thead><tr><th>incident</th><th>window</th><th>verdicts</th><th>TTD</th><th>TTM</th>
-<th>status</th><th>outputs</th></tr></thead><tbody>{''.join(body)}</tbody></table>
+<th>seen before</th><th>status</th><th>outputs</th></tr></thead><tbody>{''.join(body)}</tbody></table>
 <script type="application/json" id="index-data">{_json_for_script(rows)}</script>
 </body></html>
 """

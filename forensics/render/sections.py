@@ -14,6 +14,7 @@ Redaction modes: `none` (nothing redacted), `timeline` (the default: the shareab
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -25,7 +26,7 @@ import plotly.io as pio
 import polars as pl
 from plotly.subplots import make_subplots
 
-from forensics.analyze import Analysis, analyze, in_display_zone, no_incident_heading
+from forensics.analyze import Analysis, analyze, in_display_zone, no_incident_heading, seen_before
 from forensics.case import check_output_target, instance_summary, to_pandas
 from forensics.detect import clock, errors, progress
 from forensics.detect.alert import promtool_test
@@ -38,6 +39,7 @@ from forensics.render.text import Redact, hover, safe
 from forensics.report import OUTPUTS
 
 REDACT_MODES = ("none", "timeline", "all")
+LIBRARY_ENV = "FORENSICS_LIBRARY"  # a folder of earlier reports, for "seen before"
 GAP_FACTOR = 5.0  # a pause this many times a source's median interval (and over GAP_MIN_S) is a gap
 GAP_MIN_S = 60.0
 SUDO_USER = r"^\s*([a-z_][a-z0-9_.-]*) : (?:TTY|PWD|USER|COMMAND)="  # who ran the command
@@ -198,6 +200,11 @@ class ReportSession:
             parts.append(f"<h3>track: {safe(track.name, r)}</h3><ul>{items}</ul>")
         if self.analysis.links:
             parts.append("<h3>between tracks</h3>" + "".join(f"<p>{safe(t, r)}</p>" for t in self.analysis.links))
+        earlier = self.summary().get("seen_before")
+        if earlier:
+            parts.insert(0, f'<p class="verdict">Seen before: {earlier["count"]} time{"s" if earlier["count"] > 1 else ""} '
+                         f'with the same signature, last on {safe(earlier["last"][:10])} '
+                         f'({safe(earlier["incidents"][-1]["incident"], r)}).</p>')
         if not self.analysis.incident_found:
             parts.insert(0, f'<p class="verdict">{safe(no_incident_heading(self.analysis))}</p><ul>'
                          + "".join(f"<li>{safe(line, r)}</li>" for line in self.analysis.checked()) + "</ul>")
@@ -368,8 +375,12 @@ class ReportSession:
     # -- outputs ------------------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
-        """summary.json's content (redacted when redact="all")."""
+        """summary.json's content (redacted when redact="all"), with the earlier incidents of the
+        same signature when a library of reports is given (`FORENSICS_LIBRARY`)."""
         data = self.analysis.summary()
+        library = os.environ.get(LIBRARY_ENV)
+        if library and (earlier := seen_before(data, Path(library), self.out_dir / "summary.json")) is not None:
+            data["seen_before"] = earlier
         if self._report_redactor is not None:
             data = self._report_redactor.structure(json.loads(json.dumps(data, default=str)))
         return data
