@@ -8,6 +8,7 @@ stacks (py-spy verdicts on the timeline), then key times and tracks over all of 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -83,6 +84,41 @@ class Analysis:
     def incident_found(self) -> bool:
         """Whether any finding shows something wrong (else the report says "no incident found")."""
         return any(is_anomaly(f) for f in self.findings)
+
+    def impact(self) -> list[Any]:
+        """The incident's impact in numbers (`forensics.detect.impact`), each with its source."""
+        from forensics.detect.impact import impact
+
+        if not hasattr(self, "_impact"):
+            self._impact = impact(self.timeline, self.key_times)
+        return self._impact
+
+    def consequences(self) -> list[tuple[str, str, list[str]]]:
+        """Components that stopped because a peer stopped, as (component, the peer, the evidence in
+        words): a freeze that came after another's, with its ranks all idle (nothing reached it) or
+        its last batch line showing work queued and none running. What the evidence supports, and no
+        more: the post-mortem words the link as a hypothesis."""
+        frozen = sorted((f for f in self.findings if f.kind == "frozen" and f.at and f.component),
+                        key=lambda f: f.at)  # type: ignore[arg-type, return-value]
+        if len(frozen) < 2:
+            return []
+        first, out = frozen[0], []
+        idle_groups = {v.group for v in latest(self.verdicts) if v.verdict == "ALL_IDLE"}
+        for later in frozen[1:]:
+            if later.component == first.component:
+                continue
+            evidence = []
+            if later.component in idle_groups:
+                evidence.append("its ranks were all idle in the stacks: nothing reached it")
+            queued = re.search(r"\((\d+) running, (\d+) queued\)", later.text)
+            if queued and int(queued[1]) == 0 and int(queued[2]) > 0:
+                evidence.append(f"its last batch line shows {queued[2]} queued and none running: work waited that "
+                                "it did not start")
+            if evidence:
+                gap = span((later.at - first.at).total_seconds())  # type: ignore[operator]
+                evidence.insert(0, f"it stopped {gap} after {first.component} froze")
+                out.append((later.component, first.component or "", evidence))
+        return out
 
     def alert(self) -> Any:
         """The progress alert that would have caught this incident (`forensics.detect.alert`), or None."""
@@ -193,6 +229,8 @@ class Analysis:
             "stack_verdicts": [v.as_dict() for v in latest(self.verdicts)],
             "incident_found": self.incident_found,
             "signature": self.signature(),
+            "impact": [{"what": i.what, "value": i.value, "source": i.source, "how": i.how, "estimate": i.estimate}
+                       for i in self.impact()],
             "alert": (rule.as_dict(self.key_times.detected) if (rule := self.alert()) is not None else None),
             "checked": self.checked(),
             "clock_checks": self.timeline.clock_checks.to_dicts(),

@@ -70,6 +70,11 @@ def counter_rates(samples: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
             .collect())
 
 
+def _epoch_text(seconds: pl.Expr) -> pl.Expr:
+    """Seconds since the epoch as a UTC time in words (a start-time gauge's value)."""
+    return (pl.from_epoch((seconds * 1e6).cast(pl.Int64), time_unit="us").dt.strftime("%Y-%m-%d %H:%M:%S UTC"))
+
+
 def restarts(samples: pl.DataFrame | pl.LazyFrame, profile: Profile | None = None) -> pl.DataFrame:
     """Per instance: each restart seen between two scrapes, with its time bracket and evidence."""
     profile = profile or load_profile()
@@ -82,7 +87,8 @@ def restarts(samples: pl.DataFrame | pl.LazyFrame, profile: Profile | None = Non
                 .select("instance", "after", pl.col("at").alias("before"),
                         pl.from_epoch((pl.col("value") * 1e6).cast(pl.Int64), time_unit="us")
                         .dt.replace_time_zone("UTC").alias("started_at"),
-                        pl.format("{} changed from {} to {}", pl.lit(start_gauge), "previous", "value")
+                        pl.format("{} changed from {} to {} (process start times)", pl.lit(start_gauge),
+                                  _epoch_text(pl.col("previous")), _epoch_text(pl.col("value")))
                         .alias("evidence")))
     resets = counter_rates(samples).filter(pl.col("reset"))
     by_reset = (resets.group_by("instance", "start", "end")

@@ -65,7 +65,7 @@ def test_restart_bracket_and_start_time(tmp_path: Path) -> None:
     assert (restart["after"].strftime("%H:%M:%S"), restart["before"].strftime("%H:%M:%S")) == ("21:31:15", "21:31:30")
     assert restart["started_at"] == datetime.fromtimestamp(1781810480, UTC)
     assert restart["evidence"].startswith("5 counter series went down")  # tokens, 3 buckets, count
-    assert "process_start_time_seconds changed from 1781810000.0 to 1781810480.0" in restart["evidence"]
+    assert "process_start_time_seconds changed from 2026-06-18 19:13:20 UTC to 2026-06-18 19:21:20 UTC (process start times)" in restart["evidence"]
 
 
 def test_stalled_window_needs_pending_work_and_enough_time(tmp_path: Path) -> None:

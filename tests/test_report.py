@@ -145,7 +145,7 @@ def test_postmortem_has_the_sre_headings_facts_and_placeholders(rendered: Path) 
     assert headings == ["Summary", "Impact", "Root Causes", "Trigger", "Resolution", "Detection", "Action Items",
                         "Lessons Learned", "Timeline"]
     assert "decode froze at 21:34:47" in text and "TP_DESYNC" in text
-    assert "| 21:40:45 |" in text and "Resolved at 21:42:00" in text
+    assert "| 2026-06-18 21:40:45 |" in text and "Resolved at 21:42:00" in text
     assert text.count("TODO (only people know)") >= 6
     assert "<script>" not in text and "&lt;script&gt;" in text
 

@@ -85,8 +85,9 @@ def clock(at: datetime | None) -> str:
 
 
 def span(seconds: float) -> str:
-    """A duration in words: 75 s, 5m58s, 1h02m."""
-    seconds = round(seconds)
+    """A duration in words: 75 s, 5m58s, 1h02m. Whole seconds are cut, not rounded, as `clock`
+    cuts times: a freeze from 21:34:47 to 21:42:00.7 reads 7m13s, as the two times shown do."""
+    seconds = int(seconds)
     if seconds < 100:
         return f"{seconds} s"
     minutes, seconds = divmod(seconds, 60)

@@ -10,10 +10,10 @@ sentences that quote it have every character Markdown would act on escaped, so a
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from forensics.analyze import Analysis, in_display_zone, no_incident_heading
-from forensics.detect import Finding, clock, span
+from forensics.detect import DISPLAY_ZONE, Finding, clock, span
 from forensics.detect.stacks import latest
 from forensics.render.text import Redact
 
@@ -24,13 +24,16 @@ TODO = "> **TODO (only people know):**"
 
 # Suggested action items per finding kind: what the evidence argues for; people decide.
 SUGGESTIONS = {
-    "silent_hang": "Alert on progress, not only health: e.g. rate of generated tokens = 0 while running "
-                   "requests > 0 for 60 s on any engine.",
-    "stack_verdict": "Capture py-spy dumps of every rank automatically when progress stops, before restarting.",
-    "frozen": "Make the health check exercise the scheduler (a tiny generation), so a frozen engine fails it.",
-    "request_timeout": "Bound client-visible damage: fail requests fast when the engine makes no progress.",
-    "kv_transfer_failure": "Test the hypothesis that the KV-transfer failures just before the freeze put the ranks "
-                           "out of step (the evidence shows them in time order, not as a cause).",
+    "silent_hang": ("Alert on progress, not only health: no tokens for 1m while requests are pending.", "detect",
+                    "P0"),
+    "stack_verdict": ("Capture py-spy dumps of every rank automatically when progress stops, before restarting.",
+                      "detect", "P1"),
+    "frozen": ("Make the health check exercise the scheduler (a tiny generation), so a frozen engine fails it.",
+               "detect", "P1"),
+    "request_timeout": ("Bound client-visible damage: fail requests fast when the engine makes no progress.",
+                        "mitigate", "P2"),
+    "kv_transfer_failure": ("Test the hypothesis that the KV-transfer failures just before the freeze put the ranks "
+                            "out of step (the evidence shows them in time order, not as a cause).", "prevent", "P1"),
 }
 
 
@@ -68,6 +71,28 @@ def _at(at: datetime | None) -> str:
     return clock(at) if at else "?"
 
 
+def _stamp(at: datetime | None) -> str:
+    """Date and time in the display zone (the day can differ from UTC's)."""
+    return f"{at.astimezone(DISPLAY_ZONE.get()):%Y-%m-%d %H:%M:%S}" if at else "?"
+
+
+def _day(analysis: Analysis, at: datetime | None) -> str:
+    if at is None:
+        return ""
+    local, utc = at.astimezone(DISPLAY_ZONE.get()), at.astimezone(UTC)
+    return (f", incident of {local:%Y-%m-%d} ({analysis.display_zone})" + (f", {utc:%Y-%m-%d} UTC"
+                                                                        if local.date() != utc.date() else ""))
+
+
+def _timeline_rows(analysis: Analysis) -> list[Finding]:
+    """One row per event: the last round of stack verdicts only, and a note that repeats a finding
+    made at the same moment (the restart typed in sudo's log and noted by a person) kept once."""
+    rows = [f for f in analysis.findings if f.at and not analysis.superseded(f)]
+    said = {(f.at.replace(microsecond=0), f.track) for f in rows if f.kind == "mitigation"}  # type: ignore[union-attr]
+    rows = [f for f in rows if not (f.kind == "annotation" and (f.at.replace(microsecond=0), f.track) in said)]  # type: ignore[union-attr]
+    return sorted(rows, key=lambda f: f.at)  # type: ignore[arg-type, return-value]
+
+
 def draft(analysis: Analysis, redact: Redact | None = None) -> str:
     """The post-mortem draft as Markdown, times in the analysis' display zone."""
     with in_display_zone(analysis):
@@ -77,17 +102,21 @@ def draft(analysis: Analysis, redact: Redact | None = None) -> str:
 def _draft(analysis: Analysis, redact: Redact | None) -> str:
     t, main = analysis.key_times, analysis.timeline.profile.logs.main_track
     zone = analysis.display_zone
+    day = _day(analysis, t.started or (analysis.timeline.incident.window or (None,))[0])
     out: list[str] = [f"# Post-mortem: {_md(analysis.timeline.incident.title, redact)}", "",
-                      f"*Draft written by forensics from {_code(analysis.bundle.name, redact)}; times in {zone}. "
-                      "Every statement below comes from the evidence; replace each TODO.*", ""]
+                      f"*Draft written by forensics from {_code(analysis.bundle.name, redact)}{day}; times in "
+                      f"{zone}. Every statement below comes from the evidence; replace each TODO.*", ""]
     freezes, hangs = _of(analysis, "frozen"), _of(analysis, "silent_hang")
     verdicts = latest(analysis.verdicts)
     desync = [v for v in verdicts if v.verdict == "TP_DESYNC"]
     ttr = t.seconds("resolved")
 
     out += ["## Summary", ""]
+    consequences = {component: (cause, evidence) for component, cause, evidence in analysis.consequences()}
     if freezes:
-        parts = [f"{_md(f.component, redact)} froze at {_at(f.at)}" for f in freezes]
+        parts = [f"{_md(f.component, redact)} froze at {_at(f.at)}"
+                 + (f" (most likely a consequence of {_md(consequences[f.component][0], redact)}'s freeze)"
+                    if f.component in consequences else "") for f in freezes]
         out.append(f"{'; '.join(parts)}."
                    + (f" py-spy showed the {_md(desync[0].group, redact)} TP group desynchronised ({desync[0].verdict})."
                       if desync else "")
@@ -105,17 +134,23 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
     out += ["", TODO + " a one-paragraph summary for readers outside the team.", ""]
 
     out += ["## Impact", ""]
-    for f in _of(analysis, "request_timeout", "request_aborted", "http_5xx", "health_check_failed", track=main):
-        out.append(f"- {_md(f.text, redact)}")
-    for f in hangs:
-        out.append(f"- {_md(f.text, redact)}")
-    out += ["", TODO + " users and requests affected, SLO budget spent, revenue or contractual impact.", ""]
+    numbers = analysis.impact()
+    if numbers:
+        out.append(f"From the start ({_at(t.started)}) until service came back ({_at(t.resolved)}):")
+        out += [f"- {_md(item.sentence(), redact)}" for item in numbers]
+    else:
+        out.append("The evidence holds no count of failed requests or lost work.")
+    out += ["", TODO + " users and customers affected, SLO budget spent, revenue or contractual impact.", ""]
 
     out += ["## Root Causes", ""]
     for v in desync or verdicts:
         out.append(f"- {_md(v.explanation, redact)}")
     if not verdicts:
         out.append("- No py-spy stacks in the bundle: the engines' state when frozen is not in the evidence.")
+    for component, cause, evidence in analysis.consequences():
+        out.append(f"- {_md(component, redact)} is a consequence, not a second root cause (a hypothesis the evidence "
+                   f"supports): {_md('; '.join(evidence), redact)}. To confirm: {_md(component, redact)}'s hand-over "
+                   f"queue to {_md(cause, redact)} (KV transfers waiting) at its last batch.")
     for text in analysis.links:
         out.append(f"- {_md(text, redact)}")
     out += ["", TODO + " why the ranks took different paths (the underlying bug), and whether the "
@@ -152,12 +187,14 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
                    f"{earlier}; `promtool test rules alerts.test.yml` replays this incident's samples to show it.")
     out += ["", TODO + " which alert fired (if any) and who was paged.", ""]
 
-    out += ["## Action Items", "", "| action item | type | owner | bug |", "|---|---|---|---|"]
+    out += ["## Action Items", "", "| action item | type | priority | owner | bug |", "|---|---|---|---|---|"]
     kinds = {f.kind for f in analysis.findings}
-    for kind, text in SUGGESTIONS.items():
+    for kind, (text, kind_of_item, priority) in SUGGESTIONS.items():
         if kind in kinds:
-            out.append(f"| {text} | suggested by the evidence | TODO | TODO |")
-    out += ["| TODO | mitigate / prevent / detect | TODO | TODO |", ""]
+            if kind == "silent_hang" and analysis.alert() is not None:
+                text += " `alerts.yml` holds the rule, for this deployment's metric names."
+            out.append(f"| {text} | {kind_of_item} | {priority} | TODO | TODO |")
+    out += ["| TODO | mitigate / prevent / detect / process | TODO | TODO | TODO |", ""]
 
     out += ["## Lessons Learned", "", "### What went well", ""]
     if t.resolved and t.mitigated:
@@ -170,10 +207,11 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
                    f"while {_md(f.component, redact)} was frozen.")
     out += ["", TODO + " what else went wrong.", "", "### Where we got lucky", "", TODO + " near misses.", ""]
 
-    out += ["## Timeline", "", f"| time ({zone}) | track | kind | what happened |", "|---|---|---|---|"]
-    for f in sorted((f for f in analysis.findings if f.at), key=lambda f: f.at or t.started):
-        if analysis.superseded(f):
-            continue
-        out.append(f"| {_at(f.at)} | {_md(f.track, redact)} | {f.kind} | {_md(f.text, redact)} |")
+    utc = zone != "UTC"
+    out += ["## Timeline", "", f"| date and time ({zone}) |" + (" UTC |" if utc else "") + " track | kind | what happened |",
+            "|---|" + ("---|" if utc else "") + "---|---|---|"]
+    for f in _timeline_rows(analysis):
+        when = f"{_stamp(f.at)} |" + (f" {f.at.astimezone(UTC):%Y-%m-%d %H:%M:%S} |" if utc and f.at else "")
+        out.append(f"| {when} {_md(f.track, redact)} | {f.kind} | {_md(f.text, redact)} |")
     out.append("")
     return "\n".join(out)
