@@ -205,7 +205,14 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
         green = span(((f.until or f.at) - f.at).total_seconds()) if f.at else "?"
         out.append(f"- Health checks stayed green for {green} "
                    f"while {_md(f.component, redact)} was frozen.")
-    out += ["", TODO + " what else went wrong.", "", "### Where we got lucky", "", TODO + " near misses.", ""]
+    out += ["", TODO + " what else went wrong.", "", "### Where we got lucky", ""]
+    dumped = [v.at for v in latest(analysis.verdicts) if v.at]
+    if dumped and t.mitigated and max(dumped) < t.mitigated:
+        out.append(f"- The stacks were dumped at {_at(max(dumped))}, "
+                   f"{span((t.mitigated.replace(microsecond=0) - max(dumped).replace(microsecond=0)).total_seconds())} "
+                   f"before the restart at {_at(t.mitigated)} "
+                   "destroyed them: without them the desync would be a guess.")
+    out += ["", TODO + " near misses.", ""]
 
     utc = zone != "UTC"
     out += ["## Timeline", "", f"| date and time ({zone}) |" + (" UTC |" if utc else "") + " track | kind | what happened |",
