@@ -51,7 +51,9 @@ MANIFEST_VERSION = 3
 #: The canonical frames a case holds, with their schemas (columns beyond them must be String).
 SCHEMAS = {"events": EVENTS_SCHEMA, "samples": SAMPLES_SCHEMA, "stacks": STACKS_SCHEMA}
 FRAMES = (*SCHEMAS, "quarantine")
-IGNORED_NAMES = {MANIFEST, "README.md", ".gitkeep", ".forensics-tar-skipped.json"}
+# the bundle's own papers, not evidence: the manifest, notes, what `forensics collect` recorded
+IGNORED_NAMES = {MANIFEST, "README.md", ".gitkeep", ".forensics-tar-skipped.json", "collect.json",
+                 "could-not-collect.tsv"}
 FOLLOW_LINKS_ENV = "FORENSICS_FOLLOW_LINKS"  # 1: read symbolic links that lead out of the bundle
 
 

@@ -209,6 +209,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="journal forms to write (default: export)")
     p_synth = sub.add_parser("synth", help="write a generated SGLang-shaped journal export")
     p_synth.add_argument("out", type=Path)
+    p_collect = sub.add_parser("collect", help="capture a bundle on the affected host before the restart "
+                                                "(read-only, every step time-bounded)")
+    p_collect.add_argument("out", type=Path, help="a new folder for the bundle")
+    p_collect.add_argument("--unit", action="append", default=[], help="a systemd unit (repeat)")
+    p_collect.add_argument("--since", default="-1h", help="journal window start (journalctl syntax; default -1h)")
+    p_collect.add_argument("--until", help="journal window end")
+    p_collect.add_argument("--journal", type=Path, help="a journal directory or file instead of the running journald")
+    p_collect.add_argument("--metrics", action="append", default=[], metavar="[GROUP=]HOST:PORT",
+                           help="a /metrics endpoint to scrape (repeat)")
+    p_collect.add_argument("--scrapes", type=int, default=3)
+    p_collect.add_argument("--scrape-interval", type=float, default=5.0)
+    p_collect.add_argument("--title", action="append", default=[], help="process-title pattern to dump (repeat; "
+                                                                        "default: the profile's)")
+    p_collect.add_argument("--pids", action="append", default=[], metavar="GROUP=PID,…", help="processes to dump")
+    p_collect.add_argument("--rounds", type=int, default=2)
+    p_collect.add_argument("--round-interval", type=float, default=2.0)
+    p_collect.add_argument("--native", action="store_true", help="py-spy --native")
+    p_collect.add_argument("--script", action="store_true",
+                           help="print a POSIX sh script doing the same on a remote host (a tar on stdout)")
     p_synth.add_argument("--entries", type=int, default=10_000)
     p_synth.add_argument("--hosts", type=int, default=1)
     p_synth.add_argument("--seed", type=int, default=0)
@@ -259,6 +278,28 @@ def _run(args: argparse.Namespace) -> int:
         _ingest(args.bundle, case_dir)
         sys.stderr.flush()
         print_summary(case_dir)
+    elif args.command == "collect":
+        from forensics.collect import Plan, collect, script
+
+        pids = {}
+        for pair in args.pids:
+            group, _, listed = pair.partition("=")
+            try:
+                pids[group] = [int(p) for p in listed.split(",") if p]
+            except ValueError:
+                raise ForensicsError(f"--pids {pair!r}: write GROUP=PID,PID") from None
+        plan = Plan(args.out, units=args.unit, since=args.since, until=args.until, journal=args.journal,
+                    endpoints=args.metrics, scrapes=args.scrapes, scrape_interval_s=args.scrape_interval,
+                    titles=args.title, pids=pids, rounds=args.rounds, round_interval_s=args.round_interval,
+                    native=args.native)
+        if args.script:
+            print(script(plan), end="")
+            return 0
+        done = collect(plan)
+        for path in done.written:
+            print(f"wrote {path}")
+        for item in done.missing:
+            print(f"could not collect {item['what']}: {item['why']}")
     elif args.command == "summary":
         print_summary(args.case)
     elif args.command == "stacks":

@@ -1,0 +1,407 @@
+"""`forensics collect OUT`: capture the evidence on the affected host before anyone restarts it.
+
+Read-only and time-bounded: every step runs with a timeout, nothing is restarted or signalled
+(py-spy pauses a process for the instant of a dump), nothing is written outside OUT. It writes a
+bundle in the layout the suite reads, with capture headers:
+
+- `journal/<host>.export`: `journalctl -o export` of the window (`--since`, default the last hour,
+  `--until`), for the given units — `-u` also takes systemd's own messages about them — or the
+  whole journal; `--journal DIR|FILE` reads a copied journal instead of the running journald;
+- `metrics/<host>_<port>/scrapes.prom`: a few scrapes of each metrics endpoint at an interval;
+- `stacks/round-N.txt`: N rounds of `py-spy dump` (`--native` on request) of every process in the
+  units' cgroups, of processes whose title matches the profile's (or given) patterns, and of pids
+  given outright (`--pids decode=123,124`); a failed dump keeps py-spy's own error, so the verdict
+  names that rank as missing and why;
+- `collect.json`: `systemctl show` of each unit, GPU state from `nvidia-smi`, the host's time zone
+  and clock offset (chrony or timesyncd), and everything that could not be had, with why;
+- `incident.toml`: filled with what was found (window, the host's zone, components from unit names
+  and process titles, ports), for a person to complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import ForensicsError
+
+STEP_TIMEOUT_S = 30.0  # no step of a collection may take longer
+COLLECT_FILE = "collect.json"
+
+
+class CollectError(ForensicsError):
+    """A collection could not start (its output folder cannot be written)."""
+
+
+@dataclass
+class Plan:
+    """What to collect, with defaults that work with no flags."""
+
+    out: Path
+    units: list[str] = field(default_factory=list)
+    since: str = "-1h"
+    until: str | None = None
+    journal: Path | None = None  # a journal directory or file instead of the running journald
+    endpoints: list[str] = field(default_factory=list)  # [GROUP=]host:port or URL of /metrics
+    scrapes: int = 3
+    scrape_interval_s: float = 5.0
+    titles: list[str] = field(default_factory=list)  # process-title patterns (default: the profile's)
+    pids: dict[str, list[int]] = field(default_factory=dict)  # group -> pids
+    rounds: int = 2
+    round_interval_s: float = 2.0
+    native: bool = False
+    host: str = field(default_factory=socket.gethostname)
+
+
+@dataclass
+class Collection:
+    """What a collection did and could not do."""
+
+    out: Path
+    written: list[str] = field(default_factory=list)
+    missing: list[dict[str, str]] = field(default_factory=list)  # what could not be had, and why
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def could_not(self, what: str, why: str) -> None:
+        """Record what could not be collected and why (never silently dropped)."""
+        self.missing.append({"what": what, "why": why})
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _run(argv: list[str], timeout: float = STEP_TIMEOUT_S) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
+
+
+def collect(plan: Plan) -> Collection:
+    """Collect into `plan.out` (created; an existing non-empty folder is refused)."""
+    out = plan.out
+    if out.exists() and any(out.iterdir()):
+        raise CollectError(f"{out}: exists and is not empty; collect writes a new bundle")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CollectError(f"{out}: cannot be written ({error.strerror})") from None
+    done = Collection(out)
+    started = datetime.now(UTC)
+    _journal(plan, done)
+    _scrapes(plan, done)
+    groups = _processes(plan, done)
+    _stacks(plan, groups, done)
+    _units(plan, done)
+    _gpus(done)
+    _clock(done)
+    _incident(plan, groups, started, done)
+    (out / COLLECT_FILE).write_text(json.dumps({"host": plan.host, "collected": _now(), "written": done.written,
+                                                "could_not_collect": done.missing, **done.facts}, indent=2) + "\n")
+    return done
+
+
+def _journal(plan: Plan, done: Collection) -> None:
+    if shutil.which("journalctl") is None:
+        done.could_not("journal", "journalctl not found")
+        return
+    argv = ["journalctl", "-o", "export", "--no-pager", "--since", plan.since]
+    if plan.until:
+        argv += ["--until", plan.until]
+    if plan.journal is not None:
+        argv += ["--directory" if plan.journal.is_dir() else "--file", str(plan.journal)]
+    for unit in plan.units:
+        argv += ["-u", unit]
+    try:
+        result = _run(argv, timeout=STEP_TIMEOUT_S * 4)
+    except subprocess.TimeoutExpired:
+        done.could_not("journal", f"journalctl took over {STEP_TIMEOUT_S * 4:.0f} s")
+        return
+    if result.returncode != 0 or not result.stdout:
+        done.could_not("journal", result.stderr.decode(errors="replace").strip()[:300] or "no entries in the window")
+        return
+    path = plan.out / "journal" / f"{plan.host}.export"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(result.stdout)
+    done.written.append(str(path.relative_to(plan.out)))
+
+
+def _url(endpoint: str) -> tuple[str, str, int | None]:
+    """(URL, host, port) of a metrics endpoint given as `PORT`, `host:port` or a URL, after an
+    optional `GROUP=` (the component it belongs to, for incident.toml)."""
+    endpoint = endpoint.split("=", 1)[-1]
+    text = endpoint if "://" in endpoint else f"http://{endpoint if ':' in endpoint else 'localhost:' + endpoint}"
+    parsed = urllib.request.urlparse(text)
+    path = parsed.path or "/metrics"
+    return f"{parsed.scheme}://{parsed.netloc}{path}", parsed.hostname or "localhost", parsed.port
+
+
+def _scrapes(plan: Plan, done: Collection) -> None:
+    for endpoint in plan.endpoints:
+        url, host, port = _url(endpoint)
+        where = host if host not in ("localhost", "127.0.0.1", "::1") else plan.host
+        path = plan.out / "metrics" / f"{where}_{port or 80}" / "scrapes.prom"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        got = 0
+        with open(path, "w") as scrapes:
+            for n in range(plan.scrapes):
+                if n:
+                    time.sleep(plan.scrape_interval_s)
+                at = _now()
+                try:
+                    with urllib.request.urlopen(url, timeout=STEP_TIMEOUT_S / 3) as answer:
+                        body = answer.read().decode("utf-8", "replace")
+                except (urllib.error.URLError, OSError, ValueError) as error:
+                    done.could_not(f"metrics {url}", f"scrape {n + 1}: {getattr(error, 'reason', error)}")
+                    continue
+                scrapes.write(f"# capture ts={at} host={where} port={port}\n{body}"
+                              + ("" if body.endswith("\n") else "\n"))
+                got += 1
+        if got:
+            done.written.append(str(path.relative_to(plan.out)))
+        else:
+            path.unlink()
+            path.parent.rmdir()
+
+
+def _title(pid: int) -> str | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip() or None
+
+
+def _unit_pids(unit: str) -> list[int]:
+    """The processes in a systemd unit's cgroup (v2, or v1's systemd hierarchy)."""
+    name = unit if "." in unit else f"{unit}.service"
+    for base in ("/sys/fs/cgroup/system.slice", "/sys/fs/cgroup/systemd/system.slice"):
+        procs = Path(base) / name / "cgroup.procs"
+        if procs.is_file():
+            return [int(p) for p in procs.read_text().split()]
+    return []
+
+
+def _processes(plan: Plan, done: Collection) -> dict[int, str | None]:
+    """Every process to dump, with the engine (group) it belongs to when known."""
+    from forensics.profiles import load_profile
+
+    chosen: dict[int, str | None] = {}
+    for group, pids in plan.pids.items():
+        chosen.update({pid: group for pid in pids})
+    profile = load_profile()
+    for unit in plan.units:
+        pids = _unit_pids(unit)
+        if not pids:
+            done.could_not(f"processes of {unit}", "no cgroup found for the unit (not running here?)")
+        for pid in pids:
+            chosen.setdefault(pid, profile.component_of(unit) or unit)
+    patterns = [re.compile(p) for p in (plan.titles or [profile.stacks.process_title.pattern])]
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        title = _title(int(entry.name))
+        if title and any(p.search(title) for p in patterns):
+            chosen.setdefault(int(entry.name), profile.component_of(title))
+    return chosen
+
+
+def _stacks(plan: Plan, groups: dict[int, str | None], done: Collection) -> None:
+    if not groups:
+        done.could_not("stacks", "no process matched the units, titles or pids given")
+        return
+    beside = Path(sys.executable).parent / "py-spy"  # installed in the same environment as forensics
+    spy = shutil.which("py-spy") or (str(beside) if beside.is_file() else None)
+    if spy is None:
+        done.could_not("stacks", "py-spy not found (pip install py-spy)")
+        return
+    for number in range(1, plan.rounds + 1):
+        if number > 1:
+            time.sleep(plan.round_interval_s)
+        parts = []
+        for pid, group in sorted(groups.items()):
+            title = (_title(pid) or "?").split()[0]
+            header = (f"# capture ts={_now()} host={plan.host} pid={pid}" + (f" group={group}" if group else "")
+                      + f" title={title}\n")
+            argv = [spy, "dump", "--pid", str(pid)] + (["--native"] if plan.native else [])
+            try:
+                result = _run(argv)
+                body = (result.stdout + (result.stderr if result.returncode else b"")).decode("utf-8", "replace")
+            except subprocess.TimeoutExpired:
+                body = f"Error: py-spy did not answer within {STEP_TIMEOUT_S:.0f} s\n"
+            if body.startswith("Error:") or "\nError:" in body:
+                done.could_not(f"stacks of pid {pid} (round {number})", body.strip().splitlines()[-1][:200])
+            parts.append(header + body + ("" if body.endswith("\n") else "\n"))
+        path = plan.out / "stacks" / f"round-{number}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(parts))
+        done.written.append(str(path.relative_to(plan.out)))
+
+
+def _units(plan: Plan, done: Collection) -> None:
+    states = {}
+    for unit in plan.units:
+        try:
+            result = _run(["systemctl", "show", unit, "--no-pager", "-p", "ActiveState,SubState,NRestarts,"
+                           "ExecMainStartTimestamp,InvocationID,MainPID"])
+        except (FileNotFoundError, subprocess.TimeoutExpired) as error:
+            done.could_not(f"systemctl show {unit}", str(error))
+            continue
+        if result.returncode != 0:
+            done.could_not(f"systemctl show {unit}", result.stderr.decode(errors="replace").strip()[:200])
+            continue
+        states[unit] = dict(line.split("=", 1) for line in result.stdout.decode().splitlines() if "=" in line)
+    if states:
+        done.facts["units"] = states
+
+
+def _gpus(done: Collection) -> None:
+    if shutil.which("nvidia-smi") is None:
+        done.could_not("GPU state", "nvidia-smi not found")
+        return
+    try:
+        result = _run(["nvidia-smi", "--query-gpu=index,uuid,utilization.gpu,memory.used,power.draw,temperature.gpu",
+                       "--format=csv"])
+    except subprocess.TimeoutExpired:
+        done.could_not("GPU state", "nvidia-smi did not answer (a wedged driver?)")
+        return
+    done.facts["gpus"] = result.stdout.decode(errors="replace")
+
+
+def _clock(done: Collection) -> None:
+    zone = None
+    try:
+        zone = Path("/etc/timezone").read_text().strip() if Path("/etc/timezone").is_file() else None
+        if zone is None and Path("/etc/localtime").is_symlink():
+            zone = str(Path("/etc/localtime").resolve()).split("zoneinfo/", 1)[-1]
+    except OSError:
+        pass
+    done.facts["time_zone"] = zone or "UTC"
+    offset = None
+    if shutil.which("chronyc"):
+        try:
+            tracking = _run(["chronyc", "tracking"], timeout=5).stdout.decode()
+            found = re.search(r"System time\s*:\s*([0-9.]+) seconds (fast|slow)", tracking)
+            if found:
+                offset = float(found[1]) * (1 if found[2] == "fast" else -1)
+        except subprocess.TimeoutExpired:
+            pass
+    if offset is None:
+        done.could_not("clock offset", "no chrony tracking to read it from (timesyncd does not report one)")
+    else:
+        done.facts["clock_offset_s"] = offset
+
+
+def _incident(plan: Plan, groups: dict[int, str | None], started: datetime, done: Collection) -> None:
+    from forensics.profiles import load_profile
+
+    profile = load_profile()
+    since = started - timedelta(hours=1) if plan.since == "-1h" else None
+    window = (f'window = ["{since.isoformat(timespec="seconds")}", "{started.isoformat(timespec="seconds")}"]\n'
+              if since else "")
+    lines = [f'title = "incident on {plan.host} at {started:%Y-%m-%d %H:%M} UTC"  # TODO: say what happened',
+             window.rstrip(), "", f'[hosts."{plan.host}"]', f'time_zone = "{done.facts.get("time_zone", "UTC")}"']
+    if "clock_offset_s" in done.facts:
+        lines.append(f"clock_offset_s = {done.facts['clock_offset_s']}")
+    components: dict[str, dict[str, list[Any]]] = {}
+    for unit in plan.units:
+        name = profile.component_of(unit) or unit.removesuffix(".service")
+        components.setdefault(name, {"units": [], "ports": []})["units"].append(unit if "." in unit else f"{unit}.service")
+    for group in set(groups.values()):
+        if group:
+            components.setdefault(group, {"units": [], "ports": []})
+    for endpoint in plan.endpoints:
+        _, _, port = _url(endpoint)
+        component = endpoint.split("=", 1)[0] if "=" in endpoint else profile.component_of(endpoint)
+        if component and port:
+            components.setdefault(component, {"units": [], "ports": []})["ports"].append(port)
+    for name, parts in sorted(components.items()):
+        lines += ["", f"[components.{json.dumps(name)}]", f"units = {json.dumps(parts['units'])}",
+                  f"ports = {json.dumps(parts['ports'])}", f'stacks_group = {json.dumps(name)}']
+    lines += ["", "# TODO: [[annotations]] at = \"…\" text = \"what people saw and did, and when\""]
+    (plan.out / "incident.toml").write_text("\n".join(line for line in lines if line is not None) + "\n")
+    done.written.append("incident.toml")
+
+
+def script(plan: Plan) -> str:
+    """A POSIX `sh` script doing what `collect` does with `journalctl`, `curl`, `py-spy`, `tar`
+    only, for a host where nothing can be installed; it writes the bundle as a tar stream to its
+    standard output: `forensics collect --script … | ssh root@host sh > bundle.tar`."""
+    def q(text: str) -> str:
+        return "'" + text.replace("'", "'\\''") + "'"
+
+    units = " ".join(f"-u {q(u)}" for u in plan.units)
+    journal = (f"--directory {q(str(plan.journal))}" if plan.journal and plan.journal.is_dir()
+               else f"--file {q(str(plan.journal))}" if plan.journal else "")
+    until = f"--until {q(plan.until)}" if plan.until else ""
+    titles = "|".join(plan.titles) or "sglang::|VLLM::|vllm"
+    pids = " ".join(f"{group}={pid}" for group, members in plan.pids.items() for pid in members)
+    endpoints = " ".join(q(e) for e in plan.endpoints)
+    return f"""#!/bin/sh
+# Written by `forensics collect --script`: collects an incident bundle on this host, read-only,
+# every step bounded in time, and writes it to standard output as a tar stream.
+set -u
+OUT=$(mktemp -d)
+HOST=$(hostname)
+now() {{ date -u +%Y-%m-%dT%H:%M:%S.000Z; }}
+missing() {{ printf '%s\\t%s\\n' "$1" "$2" >> "$OUT/could-not-collect.tsv"; }}
+mkdir -p "$OUT/journal" "$OUT/stacks"
+if command -v journalctl >/dev/null 2>&1; then
+  timeout 120 journalctl -o export --no-pager --since {q(plan.since)} {until} {journal} {units} \
+    > "$OUT/journal/$HOST.export" 2>"$OUT/journal.err" || missing journal "$(tail -n 1 "$OUT/journal.err")"
+  [ -s "$OUT/journal/$HOST.export" ] || {{ rm -f "$OUT/journal/$HOST.export"; missing journal "no entries"; }}
+  rm -f "$OUT/journal.err"
+else
+  missing journal "journalctl not found"
+fi
+for endpoint in {endpoints}; do
+  target=${{endpoint#*=}}
+  case "$target" in *://*) url=$target ;; *:*) url="http://$target/metrics" ;; *) url="http://localhost:$target/metrics" ;; esac
+  port=$(printf '%s' "$url" | sed -n 's|.*://[^/:]*:\\([0-9]*\\).*|\\1|p')
+  dir="$OUT/metrics/${{HOST}}_${{port:-80}}"; mkdir -p "$dir"
+  i=0
+  while [ "$i" -lt {plan.scrapes} ]; do
+    [ "$i" -gt 0 ] && sleep {plan.scrape_interval_s:g}
+    at=$(now)
+    if body=$(curl -fsS --max-time 10 "$url" 2>&1); then
+      printf '# capture ts=%s host=%s port=%s\\n%s\\n' "$at" "$HOST" "$port" "$body" >> "$dir/scrapes.prom"
+    else
+      missing "metrics $url" "$body"
+    fi
+    i=$((i + 1))
+  done
+  [ -s "$dir/scrapes.prom" ] || rm -rf "$dir"
+done
+PIDS="{pids}"  # GROUP=PID given outright, then =PID for every process whose title matches
+for pid in $(pgrep -f {q(titles)} 2>/dev/null); do [ "$pid" = "$$" ] || PIDS="$PIDS =$pid"; done
+if command -v py-spy >/dev/null 2>&1; then
+  round=1
+  while [ "$round" -le {plan.rounds} ]; do
+    [ "$round" -gt 1 ] && sleep {plan.round_interval_s:g}
+    for item in $PIDS; do
+      group=${{item%%=*}}; pid=${{item#*=}}
+      title=$(tr '\\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -d' ' -f1)
+      printf '# capture ts=%s host=%s pid=%s%s title=%s\\n' "$(now)" "$HOST" "$pid" \
+        "${{group:+ group=$group}}" "${{title:-?}}" >> "$OUT/stacks/round-$round.txt"
+      timeout 30 py-spy dump --pid "$pid"{" --native" if plan.native else ""} >> "$OUT/stacks/round-$round.txt" 2>&1 \
+        || missing "stacks of pid $pid" "py-spy failed (see the dump)"
+    done
+    round=$((round + 1))
+  done
+else
+  missing stacks "py-spy not found"
+fi
+command -v nvidia-smi >/dev/null 2>&1 || missing "GPU state" "nvidia-smi not found"
+tar -C "$OUT" -cf - .
+rm -rf "$OUT"
+"""
