@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import sys
 
-from bench import analyze_reference, cli_startup, journal_ingest, prom_parse, pyspy_parse, report_render
+from bench import (
+    analyze_reference,
+    cli_startup,
+    journal_ingest,
+    prom_parse,
+    pyspy_parse,
+    report_render,
+    watch_capture,
+)
 
 BENCHMARKS = {"journal_ingest": journal_ingest.main, "pyspy_parse": pyspy_parse.main,
               "prom_parse": prom_parse.main, "analyze_reference": analyze_reference.main,
-              "report_render": report_render.main, "cli_startup": cli_startup.main}
+              "report_render": report_render.main, "cli_startup": cli_startup.main,
+              "watch_capture": watch_capture.main}
 
 
 def main(argv: list[str]) -> int:

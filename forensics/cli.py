@@ -228,6 +228,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_collect.add_argument("--native", action="store_true", help="py-spy --native")
     p_collect.add_argument("--script", action="store_true",
                            help="print a POSIX sh script doing the same on a remote host (a tar on stdout)")
+    p_watch = sub.add_parser("watch", help="poll metrics endpoints and collect a bundle the moment an engine hangs")
+    p_watch.add_argument("out", type=Path, help="the folder bundles go under (one per capture, named by time)")
+    p_watch.add_argument("--metrics", action="append", default=[], metavar="[GROUP=]HOST:PORT", required=True,
+                         help="a /metrics endpoint to watch (repeat)")
+    p_watch.add_argument("--after", type=float, default=60.0, help="seconds of flat progress with requests pending "
+                                                                   "that make a hang (default 60)")
+    p_watch.add_argument("--poll", type=float, default=5.0, help="seconds between polls (default 5)")
+    p_watch.add_argument("--webhook", help="URL to POST the capture to (JSON)")
+    p_watch.add_argument("--then", help="a command to run once the evidence is safe (e.g. a restart)")
+    p_watch.add_argument("--forever", action="store_true", help="keep watching after a capture")
+    for flag, kwargs in (("--unit", {"action": "append", "default": []}), ("--title", {"action": "append",
+                                                                                    "default": []}),
+                         ("--pids", {"action": "append", "default": []}), ("--journal", {"type": Path}),
+                         ("--rounds", {"type": int, "default": 2}), ("--round-interval", {"type": float,
+                                                                                         "default": 2.0})):
+        p_watch.add_argument(flag, **kwargs, help="as for collect")  # type: ignore[arg-type]
     p_synth.add_argument("--entries", type=int, default=10_000)
     p_synth.add_argument("--hosts", type=int, default=1)
     p_synth.add_argument("--seed", type=int, default=0)
@@ -250,6 +266,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"forensics: {error.strerror or error}{where}; outputs already there were left as they were",
               file=sys.stderr)
         return 1
+
+
+def _pid_groups(pairs: list[str]) -> dict[str, list[int]]:
+    """`--pids GROUP=PID,PID` flags as a mapping."""
+    pids: dict[str, list[int]] = {}
+    for pair in pairs:
+        group, _, listed = pair.partition("=")
+        try:
+            pids.setdefault(group, []).extend(int(p) for p in listed.split(",") if p)
+        except ValueError:
+            raise ForensicsError(f"--pids {pair!r}: write GROUP=PID,PID") from None
+    return pids
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -278,20 +306,23 @@ def _run(args: argparse.Namespace) -> int:
         _ingest(args.bundle, case_dir)
         sys.stderr.flush()
         print_summary(case_dir)
+    elif args.command == "watch":
+        from forensics.collect import Plan
+        from forensics.watch import Watch, watch
+
+        plan = Plan(args.out, units=args.unit, journal=args.journal, endpoints=args.metrics, scrapes=2,
+                    scrape_interval_s=1.0, titles=args.title, pids=_pid_groups(args.pids), rounds=args.rounds,
+                    round_interval_s=args.round_interval)
+        for bundle in watch(Watch(args.metrics, plan, after_s=args.after, poll_s=args.poll, webhook=args.webhook,
+                                  then=args.then, once=not args.forever)):
+            print(bundle)
     elif args.command == "collect":
         from forensics.collect import Plan, collect, script
 
-        pids = {}
-        for pair in args.pids:
-            group, _, listed = pair.partition("=")
-            try:
-                pids[group] = [int(p) for p in listed.split(",") if p]
-            except ValueError:
-                raise ForensicsError(f"--pids {pair!r}: write GROUP=PID,PID") from None
         plan = Plan(args.out, units=args.unit, since=args.since, until=args.until, journal=args.journal,
                     endpoints=args.metrics, scrapes=args.scrapes, scrape_interval_s=args.scrape_interval,
-                    titles=args.title, pids=pids, rounds=args.rounds, round_interval_s=args.round_interval,
-                    native=args.native)
+                    titles=args.title, pids=_pid_groups(args.pids), rounds=args.rounds,
+                    round_interval_s=args.round_interval, native=args.native)
         if args.script:
             print(script(plan), end="")
             return 0

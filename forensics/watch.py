@@ -1,0 +1,147 @@
+"""`forensics watch`: a watchdog that captures the evidence the moment a silent hang starts.
+
+It polls the metrics endpoints and recognises the hang with the same rule as the detectors and
+the generated alert (`forensics.detect.alert`): an engine's progress counters flat for `--after`
+seconds while its pending gauges are above zero. Then it runs `forensics collect` at once — stacks
+in two rounds or more some seconds apart — and says so: a log line, and, when given, a webhook POST
+of `{"bundle": …, "instance": …, "stalled_since": …, "verdicts": …}`. It never restarts anything
+itself; `--then CMD` runs a command of yours once the evidence is safe (an automatic restart that
+loses nothing). A systemd unit to run it is in `forensics/watch.service`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from forensics.collect import Plan, collect
+from forensics.formats.promtext import name_key
+
+
+@dataclass
+class Watch:
+    """What to watch and what to do when an engine hangs."""
+
+    endpoints: list[str]  # [GROUP=]HOST:PORT of /metrics
+    collect: Plan  # what to collect (its `out` is the folder bundles go under)
+    after_s: float = 60.0  # how long progress must stay flat with work pending
+    poll_s: float = 5.0
+    webhook: str | None = None
+    then: str | None = None  # a command to run once the evidence is safe
+    once: bool = True  # stop after the first capture
+    progress: tuple[str, ...] = ()
+    pending: tuple[str, ...] = ()
+    log: Any = field(default=sys.stderr, repr=False)
+
+
+@dataclass
+class _Engine:
+    """One endpoint's last progress total and since when it has not moved with work pending."""
+
+    url: str
+    total: float | None = None
+    flat_since: float | None = None
+
+
+def _read(url: str, progress: set[str], pending: set[str]) -> tuple[float, float] | None:
+    """(sum of progress counters, max of pending gauges) from one scrape; None when unreachable."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    total, waiting = 0.0, 0.0
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        if "}" in line:
+            name, rest = line.split("{", 1)[0], line[line.rindex("}") + 1:].split()
+        else:
+            name, *rest = line.split()
+        try:
+            value = float(rest[0])
+        except (ValueError, IndexError):
+            continue
+        if name_key(name.strip()) in progress:
+            total += value
+        elif name_key(name.strip()) in pending:
+            waiting = max(waiting, value)
+    return total, waiting
+
+
+def watch(w: Watch) -> list[Path]:
+    """Poll until an engine hangs (or forever with `once=False`); returns the bundles captured."""
+    from forensics.collect import _url
+    from forensics.profiles import load_profile
+
+    profile = load_profile()
+    progress = {name_key(n) for n in (w.progress or profile.metrics.progress)}
+    pending = {name_key(n) for n in (w.pending or profile.metrics.pending)}
+    engines = {e: _Engine(_url(e)[0]) for e in w.endpoints}
+    captured: list[Path] = []
+    print(f"forensics watch: {len(engines)} endpoints every {w.poll_s:g} s; a hang is progress flat for "
+          f"{w.after_s:g} s with requests pending", file=w.log, flush=True)
+    while True:
+        for endpoint, engine in engines.items():
+            read = _read(engine.url, progress, pending)
+            now = time.monotonic()
+            if read is None:
+                continue
+            total, waiting = read
+            moved = engine.total is None or total != engine.total
+            engine.total = total
+            if moved or waiting <= 0:  # working, or nothing to do: no hang
+                engine.flat_since = None
+                continue
+            if engine.flat_since is None:
+                engine.flat_since = now
+            if now - engine.flat_since < w.after_s:
+                continue
+            stalled_at = datetime.now(UTC)
+            bundle = w.collect.out / f"{stalled_at:%Y%m%dT%H%M%SZ}"
+            print(f"forensics watch: {endpoint} made no progress for {now - engine.flat_since:.0f} s with "
+                  f"{waiting:g} requests pending; collecting into {bundle}", file=w.log, flush=True)
+            done = collect(replace(w.collect, out=bundle, rounds=max(2, w.collect.rounds)))
+            captured.append(bundle)
+            verdicts = _verdicts(bundle)
+            print(f"forensics watch: captured {bundle} ({', '.join(verdicts) or 'no stack verdict'})", file=w.log,
+                  flush=True)
+            if w.webhook:
+                _post(w.webhook, {"bundle": str(bundle), "instance": endpoint, "stalled_at": stalled_at.isoformat(),
+                                  "verdicts": verdicts, "could_not_collect": done.missing}, w.log)
+            if w.then:
+                print(f"forensics watch: running {w.then!r} now that the evidence is safe", file=w.log, flush=True)
+                subprocess.run(w.then, shell=True, check=False, timeout=600)  # noqa: S602 - the user's own command
+            engine.flat_since = None
+            if w.once:
+                return captured
+        time.sleep(w.poll_s)
+
+
+def _verdicts(bundle: Path) -> list[str]:
+    """The stack verdicts of a captured bundle, as `group: VERDICT`."""
+    from forensics.case import read_bundle
+    from forensics.detect.stacks import judge, latest
+
+    frames, _ = read_bundle(bundle)
+    if frames["stacks"].is_empty():
+        return []
+    return [f"{v.group}: {v.verdict}" for v in latest(judge(frames["stacks"], frames["quarantine"]))]
+
+
+def _post(url: str, body: dict[str, Any], log: Any) -> None:
+    request = urllib.request.Request(url, data=json.dumps(body, default=str).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+    except (urllib.error.URLError, OSError) as error:
+        print(f"forensics watch: webhook {url} failed: {getattr(error, 'reason', error)}", file=log, flush=True)
