@@ -226,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_collect.add_argument("--rounds", type=int, default=2)
     p_collect.add_argument("--round-interval", type=float, default=2.0)
     p_collect.add_argument("--native", action="store_true", help="py-spy --native")
+    p_collect.add_argument("--config", type=Path, help="a TOML file of these choices (units, endpoints, titles, "
+                                                       "pids, rounds, …); flags given as well win")
     p_collect.add_argument("--script", action="store_true",
                            help="print a POSIX sh script doing the same on a remote host (a tar on stdout)")
     p_watch = sub.add_parser("watch", help="poll metrics endpoints and collect a bundle the moment an engine hangs")
@@ -319,10 +321,19 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "collect":
         from forensics.collect import Plan, collect, script
 
-        plan = Plan(args.out, units=args.unit, since=args.since, until=args.until, journal=args.journal,
-                    endpoints=args.metrics, scrapes=args.scrapes, scrape_interval_s=args.scrape_interval,
-                    titles=args.title, pids=_pid_groups(args.pids), rounds=args.rounds,
-                    round_interval_s=args.round_interval, native=args.native)
+        from forensics.collect import plan_from_toml
+
+        plan = plan_from_toml(args.config, args.out) if args.config else Plan(args.out)
+        given = {"units": args.unit, "until": args.until, "journal": args.journal, "endpoints": args.metrics,
+                 "titles": args.title, "pids": _pid_groups(args.pids), "native": args.native or None}
+        for name, value in given.items():
+            if value:
+                setattr(plan, name, value)
+        for name, value, default in (("since", args.since, "-1h"), ("scrapes", args.scrapes, 3),
+                                     ("scrape_interval_s", args.scrape_interval, 5.0), ("rounds", args.rounds, 2),
+                                     ("round_interval_s", args.round_interval, 2.0)):
+            if value != default or not args.config:
+                setattr(plan, name, value)
         if args.script:
             print(script(plan), end="")
             return 0

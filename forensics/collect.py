@@ -206,7 +206,7 @@ def _processes(plan: Plan, done: Collection) -> dict[int, str | None]:
             done.could_not(f"processes of {unit}", "no cgroup found for the unit (not running here?)")
         for pid in pids:
             chosen.setdefault(pid, profile.component_of(unit) or unit)
-    patterns = [re.compile(p) for p in (plan.titles or [profile.stacks.process_title.pattern])]
+    patterns = [re.compile(p) for p in (plan.titles or default_titles())]
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -214,6 +214,35 @@ def _processes(plan: Plan, done: Collection) -> dict[int, str | None]:
         if title and any(p.search(title) for p in patterns):
             chosen.setdefault(int(entry.name), profile.component_of(title))
     return chosen
+
+
+def default_titles() -> list[str]:
+    """The process-title patterns of every shipped profile (SGLang's schedulers, vLLM's engine core
+    and workers): what is dumped when no title is given."""
+    from forensics.profiles import available, load_profile
+
+    return [load_profile(name).stacks.process_title.pattern for name in available()]
+
+
+def plan_from_toml(path: Path, out: Path) -> Plan:
+    """A plan from a small TOML file whose keys are `Plan`'s fields (units, endpoints, titles,
+    pids = {decode = [1, 2]}, rounds, …); an unknown key or a wrong type is named."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise CollectError(f"{path}: {error}") from None
+    known = {f for f in Plan.__dataclass_fields__ if f not in ("out",)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise CollectError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    if "journal" in data:
+        data["journal"] = Path(data["journal"])
+    try:
+        return Plan(out, **data)
+    except TypeError as error:
+        raise CollectError(f"{path}: {error}") from None
 
 
 def _stacks(plan: Plan, groups: dict[int, str | None], done: Collection) -> None:

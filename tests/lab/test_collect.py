@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -122,3 +123,34 @@ def test_the_script_is_posix_sh_and_its_tar_renders(tmp_path: Path) -> None:
     assert main(["report", str(tarball), "--out", str(tmp_path / "report")]) == 0
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert [f["component"] for f in summary["findings"] if f["kind"] == "frozen"] == ["decode"]
+
+
+def test_ptrace_refused_is_written_down_and_a_toml_gives_the_choices(tmp_path: Path) -> None:
+    """A process that cannot be traced (not dumpable, and collect without CAP_SYS_PTRACE): the
+    bundle keeps py-spy's refusal as that process's dump, and says it could not collect it."""
+    import shutil
+    import sys
+
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) not installed")
+    target = subprocess.Popen([sys.executable, "-c", "import ctypes, time\n"
+                               "ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0\ntime.sleep(60)"])
+    try:
+        time.sleep(0.5)
+        config = tmp_path / "collect.toml"
+        config.write_text(f'pids = {{engine = [{target.pid}]}}\ntitles = ["^no-such-process$"]\nrounds = 1\n'
+                          'scrapes = 1\n')
+        done = subprocess.run(["setpriv", "--bounding-set=-sys_ptrace",
+                               str(Path(sys.executable).parent / "forensics"), "collect", str(tmp_path / "bundle"),
+                               "--config", str(config), "--journal", str(tmp_path)],
+                              capture_output=True, text=True, check=False, timeout=120)
+        assert done.returncode == 0, done.stderr
+        record = json.loads((tmp_path / "bundle" / "collect.json").read_text())
+        why = {item["what"]: item["why"] for item in record["could_not_collect"]}
+        assert f"stacks of pid {target.pid} (round 1)" in why, why
+        rounds = (tmp_path / "bundle" / "stacks" / "round-1.txt").read_text()
+        assert f"pid={target.pid} group=engine" in rounds and "Error:" in rounds
+        assert f"could not collect stacks of pid {target.pid}" in done.stdout
+    finally:
+        target.kill()
+        target.wait()
