@@ -169,7 +169,7 @@ class Verdict:
     def as_dict(self) -> dict[str, object]:
         """What `summary.json` keeps of a verdict."""
         return {
-            "group": self.group, "round": self.round, "at": self.at.isoformat() if self.at else None,
+            "group": self.group, "round": self.round + 1, "at": self.at.isoformat() if self.at else None,
             "verdict": self.verdict, "collective": self.collective, "called_from": self.called_from,
             "ranks_by_phase": self.ranks_by_phase,
             "missing_ranks": [{"rank": m.rank, "reason": m.reason} for m in self.missing],

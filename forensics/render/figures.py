@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import numpy as np
 import plotly.graph_objects as go
@@ -41,7 +41,9 @@ MAX_BUCKETS = 400  # per lane on the timeline
 POINT_BUDGET = 60_000  # metric points over all panels; more series means coarser buckets
 MAX_CELLS = 300_000  # progress-strip cells (lanes × buckets); more lanes means coarser buckets
 OTHER_PANELS = 3  # panels for families the profile does not draw, those that moved most
-MAX_SERIES = 48  # per panel; beyond it, instances no finding names are folded into a median
+MAX_SERIES = 48
+MIN_SPAN_S = 600.0  # the narrowest time axis: ten minutes around evidence that covers less
+HOVER_CELLS = 40_000  # swimlane cells that carry their lane's name in the hover (past that, the page grows)  # per panel; beyond it, instances no finding names are folded into a median
 PHASE_COLOURS = {"collective": "#d62728", "idle": "#1f77b4", "transfer": "#9467bd", "compute": "#2ca02c",
                  "device_sync": "#8c564b", "unknown": "#7f7f7f"}
 KEY_TIME_COLOURS = {"started": "#d62728", "detected": "#ff7f0e", "mitigated": "#9467bd", "resolved": "#2ca02c"}
@@ -68,11 +70,17 @@ def axis_for(analysis: Analysis, max_buckets: int = MAX_BUCKETS) -> Axis:
     """The incident's span (window if declared, else the evidence's) and a bucket giving at most
     `max_buckets` buckets."""
     incident = analysis.timeline.incident
-    stamps = analysis.timeline.events.get_column("ts")
-    times = [t for t in (stamps.min(), stamps.max()) if isinstance(t, datetime)]
+    t = analysis.timeline
+    times: list[datetime] = []
+    for column in (t.events.get_column("ts"), t.stacks.get_column("ts"),
+                   t.samples.select(pl.col("ts")).collect().get_column("ts")):
+        times += [x for x in (column.min(), column.max()) if isinstance(x, datetime)]
     times += [f.at for f in analysis.findings if f.at] + [f.until for f in analysis.findings if f.until]
     start, end = (incident.window if incident.window else (min(times), max(times))) if times or incident.window else (
         datetime.now().astimezone(), datetime.now().astimezone())
+    if (end - start).total_seconds() < MIN_SPAN_S:  # a bundle of one dump or one scrape: a window around it
+        middle = start + (end - start) / 2
+        start, end = middle - timedelta(seconds=MIN_SPAN_S / 2), middle + timedelta(seconds=MIN_SPAN_S / 2)
     seconds = max((end - start).total_seconds(), 1.0)
     bucket = next((b for b in BUCKETS if seconds / b <= max_buckets), BUCKETS[-1])
     return Axis(start, end, bucket, analysis.display_zone)
@@ -137,7 +145,11 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     involved = {f.host for f in analysis.findings if f.host} | {r.host for v in analysis.verdicts for r in v.ranks}
     lanes = ([f"mark · {mark.label}" for mark in marks] + track_lanes
              + _lane_order(events.get_column("lane").unique().to_list() + stack_lanes, involved))
-    shown = [hover(lane, redact, 60) for lane in lanes]
+    logging = set(events.filter(pl.col("progress").is_not_null()).get_column("lane").unique().to_list())
+    quiet = {lane for lane in lanes if lane not in logging and " · TP" in lane
+             and any(other.rsplit(" · ", 1)[0] == lane.rsplit(" · ", 1)[0] for other in logging)}
+    # a rank whose engine logs its batches on another rank (SGLang: TP0) is not frozen for lacking them
+    shown = [hover(lane + (" (logs no batches)" if lane in quiet else ""), redact, 60) for lane in lanes]
     # lanes are numbered (top lane highest) rather than categorical: plotly.js fails on a heatmap
     # whose categories are a subset of the axis' category array
     lane_y = {lane: len(lanes) - 1 - n for n, lane in enumerate(lanes)}
@@ -149,11 +161,12 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
                         row_heights=[h / sum(heights) for h in heights],
                         subplot_titles=["swimlanes: progress lines per " + _words(axis.bucket_s)]
                         + [title for title, _ in panels])
-    _progress_strip(fig, events, axis, lane_y)
+    _progress_strip(fig, events, axis, lane_y, redact)
     _error_markers(fig, events, axis, lane_y, redact)
     _lifecycle_markers(fig, events, axis, lane_y, redact)
     _stack_markers(fig, analysis.verdicts, axis, lane_y, redact)
     _finding_lanes(fig, analysis, axis, lane_y, redact)
+    _last_batches(fig, analysis, events, axis, lane_y, redact)
     for mark, rows in marked:
         fig.add_trace(go.Scatter(
             x=[wall_time(at, axis.zone) for at in rows.get_column("ts")],
@@ -162,13 +175,18 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
             hovertemplate="%{text}<extra></extra>", marker={"symbol": "star", "size": 10}), row=1, col=1)
     for row, (_, frame) in enumerate(panels, start=2):
         metric_panel(fig, frame, row, redact)
+        top = fig.layout[f"yaxis{row}"].domain[1]
+        fig.update_layout({f"legend{row}": {"y": top, "yanchor": "top", "x": 1.01, "xanchor": "left",
+                                            "font": {"size": 9}, "bgcolor": "rgba(255,255,255,0.6)"}})
     _vertical_marks(fig, analysis, axis, redact)
     fig.update_yaxes(tickmode="array", tickvals=[lane_y[lane] for lane in lanes], ticktext=shown,
                      range=[-0.6, len(lanes) - 0.4], showgrid=False, zeroline=False, row=1, col=1, automargin=True)
     fig.update_xaxes(type="date")
     fig.update_xaxes(title_text=f"time ({axis.zone})", row=1 + len(panels), col=1)
+    fig.update_xaxes(showspikes=True, spikemode="across", spikesnap="cursor", spikethickness=1, spikecolor="#999",
+                     spikedash="dot")
     fig.update_layout(height=sum(heights) + gap_px * len(panels) + 120, hovermode="closest", template="plotly_white",
-                      margin={"l": 10, "r": 10, "t": 60, "b": 40},
+                      margin={"l": 10, "r": 240 if panels else 60, "t": 60, "b": 40},
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.01, "x": 0})
     return fig
 
@@ -177,7 +195,8 @@ def _words(seconds: int) -> str:
     return f"{seconds} s" if seconds < 60 else (f"{seconds // 60} min" if seconds < 3600 else f"{seconds // 3600} h")
 
 
-def _progress_strip(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: dict[str, int]) -> None:
+def _progress_strip(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: dict[str, int],
+                    redact: Redact | None) -> None:
     counts = (events.filter(pl.col("progress").is_not_null())
               .group_by(pl.col("ts").dt.truncate(axis.every).alias("bucket"), "lane").len())
     if counts.is_empty():
@@ -198,12 +217,42 @@ def _progress_strip(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: di
     z = np.zeros((len(lane_y), buckets.len()), dtype=np.uint16)
     z[cells.get_column("lane").to_numpy(), cells.get_column("column").to_numpy()] = cells.get_column("len").to_numpy()
     top = float(np.percentile(z[z > 0], 95)) if (z > 0).any() else 1.0
+    names = {y: hover(lane, redact, 60) for lane, y in lane_y.items()}
+    # the lane's name in the hover of every cell that has lines (empty cells show nothing), redacted
+    # as the rest of the page; past HOVER_CELLS cells the page would grow, so the name is left out
+    text = ([[names[y] if count else "" for count in z[y]] for y in range(len(lane_y))]
+            if len(lane_y) * buckets.len() <= HOVER_CELLS else None)
     fig.add_trace(go.Heatmap(
         x=buckets.to_frame("b").select(wall_ms("b", axis.zone)).to_series().to_numpy(), y=list(range(len(lane_y))), z=z,
-        zmin=0, zmax=max(top, 1.0), showscale=False, name="progress lines", xgap=0, ygap=2,
+        zmin=0, zmax=max(top, 1.0), showscale=True, name="progress lines", xgap=0, ygap=2, text=text,
+        colorbar={"title": {"text": f"batch lines<br>per {_words(int(every[:-1]))}", "side": "top"},
+                  "thickness": 10, "len": 0.25, "y": 1.0, "yanchor": "top", "x": 1.0, "xpad": 4},
         colorscale=[[0, "rgba(0,0,0,0)"], [0.5 / max(top, 1.0), "rgba(0,0,0,0)"], [0.5 / max(top, 1.0), "#c7e9c0"],
-                    [1, "#006d2c"]],
-        hovertemplate="%{x}<br>%{z} progress lines<extra></extra>"), row=1, col=1)
+                    [1, "#006d2c"]], xhoverformat="%Y-%m-%d %H:%M:%S",
+        hovertemplate=("%{text}<br>" if text else "") + "%{x}: %{z} progress lines<extra></extra>"), row=1, col=1)
+
+
+def _last_batches(fig: go.Figure, analysis: Analysis, events: pl.DataFrame, axis: Axis, lane_y: dict[str, int],
+                  redact: Redact | None) -> None:
+    """A labelled marker where each frozen component's progress ends ("decode last batch 21:34:47")."""
+    points = []
+    for f in analysis.findings:
+        if f.kind != "frozen" or f.at is None:
+            continue
+        rows = events.filter((pl.col("ts") == f.at) & pl.col("progress").is_not_null()
+                             & pl.col("component").eq_missing(f.component)).select("lane")
+        if rows.height and rows.item(0, 0) in lane_y:
+            points.append((f, rows.item(0, 0)))
+    if not points:
+        return
+    fig.add_trace(go.Scatter(
+        x=[wall_time(f.at, axis.zone) for f, _ in points if f.at], y=[lane_y[lane] for _, lane in points],
+        mode="markers+text", name="last batch before a freeze",
+        text=[hover(f"{f.component} last batch {wall_time(f.at, axis.zone):%H:%M:%S}", redact)
+              for f, _ in points if f.at],
+        textposition="middle right", textfont={"size": 11, "color": "#b2182b"},
+        hovertext=[hover(f.text, redact) for f, _ in points], hovertemplate="%{hovertext}<extra></extra>",
+        marker={"symbol": "line-ns", "size": 16, "line": {"width": 3, "color": "#b2182b"}}), row=1, col=1)
 
 
 def _error_markers(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: dict[str, int],
@@ -331,7 +380,9 @@ def other_families(analysis: Analysis, most: int = OTHER_PANELS) -> list[tuple[s
     """Metric families no panel of the profile draws, as (family, type), so nothing read is
     invisible: those incident.toml's `metrics` lists first, then the ones that moved most in the
     window (the spread of a gauge, or of a counter's rate, over its typical size)."""
-    drawn = [n for p in analysis.timeline.profile.metrics.panels for n in (*p.gauges, *p.rates)]
+    metrics = analysis.timeline.profile.metrics
+    # the start-time gauge is drawn as restarts on the timeline, not as a line
+    drawn = [n for p in metrics.panels for n in (*p.gauges, *p.rates)] + [metrics.start_time]
     samples = analysis.timeline.samples.filter(~named(drawn) if drawn else pl.lit(True))
     listed = list(analysis.timeline.incident.metrics)
     gauges = (samples.filter(pl.col("type").cast(pl.String).is_in(["gauge", "untyped", "unknown"]))
@@ -363,17 +414,44 @@ def metric_panels(analysis: Analysis, axis: Axis, extra: Sequence[MetricPanel] =
     return [(title, frame) for title, frame in frames if frame.height]
 
 
+COMPONENT_COLOURS = {"decode": "#1f77b4", "prefill": "#2ca02c", "router": "#9467bd", "engine": "#ff7f0e"}
+DASHES = ("solid", "dot", "dash", "dashdot", "longdash")
+OTHER_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#d62728")
+
+
+def _with_gaps(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points with a break wherever samples are missing for more than twice their usual
+    interval: a line is never drawn across a gap in the scrapes."""
+    if len(x) < 3:
+        return x, y
+    steps = np.diff(x)
+    breaks = np.flatnonzero(steps > 2 * np.median(steps))
+    if not len(breaks):
+        return x, y
+    return (np.insert(x.astype(float), breaks + 1, x[breaks] + steps[breaks] / 2),
+            np.insert(y.astype(float), breaks + 1, np.nan))
+
+
 def metric_panel(fig: go.Figure, frame: pl.DataFrame, row: int, redact: Redact | None,
                  legend: bool | None = None) -> None:
-    """Draw one panel's `metric_frame` into row `row` of `fig` (a legend entry per series when
-    there are few enough series to read one, or when `legend` says so)."""
+    """Draw one panel's `metric_frame` into row `row` of `fig`, in Grafana's manner: a legend of its
+    own beside the panel (when there are few enough series to read one, or when `legend` says so),
+    one colour per component in every panel, one dash per metric, and gaps left as gaps."""
     show = legend if legend is not None else frame.get_column("series").n_unique() <= LEGEND_SERIES
+    metrics = sorted({series.rsplit(" ", 1)[-1] for series in frame.get_column("series").unique().to_list()})
+    others = iter(OTHER_COLOURS * 8)
+    colours: dict[str, str] = {}
     for (series,), rows in frame.group_by("series", maintain_order=True):
         name = hover(series, redact, 80)
-        fig.add_trace(go.Scatter(x=rows.get_column("x").to_numpy(), y=rows.get_column("value").to_numpy(),
-                                 mode="lines", name=name, legendgroup=f"panel{row}", line={"width": 1.5},
-                                 hovertemplate=f"{name}<br>%{{x}}<br>%{{y:.4g}}<extra></extra>", showlegend=show),
-                      row=row, col=1)
+        component = series.split(" ", 1)[0]
+        colour = COMPONENT_COLOURS.get(component) or colours.setdefault(series.rsplit(" ", 1)[0], next(others))
+        x, y = _with_gaps(rows.get_column("x").to_numpy(), rows.get_column("value").to_numpy())
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, legendgroup=f"panel{row}",
+                                 legend=f"legend{row}", connectgaps=False,
+                                 line={"width": 1.5, "color": colour,
+                                       "dash": DASHES[metrics.index(series.rsplit(" ", 1)[-1]) % len(DASHES)]},
+                                 hovertemplate=f"{name}<br>%{{x|%Y-%m-%d %H:%M:%S}}<br>%{{y:.4g}}<extra></extra>",
+                                 showlegend=show), row=row, col=1)
 
 
 def _vertical_marks(fig: go.Figure, analysis: Analysis, axis: Axis, redact: Redact | None) -> None:
@@ -390,11 +468,35 @@ def _vertical_marks(fig: go.Figure, analysis: Analysis, axis: Axis, redact: Reda
     fig.add_trace(go.Scatter(
         x=[wall_time(at, axis.zone) for at, _, _ in marks], y=[None] * len(marks), mode="markers",
         showlegend=False, hoverinfo="skip"), row=1, col=1)
-    for n, (at, text, colour) in enumerate(marks):
-        label = text if len(text) <= 48 else text[:47] + "…"
-        fig.add_annotation(x=wall_time(at, axis.zone), y=1.0, yref="paper", yshift=-14 * (n % 4), showarrow=False,
+    for (at, text, colour), row in zip(marks, _label_rows(marks, axis), strict=True):
+        label = text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…"
+        fig.add_annotation(x=wall_time(at, axis.zone), y=1.0, yref="paper", yshift=-15 * row, showarrow=False,
                            text=hover(label, redact, 60, 1), font={"size": 10, "color": colour},
-                           xanchor="left", bgcolor="rgba(255,255,255,0.7)")
+                           xanchor="left", bgcolor="rgba(255,255,255,0.85)")
+
+
+LABEL_CHARS = 40  # a key time's or an annotation's label on the timeline, at most
+NARROWEST_PLOT_PX = 1000  # the plot area at 1280 px wide: labels are laid out for it
+LABEL_PX_PER_CHAR = 6.2  # 10 px system-ui, measured in Chromium
+
+
+def _label_rows(marks: list[tuple[datetime, str, str]], axis: Axis) -> list[int]:
+    """A row for each label so that none covers another at the narrowest layout: labels in time
+    order, each on the first row whose last label ends before it starts (greedy interval colouring)."""
+    span_s = max((axis.end - axis.start).total_seconds(), 1.0)
+    seconds_per_px = span_s / NARROWEST_PLOT_PX
+    ends: list[float] = []  # per row, where its last label ends (seconds from the axis start)
+    rows = [0] * len(marks)
+    for index in sorted(range(len(marks)), key=lambda i: marks[i][0]):
+        at, text, _ = marks[index]
+        start = (at - axis.start).total_seconds()
+        width = (min(len(text), LABEL_CHARS) * LABEL_PX_PER_CHAR + 12) * seconds_per_px
+        row = next((r for r, end in enumerate(ends) if end <= start), len(ends))
+        if row == len(ends):
+            ends.append(0.0)
+        ends[row] = start + width
+        rows[index] = row
+    return rows
 
 
 def stack_phase_figure(verdicts: list[Verdict], redact: Redact | None = None) -> go.Figure:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 from pathlib import Path
 from typing import Any
 
@@ -94,9 +95,12 @@ def _key_times_rows(analysis: Analysis) -> list[dict[str, str]]:
     for name in ("started", "detected", "mitigated", "resolved"):
         at = getattr(t, name)
         seconds = t.seconds(name)
-        row = {"key time": name, f"time ({analysis.display_zone})": clock(at) if at else "not in the evidence"}
+        local = f"{at.astimezone(ZoneInfo(analysis.display_zone)):%Y-%m-%d %H:%M:%S}" if at else None
+        # with a zone other than UTC the date goes with the time: 05:34:47 there may be the next day
+        row = {"key time": name, f"time ({analysis.display_zone})": (
+            (local if analysis.display_zone != "UTC" else clock(at)) if at else "not in the evidence")}
         if analysis.display_zone != "UTC":
-            row["UTC"] = at.isoformat() if at else "—"
+            row["UTC"] = f"{at.astimezone(UTC):%Y-%m-%d %H:%M:%S}" if at else "—"
         row.update({"since started": span(seconds) if seconds is not None and name != "started" else "",
                     "how it was found": t.how.get(name, "")})
         rows.append(row)

@@ -35,7 +35,7 @@ from forensics.errors import ForensicsError
 from forensics.profiles import MetricPanel, load_profile
 from forensics.render import figures, html, postmortem
 from forensics.render.redact import Redactor
-from forensics.render.text import Redact, hover, safe
+from forensics.render.text import Redact, code_spans, hover, safe
 from forensics.report import OUTPUTS
 
 REDACT_MODES = ("none", "timeline", "all")
@@ -195,7 +195,7 @@ class ReportSession:
         parts = []
         for track in self.analysis.tracks:
             items = "".join(
-                f"<li><b>{safe(clock(f.at))}</b> <code>{safe(f.kind)}</code> {safe(f.text, r)}</li>"
+                f"<li><b>{safe(clock(f.at))}</b> <code>{safe(f.kind)}</code> {code_spans(safe(f.text, r))}</li>"
                 for f in track.findings if not self.analysis.superseded(f))
             parts.append(f"<h3>track: {safe(track.name, r)}</h3><ul>{items}</ul>")
         if self.analysis.links:
@@ -302,9 +302,12 @@ class ReportSession:
         return Html("".join(parts))
 
     def postmortem(self) -> Html:
-        """The post-mortem draft (also written to postmortem.md)."""
+        """The post-mortem draft (also written to postmortem.md), rendered: headings, tables and
+        lists as HTML. The draft quotes evidence inertly, and any raw HTML left in it is escaped."""
+        import mistune
+
         text = postmortem.draft(self.analysis, self.redact)
-        return Html(f'<pre class="log" id="postmortem">{safe(text)}</pre>')
+        return Html(f'<div id="postmortem">{mistune.create_markdown(escape=True, plugins=["table"])(text)}</div>')
 
     # -- deep dives (notebooks/logs, metrics, stacks) -----------------------------------------
 

@@ -9,6 +9,7 @@ pseudo-HTML understands entities, so `&lt;` shows as `<`), after the output's re
 from __future__ import annotations
 
 import html
+import re
 import textwrap
 from collections.abc import Callable
 
@@ -35,3 +36,9 @@ def hover(text: object, redact: Redact | None = None, width: int = 100, max_line
     if len(lines) > max_lines:
         lines = lines[:max_lines - 1] + [f"… ({len(lines) - max_lines + 1} more lines)"]
     return "<br>".join(html.escape(line, quote=True) for line in lines)
+
+
+def code_spans(escaped: str) -> str:
+    """Backtick pairs in already-escaped text (the findings quote commands and frames that way)
+    shown as code, not as backticks."""
+    return re.sub(r"`([^`\n]+)`", r"<code>\1</code>", escaped)
