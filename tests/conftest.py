@@ -13,6 +13,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,3 +151,17 @@ def prometheus_server(tmp_path: Path) -> Iterator[type[PrometheusServer]]:
     yield start  # type: ignore[misc]
     for server in started:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Debian's headless Chromium driven by Playwright (no browser download); pages opened with
+    the network refused by the tests that use it."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = Path("/usr/bin/chromium")
+    assert chromium.exists(), "Debian's chromium package is missing (./run test installs it)"
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
+        yield instance
+        instance.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,14 +69,6 @@ def recorded_summary(notebook: Path) -> dict[str, Any]:
     raise AssertionError(f"{notebook} recorded no summary")
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-    assert CHROMIUM.exists(), "Debian's chromium package is missing (./run test installs it)"
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        yield instance
-        instance.close()
 
 
 def open_offline(browser: Any, page_path: Path) -> tuple[Any, list[str], list[str]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +96,6 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return rendered
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
-        yield instance
-        instance.close()
 
 
 @pytest.mark.parametrize("mode", ["default", "redacted"])

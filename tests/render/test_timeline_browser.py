@@ -5,7 +5,6 @@ entity or stray backtick shows as text."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +23,6 @@ def timeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return session.out_dir / "timeline.html"
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
-        yield instance
-        instance.close()
 
 
 def _open(browser: Any, page_path: Path, size: tuple[int, int]) -> Any:
