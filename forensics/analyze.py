@@ -80,6 +80,15 @@ class Analysis:
             return False
         return {v.group: v.at for v in latest(self.verdicts)}.get(finding.component or "") != finding.at
 
+    def reported(self, findings: list[Finding] | None = None) -> list[Finding]:
+        """The findings a report lists (all, or those given): stack verdicts of each group's last
+        round only, and a person's note that repeats a restart the evidence already shows at the
+        same second (typed in sudo's log and noted by a person) kept once."""
+        rows = [f for f in (self.findings if findings is None else findings) if not self.superseded(f)]
+        said = {(f.at.replace(microsecond=0), f.track) for f in rows if f.kind == "mitigation" and f.at}
+        return [f for f in rows if not (f.kind == "annotation" and f.at and (f.at.replace(microsecond=0), f.track)
+                                        in said)]
+
     @property
     def incident_found(self) -> bool:
         """Whether any finding shows something wrong (else the report says "no incident found")."""

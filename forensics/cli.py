@@ -163,6 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_report = sub.add_parser("report", help="render a bundle's incident report with papermill into exports/")
     p_report.add_argument("bundle", type=Path)
     p_report.add_argument("--out", type=Path, help="output folder (default: exports/<bundle name>)")
+    p_report.add_argument("--screens", action="store_true", help="also write PNG pictures of the report's first "
+                                                               "screen and timeline into screens/ (headless Chromium)")
     _report_options(p_report)
     p_batch = sub.add_parser("batch", help="render many bundles in parallel and write an index.html")
     p_batch.add_argument("bundles", nargs="+", metavar="DIR_OR_GLOB",
@@ -291,7 +293,7 @@ def _run(args: argparse.Namespace) -> int:
         os.environ["FORENSICS_LIBRARY"] = str(args.library.resolve())
     if args.command == "report":
         from forensics.report import render
-        rendered = render(args.bundle, args.out, args.display_tz, args.profile, args.redact)
+        rendered = render(args.bundle, args.out, args.display_tz, args.profile, args.redact, screens=args.screens)
         for name, path in rendered.files.items():
             print(f"{name:<14} {path}")
     elif args.command == "batch":

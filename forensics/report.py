@@ -31,10 +31,11 @@ NOTEBOOKS = Path(os.environ.get("FORENSICS_NOTEBOOKS", Path(__file__).resolve().
 MAIN_NOTEBOOK = "incident_report.ipynb"
 DEEP_DIVES = ("logs.ipynb", "metrics.ipynb", "stacks.ipynb")
 OUTPUTS = (MAIN_NOTEBOOK, "report.html", "timeline.html", "postmortem.md", "summary.json", "alerts.yml",
-           "alerts.test.yml", *DEEP_DIVES)
+           "alerts.test.yml", "screens", *DEEP_DIVES)
 TEMPLATES = Path(__file__).resolve().parent / "render" / "templates"
 BUNDLE_MARKERS = ("incident.toml", "journal", "metrics", "stacks")
 RECORD_TAG = "record"
+NOTEBOOK_ONLY_TAG = "notebook-only"
 KERNEL_LOG = "kernel.log"
 
 
@@ -119,6 +120,8 @@ def to_html(executed: Path, output: Path) -> Path:
     config = Config()
     # the cell tagged "record" leaves the summary for scripts and tests; people read it in summary.json
     config.TagRemovePreprocessor.remove_all_outputs_tags = {RECORD_TAG}
+    # how to run the notebook is for people who open it, not for readers of the report
+    config.TagRemovePreprocessor.remove_cell_tags = {NOTEBOOK_ONLY_TAG}
     config.TagRemovePreprocessor.enabled = True
     exporter = HTMLExporter(config=config, template_name="forensics_report",
                             extra_template_basedirs=[str(TEMPLATES)],
@@ -130,8 +133,9 @@ def to_html(executed: Path, output: Path) -> Path:
 
 
 def render(bundle: str | Path, out: str | Path | None = None, display_tz: str = "UTC", profile: str = "",
-           redact: str = "timeline", progress: bool = True) -> Rendered:
-    """Render the incident report of `bundle` into `out` (default exports/<bundle name>).
+           redact: str = "timeline", progress: bool = True, screens: bool = False) -> Rendered:
+    """Render the incident report of `bundle` into `out` (default exports/<bundle name>); with
+    `screens`, PNG pictures of its first screen and timeline too (`screens/`, headless Chromium).
 
     The outputs are made in a folder beside `out` and swapped in as a set when every one is
     written, under a lock on `out`: an interrupted, failed or out-of-space run leaves the previous
@@ -146,6 +150,10 @@ def render(bundle: str | Path, out: str | Path | None = None, display_tz: str = 
         staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
         try:
             files = _render_into(bundle, staging, display_tz, profile, redact, progress)
+            if screens:
+                from forensics.render.screens import SCREENS_DIR, take
+                take(files["report.html"], staging / SCREENS_DIR)
+                files["screens"] = staging / SCREENS_DIR
             summary = json.loads(files["summary.json"].read_text())
             # no interrupt between the two renames of the swap: the set is whole before or after
             blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})

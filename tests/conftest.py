@@ -155,13 +155,10 @@ def prometheus_server(tmp_path: Path) -> Iterator[type[PrometheusServer]]:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
-    """Debian's headless Chromium driven by Playwright (no browser download); pages opened with
-    the network refused by the tests that use it."""
-    from playwright.sync_api import sync_playwright
+    """Debian's headless Chromium driven by Playwright, as `forensics report --screens` drives it
+    (no browser download); pages are opened with the network refused (`screens.open_offline`)."""
+    from forensics.render import screens
 
-    chromium = Path("/usr/bin/chromium")
-    assert chromium.exists(), "Debian's chromium package is missing (./run test installs it)"
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
+    assert screens.CHROMIUM.exists(), "Debian's chromium package is missing (./run test installs it)"
+    with screens.chromium() as instance:
         yield instance
-        instance.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from forensics.analyze import summary_problems
 from forensics.cli import main
+from forensics.render import screens
 from forensics.report import DEEP_DIVES, MAIN_NOTEBOOK, execute, notebook_path
 from tests.conftest import export_entry
 
@@ -54,7 +56,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("report")
     bundle = _hostile_bundle(folder)
     out = folder / "out"
-    assert main(["report", str(bundle), "--out", str(out)]) == 0
+    assert main(["report", str(bundle), "--out", str(out), "--screens"]) == 0
     return out
 
 
@@ -72,25 +74,10 @@ def recorded_summary(notebook: Path) -> dict[str, Any]:
 
 
 def open_offline(browser: Any, page_path: Path) -> tuple[Any, list[str], list[str]]:
-    """Open a page with every non-file request refused; return it, console errors and refused URLs."""
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    refused: list[str] = []
-
-    def route(r: Any) -> None:
-        if r.request.url.startswith(("file:", "data:", "blob:")):
-            r.continue_()
-        else:
-            refused.append(r.request.url)
-            r.abort()
-
-    context.route("**/*", route)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(page_path.as_uri())
-    page.wait_for_load_state("load")
-    return page, errors, refused
+    """A page opened as `--screens` opens it (every non-file request refused); it, its console
+    errors and the URLs it tried."""
+    opened = screens.open_offline(browser, page_path)
+    return opened.page, opened.errors, opened.refused
 
 
 def drawn_charts(page: Any) -> tuple[int, int]:
@@ -305,3 +292,48 @@ def test_the_executed_notebook_draws_its_figures_in_jupyterlab(rendered: Path, b
     finally:
         lab.terminate()
         lab.wait(timeout=30)
+
+
+# -- the first screen and the pictures ---------------------------------------------------------
+
+TOP_OF = """(text) => { const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode())
+        if (n.textContent.includes(text)) return n.parentElement.getBoundingClientRect().top;
+    return null; }"""
+
+
+def test_first_screen_is_the_answer(rendered: Path, browser: Any) -> None:
+    page = screens.open_offline(browser, rendered / "report.html", (1280, 720)).page
+    # what happened, when, and how long it took, before any scrolling
+    for text in ("2026-06-18 (UTC)", "decode froze at 21:34:47; prefill froze at 21:39:07", "TP_DESYNC",
+                 "TTD 3m43s · TTM 5m58s · TTR 7m13s"):
+        top = page.evaluate(TOP_OF, text)
+        assert top is not None and top < 720, (text, top)
+    timeline = page.evaluate("document.querySelector(\"div.js-plotly-plot[id$='timeline']\").getBoundingClientRect().top")
+    assert timeline < 720
+    # sources and data quality further down; how to run the notebook is not in the report
+    assert page.evaluate(TOP_OF, "records seen = parsed + quarantined") > timeline
+    assert "papermill notebooks/incident_report.ipynb" not in page.inner_text("body")
+    # findings heaviest first, each unfolding to its evidence rows
+    first = page.locator("ul.findings > li").first
+    assert "TP_DESYNC" in first.inner_text() and "stacks/round-2.txt" not in first.inner_text()
+    first.locator("summary").click()
+    assert "stacks/round-2.txt" in first.inner_text()
+    folded = page.locator("li.folded summary", has_text=re.compile(r"^restart × 2 \(decode, prefill\)"))
+    assert folded.count() == 1
+    page.context.close()
+
+
+def test_screens_are_pictures_of_the_first_screen_and_the_timeline(rendered: Path) -> None:
+    sizes = {}
+    for png in (rendered / "screens").iterdir():
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", png
+        sizes[png.name] = struct.unpack(">II", data[16:24])
+    assert sizes["first-screen-1280x720.png"] == (1280, 720)
+    assert sizes["first-screen-1600x1000.png"] == (1600, 1000)
+    # the timeline whole, all its swimlanes and panels, wider than tall only if it is short
+    for name in ("timeline-1280x720.png", "timeline-1600x1000.png"):
+        width, height = sizes[name]
+        assert width > 1000 and height > 700, (name, width, height)
+    assert len(sizes) == 4

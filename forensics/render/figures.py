@@ -43,6 +43,7 @@ MAX_CELLS = 300_000  # progress-strip cells (lanes × buckets); more lanes means
 OTHER_PANELS = 3  # panels for families the profile does not draw, those that moved most
 MAX_SERIES = 48
 MIN_SPAN_S = 600.0  # the narrowest time axis: ten minutes around evidence that covers less
+X_MARGIN = 0.02  # of the span, either side: markers at the window's edges are drawn whole
 HOVER_CELLS = 40_000  # swimlane cells that carry their lane's name in the hover (past that, the page grows)  # per panel; beyond it, instances no finding names are folded into a median
 PHASE_COLOURS = {"collective": "#d62728", "idle": "#1f77b4", "transfer": "#9467bd", "compute": "#2ca02c",
                  "device_sync": "#8c564b", "unknown": "#7f7f7f"}
@@ -181,7 +182,10 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     _vertical_marks(fig, analysis, axis, redact)
     fig.update_yaxes(tickmode="array", tickvals=[lane_y[lane] for lane in lanes], ticktext=shown,
                      range=[-0.6, len(lanes) - 0.4], showgrid=False, zeroline=False, row=1, col=1, automargin=True)
-    fig.update_xaxes(type="date")
+    # the axis' span with a margin, whatever is drawn: one py-spy round alone is not a 12-second axis
+    margin = (axis.end - axis.start) * X_MARGIN
+    fig.update_xaxes(type="date", range=[wall_time(axis.start - margin, axis.zone),
+                                         wall_time(axis.end + margin, axis.zone)])
     fig.update_xaxes(title_text=f"time ({axis.zone})", row=1 + len(panels), col=1)
     fig.update_xaxes(showspikes=True, spikemode="across", spikesnap="cursor", spikethickness=1, spikecolor="#999",
                      spikedash="dot")
@@ -247,12 +251,17 @@ def _last_batches(fig: go.Figure, analysis: Analysis, events: pl.DataFrame, axis
         return
     fig.add_trace(go.Scatter(
         x=[wall_time(f.at, axis.zone) for f, _ in points if f.at], y=[lane_y[lane] for _, lane in points],
-        mode="markers+text", name="last batch before a freeze",
-        text=[hover(f"{f.component} last batch {wall_time(f.at, axis.zone):%H:%M:%S}", redact)
-              for f, _ in points if f.at],
-        textposition="middle right", textfont={"size": 11, "color": "#b2182b"},
+        mode="markers", name="last batch before a freeze",
         hovertext=[hover(f.text, redact) for f, _ in points], hovertemplate="%{hovertext}<extra></extra>",
         marker={"symbol": "line-ns", "size": 16, "line": {"width": 3, "color": "#b2182b"}}), row=1, col=1)
+    # the label sits up and to the left, a short line pointing at the marker: to the right are the
+    # py-spy rounds taken while frozen, and annotations are drawn over every trace
+    for f, lane in points:
+        fig.add_annotation(x=wall_time(f.at, axis.zone), y=lane_y[lane], xref="x", yref="y",
+                           text=hover(f"{f.component} last batch {wall_time(f.at, axis.zone):%H:%M:%S}", redact),
+                           showarrow=True, arrowhead=0, arrowcolor="#b2182b", ax=-14, ay=-16, xanchor="right",
+                           font={"size": 11, "color": "#b2182b"}, bgcolor="rgba(255,255,255,0.9)",
+                           name="last-batch")
 
 
 def _error_markers(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: dict[str, int],
@@ -280,11 +289,18 @@ def _lifecycle_markers(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y:
                          | pl.col("message").str.contains(r"COMMAND=\S*systemctl\s")).sort("ts")
     if rows.is_empty():
         return
+    times = rows.select(wall("ts", axis.zone)).to_series().to_list()
+    said = [f"{at:%H:%M:%S} {LIFECYCLE_IDS.get(mid or '', 'command')}: {message}"
+            for at, (mid, message) in zip(times, rows.select("message_id", "message").iter_rows(), strict=True)]
+    # events of one lane a few seconds apart (stopping, stopped, started) draw on one spot: each
+    # marker's hover lists every event of its lane and time bucket, each with its own time
+    buckets = rows.select(pl.col("lane"), pl.col("ts").dt.truncate(axis.every).alias("bucket")).rows()
+    together: dict[tuple[Any, ...], list[str]] = {}
+    for key, text in zip(buckets, said, strict=True):
+        together.setdefault(key, []).append(text)
     fig.add_trace(go.Scatter(
-        x=rows.select(wall("ts", axis.zone)).to_series().to_list(),
-        y=[lane_y[v] for v in rows.get_column("lane")], mode="markers", name="lifecycle (systemd, sudo)",
-        text=[hover(f"{LIFECYCLE_IDS.get(mid or '', 'command')}: {message}", redact)
-              for mid, message in rows.select("message_id", "message").iter_rows()],
+        x=times, y=[lane_y[v] for v in rows.get_column("lane")], mode="markers", name="lifecycle (systemd, sudo)",
+        text=[hover("\n".join(together[key]), redact, max_lines=16) for key in buckets],
         hovertemplate="%{text}<extra></extra>",
         marker={"symbol": "triangle-up", "size": 12, "color": "#9467bd", "line": {"width": 1, "color": "white"}}),
         row=1, col=1)
@@ -476,7 +492,7 @@ def _vertical_marks(fig: go.Figure, analysis: Analysis, axis: Axis, redact: Reda
 
 
 LABEL_CHARS = 40  # a key time's or an annotation's label on the timeline, at most
-NARROWEST_PLOT_PX = 1000  # the plot area at 1280 px wide: labels are laid out for it
+NARROWEST_PLOT_PX = 560  # the swimlanes in report.html at 1280 px wide (measured): labels are laid out for it
 LABEL_PX_PER_CHAR = 6.2  # 10 px system-ui, measured in Chromium
 
 

@@ -21,9 +21,9 @@ import plotly.io as pio
 import polars as pl
 from plotly.offline import get_plotlyjs
 
-from forensics.analyze import Analysis, in_display_zone
-from forensics.detect import clock, span
-from forensics.render.text import Redact, safe
+from forensics.analyze import Analysis, in_display_zone, is_anomaly
+from forensics.detect import Finding, clock, span
+from forensics.render.text import Redact, code_spans, safe
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em; color: #222; }
@@ -114,6 +114,63 @@ def key_times_block(analysis: Analysis, redact: Redact | None) -> str:
                           for label, name in (("TTD", "detected"), ("TTM", "mitigated"), ("TTR", "resolved")))
     contradictions = "".join(f'<p class="bad">contradiction: {safe(c, redact)}</p>' for c in t.contradictions)
     return f"{table(key_times_rows(analysis), redact)}\n<p><b>{safe(measures)}</b></p>{contradictions}"
+
+
+# How much a finding weighs in the report: the verdict and the freezes first, the requests they
+# cost and the logs' repeats later, people's own notes last. Kinds not named weigh as symptoms.
+WEIGHTS = {"frozen": 1, "silent_hang": 2, "stack_verdict": 3, "gpu_xid_error": 3, "gpu_idle_while_hung": 3,
+           "gpu_busy_while_hung": 3, "unit_failed": 3, "key_times_contradiction": 3, "restart": 4, "mitigation": 4,
+           "metrics_restart": 6, "clock_jump": 6, "out_of_range": 6, "annotation": 7}
+SYMPTOM_WEIGHT = 5
+NEVER_FOLDED = 3  # findings weighing less than this are each shown, even when of one kind
+
+
+def finding_weight(finding: Finding) -> int:
+    """0 for a stack verdict showing a hang, then freezes, blind spots, other verdicts, ... notes."""
+    if finding.kind == "stack_verdict" and is_anomaly(finding):
+        return 0
+    return WEIGHTS.get(finding.kind, SYMPTOM_WEIGHT)
+
+
+def _finding_item(finding: Finding, redact: Redact | None) -> str:
+    when = f"<b>{safe(clock(finding.at))}</b> " if finding.at else ""
+    head = f"{when}<code>{safe(finding.kind)}</code> {code_spans(safe(finding.text, redact))}"
+    if not finding.evidence:
+        return f'<li class="finding">{head}</li>'
+    rows = [{"time": clock(e.at) if e.at else None, "file": e.source,
+             "line or offset": e.line if e.line is not None else e.offset, "excerpt": e.excerpt}
+            for e in finding.evidence]
+    return (f'<li class="finding"><details><summary>{head}</summary>'
+            f"{table(rows, redact, numeric=('line or offset',))}</details></li>")
+
+
+def findings_block(analysis: Analysis, redact: Redact | None) -> str:
+    """Each symptom track's findings, heaviest first (a hang verdict, the freezes, the blind
+    spots), each unfolding to the evidence rows behind it; lighter findings of one kind that
+    repeat are folded into one line that unfolds to them. Times in the display zone set by the caller."""
+    parts = []
+    for track in analysis.tracks:
+        shown = sorted(analysis.reported(track.findings), key=lambda f: (finding_weight(f), f.at is None, f.at))
+        foldable: dict[str, list[Finding]] = {}
+        for f in shown:
+            if finding_weight(f) >= NEVER_FOLDED:
+                foldable.setdefault(f.kind, []).append(f)
+        items, done = [], set()
+        for f in shown:
+            group = foldable.get(f.kind, [])
+            if f not in group or len(group) == 1:
+                items.append(_finding_item(f, redact))
+            elif f.kind not in done:
+                done.add(f.kind)
+                times = sorted({clock(g.at) for g in group if g.at})
+                where = sorted({g.component for g in group if g.component})
+                items.append(f'<li class="folded"><details><summary><code>{safe(f.kind)}</code> × {len(group)}'
+                             + (f" ({safe(', '.join(where), redact)})" if where else "")
+                             + (f", {safe(times[0])}" + (f"–{safe(times[-1])}" if len(times) > 1 else "")
+                                if times else "")
+                             + f"</summary><ul>{''.join(_finding_item(g, redact) for g in group)}</ul></details></li>")
+        parts.append(f'<h3>track: {safe(track.name, redact)}</h3><ul class="findings">{"".join(items)}</ul>')
+    return "".join(parts)
 
 
 def timeline_page(analysis: Analysis, fig: go.Figure, redact: Redact | None, statement: str | None) -> str:

@@ -10,10 +10,12 @@ sentences that quote it have every character Markdown would act on escaped, so a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
-from forensics.analyze import Analysis, in_display_zone, no_incident_heading
+from forensics.analyze import Analysis, in_display_zone, is_anomaly, no_incident_heading
 from forensics.detect import DISPLAY_ZONE, Finding, clock, span
+from forensics.detect.keytimes import HANG_VERDICTS
 from forensics.detect.stacks import latest
 from forensics.render.text import Redact
 
@@ -21,6 +23,8 @@ HEADINGS = ("Summary", "Impact", "Root Causes", "Trigger", "Resolution", "Detect
             "Lessons Learned", "Timeline")
 TRIGGER_LOOKBACK_S = 120  # findings this long before the start may be the trigger
 TODO = "> **TODO (only people know):**"
+HANG_WORDS = {"TP_DESYNC": "desynchronised", "UNIFORM_WAIT": "waiting together in one collective",
+              "STRAGGLER_OR_MISSING": "waiting for a missing or slow rank"}
 
 # Suggested action items per finding kind: what the evidence argues for; people decide.
 SUGGESTIONS = {
@@ -76,21 +80,56 @@ def _stamp(at: datetime | None) -> str:
     return f"{at.astimezone(DISPLAY_ZONE.get()):%Y-%m-%d %H:%M:%S}" if at else "?"
 
 
-def _day(analysis: Analysis, at: datetime | None) -> str:
+def incident_day(analysis: Analysis) -> str:
+    """The incident's day in the display zone set by the caller, and in UTC when that is another
+    day ("2026-06-19 (Asia/Shanghai), 2026-06-18 UTC"); empty when the evidence dates nothing."""
+    t = analysis.key_times
+    at = t.started or (analysis.timeline.incident.window or (None,))[0]
+    if at is None and analysis.timeline.manifest.get("first_ts"):  # no window given: the evidence's first time
+        at = datetime.fromisoformat(str(analysis.timeline.manifest["first_ts"]))
+        at = at if at.tzinfo else at.replace(tzinfo=UTC)
     if at is None:
         return ""
     local, utc = at.astimezone(DISPLAY_ZONE.get()), at.astimezone(UTC)
-    return (f", incident of {local:%Y-%m-%d} ({analysis.display_zone})" + (f", {utc:%Y-%m-%d} UTC"
-                                                                        if local.date() != utc.date() else ""))
+    return f"{local:%Y-%m-%d} ({analysis.display_zone})" + (f", {utc:%Y-%m-%d} UTC" if local.date() != utc.date()
+                                                            else "")
 
 
 def _timeline_rows(analysis: Analysis) -> list[Finding]:
-    """One row per event: the last round of stack verdicts only, and a note that repeats a finding
-    made at the same moment (the restart typed in sudo's log and noted by a person) kept once."""
-    rows = [f for f in analysis.findings if f.at and not analysis.superseded(f)]
-    said = {(f.at.replace(microsecond=0), f.track) for f in rows if f.kind == "mitigation"}  # type: ignore[union-attr]
-    rows = [f for f in rows if not (f.kind == "annotation" and (f.at.replace(microsecond=0), f.track) in said)]  # type: ignore[union-attr]
-    return sorted(rows, key=lambda f: f.at)  # type: ignore[arg-type, return-value]
+    """One row per dated event the report lists, in time order."""
+    return sorted((f for f in analysis.reported() if f.at), key=lambda f: f.at)  # type: ignore[arg-type, return-value]
+
+
+def verdict_sentence(analysis: Analysis, quote: Callable[[object], str]) -> str:
+    """What happened, in one sentence from the evidence (the post-mortem's summary and the report's
+    first screen): which engines froze and when, the stack verdict, the blind spot, the restart.
+    `quote` makes evidence text safe for where the sentence goes (Markdown or HTML). Times in the
+    display zone the caller has set."""
+    t = analysis.key_times
+    freezes, hangs = _of(analysis, "frozen"), _of(analysis, "silent_hang")
+    desync = [v for v in latest(analysis.verdicts) if v.verdict == "TP_DESYNC"]
+    ttr = t.seconds("resolved")
+    if freezes:
+        consequences = {component: cause for component, cause, _ in analysis.consequences()}
+        parts = [f"{quote(f.component)} froze at {_at(f.at)}"
+                 + (f" (most likely a consequence of {quote(consequences[f.component])}'s freeze)"
+                    if f.component in consequences else "") for f in freezes]
+        return (f"{'; '.join(parts)}."
+                + (f" py-spy showed the {quote(desync[0].group)} TP group desynchronised ({desync[0].verdict})."
+                   if desync else "")
+                + (" Health checks kept answering 200 while frozen." if hangs else "")
+                + (f" A restart at {_at(t.mitigated)} brought service back at {_at(t.resolved)}"
+                   f" ({span(ttr)} after the start)." if t.mitigated and t.resolved and ttr is not None else ""))
+    if not analysis.incident_found:
+        heading = no_incident_heading(analysis)
+        return heading[0].upper() + heading[1:]
+    if hung := [v for v in latest(analysis.verdicts) if v.verdict in HANG_VERDICTS]:
+        return (" ".join(f"py-spy showed the {quote(v.group)} TP group {HANG_WORDS.get(v.verdict, 'stuck')} "
+                         f"({v.verdict}) at {_at(v.at)}." for v in hung)
+                + " The evidence holds no progress lines to say when it stopped.")
+    anomalies = [f for f in analysis.findings if is_anomaly(f) and not analysis.superseded(f)]
+    first = min((f for f in anomalies if f.at), key=lambda f: f.at, default=None)  # type: ignore[arg-type, return-value]
+    return ("No engine froze in the evidence." + (f" The first anomaly: {quote(first.text)}" if first else ""))
 
 
 def draft(analysis: Analysis, redact: Redact | None = None) -> str:
@@ -102,32 +141,17 @@ def draft(analysis: Analysis, redact: Redact | None = None) -> str:
 def _draft(analysis: Analysis, redact: Redact | None) -> str:
     t, main = analysis.key_times, analysis.timeline.profile.logs.main_track
     zone = analysis.display_zone
-    day = _day(analysis, t.started or (analysis.timeline.incident.window or (None,))[0])
+    day = f", incident of {incident_day(analysis)}" if incident_day(analysis) else ""
     out: list[str] = [f"# Post-mortem: {_md(analysis.timeline.incident.title, redact)}", "",
                       f"*Draft written by forensics from {_code(analysis.bundle.name, redact)}{day}; times in "
                       f"{zone}. Every statement below comes from the evidence; replace each TODO.*", ""]
-    freezes, hangs = _of(analysis, "frozen"), _of(analysis, "silent_hang")
+    hangs = _of(analysis, "silent_hang")
     verdicts = latest(analysis.verdicts)
     desync = [v for v in verdicts if v.verdict == "TP_DESYNC"]
-    ttr = t.seconds("resolved")
 
-    out += ["## Summary", ""]
-    consequences = {component: (cause, evidence) for component, cause, evidence in analysis.consequences()}
-    if freezes:
-        parts = [f"{_md(f.component, redact)} froze at {_at(f.at)}"
-                 + (f" (most likely a consequence of {_md(consequences[f.component][0], redact)}'s freeze)"
-                    if f.component in consequences else "") for f in freezes]
-        out.append(f"{'; '.join(parts)}."
-                   + (f" py-spy showed the {_md(desync[0].group, redact)} TP group desynchronised ({desync[0].verdict})."
-                      if desync else "")
-                   + (" Health checks kept answering 200 while frozen." if hangs else "")
-                   + (f" A restart at {_at(t.mitigated)} brought service back at {_at(t.resolved)}"
-                      f" ({span(ttr)} after the start)." if t.mitigated and t.resolved and ttr is not None else ""))
-    elif not analysis.incident_found:
-        out.append(no_incident_heading(analysis)[0].upper() + no_incident_heading(analysis)[1:])
+    out += ["## Summary", "", verdict_sentence(analysis, lambda text: _md(text, redact))]
+    if not analysis.incident_found:
         out += [f"- {_md(line, redact)}" for line in analysis.checked()]
-    else:
-        out.append("No engine froze in the evidence.")
     others = [tr for tr in analysis.tracks if tr.name not in (main, "data quality", "errors")]
     for track in others:
         out.append(f"A separate symptom, the {track.name}, was seen {_at(track.first)}–{_at(track.last)}.")

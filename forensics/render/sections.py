@@ -167,14 +167,30 @@ class ReportSession:
 
     def header(self) -> Html:
         """Incident, window, display zone, bundle."""
+        return Html(f"<h1>{safe(self.analysis.timeline.incident.title, self.redact)}</h1>{self.facts().body}")
+
+    def facts(self) -> Html:
+        """The bundle, its window in UTC, the display zone, the profile, and the incident's notes."""
         a, r = self.analysis, self.redact
         window = a.summary()["window"]
-        return Html(f"<h1>{safe(a.timeline.incident.title, r)}</h1><table>"
-                    f"<tr><th>bundle</th><td>{safe(a.bundle, r)}</td></tr>"
+        return Html(f"<table><tr><th>bundle</th><td>{safe(a.bundle, r)}</td></tr>"
                     f"<tr><th>window (UTC)</th><td>{safe(window[0])} — {safe(window[1])}</td></tr>"
                     f"<tr><th>display time zone</th><td>{safe(a.display_zone)}</td></tr>"
                     f"<tr><th>profile</th><td>{safe(a.timeline.profile.name)}</td></tr></table>"
                     + "".join(f'<p class="note">{safe(n, r)}</p>' for n in a.timeline.incident.notes))
+
+    def answer(self) -> Html:
+        """The report's first screen: the title, the incident's day in the display zone (and in
+        UTC when that is another day), what happened in one sentence, and the key times with
+        TTD / TTM / TTR."""
+        a, r = self.analysis, self.redact
+        with in_display_zone(a):
+            day = postmortem.incident_day(a)
+            sentence = code_spans(postmortem.verdict_sentence(a, lambda text: safe(text, r)))
+            return Html(f"<h1>{safe(a.timeline.incident.title, r)}</h1>"
+                        f'<p class="note">{safe(day) + " · " if day else ""}times in {safe(a.display_zone)} · '
+                        f"{safe(a.bundle.name, r)} · profile {safe(a.timeline.profile.name)}</p>"
+                        f'<p class="verdict">{sentence}</p>{html.key_times_block(a, r)}')
 
     def sources(self) -> Html:
         """Records, parsed, quarantined and time span per input."""
@@ -192,12 +208,7 @@ class ReportSession:
 
     def _findings(self) -> Html:
         r = self.redact
-        parts = []
-        for track in self.analysis.tracks:
-            items = "".join(
-                f"<li><b>{safe(clock(f.at))}</b> <code>{safe(f.kind)}</code> {code_spans(safe(f.text, r))}</li>"
-                for f in track.findings if not self.analysis.superseded(f))
-            parts.append(f"<h3>track: {safe(track.name, r)}</h3><ul>{items}</ul>")
+        parts = [html.findings_block(self.analysis, r)]
         if self.analysis.links:
             parts.append("<h3>between tracks</h3>" + "".join(f"<p>{safe(t, r)}</p>" for t in self.analysis.links))
         earlier = self.summary().get("seen_before")

@@ -35,7 +35,9 @@ def hover(text: object, redact: Redact | None = None, width: int = 100, max_line
         lines += textwrap.wrap(paragraph, width, break_long_words=True, replace_whitespace=False) or [""]
     if len(lines) > max_lines:
         lines = lines[:max_lines - 1] + [f"… ({len(lines) - max_lines + 1} more lines)"]
-    return "<br>".join(html.escape(line, quote=True) for line in lines)
+    # quotes stay as they are: with `<` escaped no tag (and so no attribute) can form, and plotly's
+    # legends show `&quot;` literally
+    return "<br>".join(html.escape(line, quote=False) for line in lines)
 
 
 def code_spans(escaped: str) -> str:

@@ -40,6 +40,20 @@ def test_timeline_keeps_every_finding_lifecycle_message_and_annotation(shanghai:
     assert len(collective.x) == 6  # 3 ranks × 2 rounds
 
 
+def test_each_lifecycle_marker_says_when_and_names_its_neighbours(shanghai: ReportSession) -> None:
+    lifecycle = _traces(figures.timeline_figure(shanghai.analysis), "lifecycle")[0]
+    for x, text in zip(lifecycle.x, lifecycle.text, strict=True):
+        # its own event, with its time to the second in the display zone (the next day there)
+        assert f"{x:%H:%M:%S} " in text, (x, text)
+    # the decode unit's four events, two seconds apart, are each listed with their times on every
+    # one of its markers (they draw on one spot)
+    decode = [t for t in lifecycle.text if "Stopping sglang-dsv4-decode" in t]
+    assert len(decode) == 4
+    for text in decode:
+        assert ("05:40:45 stopping" in text and "05:40:47 stopped" in text and "05:40:47 starting" in text
+                and "05:40:47 started" in text)
+
+
 def test_times_are_drawn_and_written_in_the_display_zone(shanghai: ReportSession) -> None:
     out = shanghai.write_outputs()
     page = Path(out["timeline.html"]).read_text()

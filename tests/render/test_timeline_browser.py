@@ -10,61 +10,73 @@ from typing import Any
 
 import pytest
 
-from forensics.render.sections import ReportSession
+from forensics.render import screens
+from forensics.report import render
 from tests.test_report import REFERENCE
 
 SIZES = [(1280, 720), (1600, 1000)]
 
 
 @pytest.fixture(scope="module")
-def timeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    session = ReportSession.open(REFERENCE, tmp_path_factory.mktemp("timeline"))
-    session.write_outputs()
-    return session.out_dir / "timeline.html"
-
-
+def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The reference incident's report.html and timeline.html, rendered as `forensics report` does."""
+    out = render(REFERENCE, tmp_path_factory.mktemp("timeline") / "out", progress=False).out
+    return {name: out / name for name in ("timeline.html", "report.html")}
 
 
 def _open(browser: Any, page_path: Path, size: tuple[int, int]) -> Any:
-    context = browser.new_context(viewport={"width": size[0], "height": size[1]})
-    context.route("**/*", lambda r: r.continue_() if r.request.url.startswith(("file:", "data:", "blob:"))
-                  else r.abort())
-    page = context.new_page()
-    page.goto(page_path.as_uri())
-    page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length > 0")
-    page.wait_for_timeout(300)
-    return page
+    return screens.open_offline(browser, page_path, size).page
+
+
+TIMELINE = "document.querySelector(\"div.js-plotly-plot[id$='timeline']\")"
+LABEL_BOXES = """(pattern) => [...document.querySelectorAll("div.js-plotly-plot[id$='timeline'] g.annotation")]
+    .map(g => { const r = g.querySelector('rect.bg').getBoundingClientRect();
+                return [g.textContent, r.left, r.top, r.right, r.bottom]; })
+    .filter(b => new RegExp(pattern).test(b[0]))"""
+
+
+def _apart(a: list[Any], b: list[Any]) -> bool:
+    return a[3] <= b[1] or b[3] <= a[1] or a[4] <= b[2] or b[4] <= a[2]
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_key_time_and_annotation_labels_never_overlap(timeline: Path, browser: Any, size: tuple[int, int]) -> None:
-    page = _open(browser, timeline, size)
-    boxes = page.evaluate("""() => [...document.querySelectorAll('#timeline g.annotation')]
-        .map(g => { const r = g.getBoundingClientRect(); return [g.textContent, r.left, r.top, r.right, r.bottom]; })
-        .filter(b => /^(started|detected|mitigated|resolved) |^✎/.test(b[0]))""")
-    assert len(boxes) == 7  # four key times, three annotations
+@pytest.mark.parametrize("page_name", ["timeline.html", "report.html"])
+def test_key_time_and_annotation_labels_never_overlap(pages: dict[str, Path], browser: Any, size: tuple[int, int],
+                                                      page_name: str) -> None:
+    page = _open(browser, pages[page_name], size)
+    boxes = page.evaluate(LABEL_BOXES, "^(started|detected|mitigated|resolved) |^✎| last batch ")
+    assert len(boxes) == 9  # four key times, three annotations, two last batches
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
-            apart = a[3] <= b[1] or b[3] <= a[1] or a[4] <= b[2] or b[4] <= a[2]
-            assert apart, f"{a[0]!r} overlaps {b[0]!r} at {size}"
+            assert _apart(a, b), f"{a[0]!r} overlaps {b[0]!r} at {size} in {page_name}"
     # each label is whole on the page, not cut at its start
     assert all(b[1] >= 0 and b[3] <= size[0] + 1 for b in boxes), boxes
     page.context.close()
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_both_last_batches_show_with_their_times(timeline: Path, browser: Any, size: tuple[int, int]) -> None:
-    page = _open(browser, timeline, size)
-    texts = page.evaluate("[...document.querySelectorAll('#timeline .textpoint')].map(t => t.textContent)")
-    assert "decode last batch 21:34:47" in texts and "prefill last batch 21:39:07" in texts
+@pytest.mark.parametrize("page_name", ["timeline.html", "report.html"])
+def test_both_last_batches_show_with_their_times(pages: dict[str, Path], browser: Any, size: tuple[int, int],
+                                                 page_name: str) -> None:
+    page = _open(browser, pages[page_name], size)
+    labels = page.evaluate(LABEL_BOXES, " last batch ")
+    assert sorted(b[0] for b in labels) == ["decode last batch 21:34:47", "prefill last batch 21:39:07"]
+    # no marker of the swimlanes (errors, py-spy rounds, lifecycle) lies under a label
+    points = page.evaluate(f"""() => [...{TIMELINE}.querySelectorAll('.scatterlayer .trace path.point')]
+        .map(p => {{ const r = p.getBoundingClientRect(); return ['point', r.left, r.top, r.right, r.bottom]; }})
+        .filter(b => b[3] > b[1])""")
+    assert points
+    for label in labels:
+        hidden = [p for p in points if not _apart(label, p)]
+        assert not hidden, f"{label[0]!r} covers {len(hidden)} markers at {size} in {page_name}"
     visible = page.inner_text("body")
     for literal in ("&quot;", "&lt;", "&gt;", "&amp;"):
         assert literal not in visible
     page.context.close()
 
 
-def test_every_lane_cell_hover_has_the_full_time_and_the_lane(timeline: Path, browser: Any) -> None:
-    page = _open(browser, timeline, SIZES[0])
+def test_every_lane_cell_hover_has_the_full_time_and_the_lane(pages: dict[str, Path], browser: Any) -> None:
+    page = _open(browser, pages["timeline.html"], SIZES[0])
     heat = page.evaluate("""() => { const t = document.getElementById('timeline').data.find(d => d.type === 'heatmap');
         return [t.xhoverformat, t.hovertemplate, t.text ? t.text.length : 0, t.showscale]; }""")
     assert heat[0] == "%Y-%m-%d %H:%M:%S" and heat[1].startswith("%{text}<br>%{x}") and heat[2] > 0 and heat[3]
