@@ -45,7 +45,7 @@ def main() -> None:
     from plotly.offline import get_plotlyjs
 
     plotly_js = len(get_plotlyjs().encode())
-    big_bundle, _, entries = reference_inputs()
+    big_bundle, _, _, entries = reference_inputs()
     rows: list[tuple[Measurement, int | None]] = []
     rows.append(_report("forensics report: reference incident (~10 k entries)", REFERENCE, CACHE / "report-reference"))
     big = CACHE / f"report-x{SCALE}"

@@ -16,6 +16,7 @@ import pytest
 
 from forensics.analyze import summary_problems
 from forensics.cli import main
+from forensics.errors import ForensicsError
 from forensics.render import screens
 from forensics.report import DEEP_DIVES, MAIN_NOTEBOOK, execute, notebook_path
 from tests.conftest import export_entry
@@ -309,8 +310,14 @@ def test_first_screen_is_the_answer(rendered: Path, browser: Any) -> None:
                  "TTD 3m43s · TTM 5m58s · TTR 7m13s"):
         top = page.evaluate(TOP_OF, text)
         assert top is not None and top < 720, (text, top)
+    # and the picture: each component working, then frozen, whole on the first screen
+    overview = page.evaluate("document.querySelector(\"div.js-plotly-plot[id$='overview']\").getBoundingClientRect()"
+                             ".bottom")
+    assert overview <= 720
+    bars = page.evaluate("document.querySelector(\"div.js-plotly-plot[id$='overview']\").data"
+                         ".map(t => [t.name, t.customdata])")
+    assert ["frozen", ["decode frozen 21:34:47–21:42:00 (7m13s)", "prefill frozen 21:39:07–21:42:00 (2m53s)"]] in bars
     timeline = page.evaluate("document.querySelector(\"div.js-plotly-plot[id$='timeline']\").getBoundingClientRect().top")
-    assert timeline < 720
     # sources and data quality further down; how to run the notebook is not in the report
     assert page.evaluate(TOP_OF, "records seen = parsed + quarantined") > timeline
     assert "papermill notebooks/incident_report.ipynb" not in page.inner_text("body")
@@ -337,3 +344,12 @@ def test_screens_are_pictures_of_the_first_screen_and_the_timeline(rendered: Pat
         width, height = sizes[name]
         assert width > 1000 and height > 700, (name, width, height)
     assert len(sizes) == 4
+
+
+def test_screens_without_chromium_say_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    page = tmp_path / "report.html"
+    page.write_text("<p>x</p>")
+    monkeypatch.setenv("FORENSICS_CHROMIUM", str(tmp_path / "no-chromium"))
+    with pytest.raises(ForensicsError, match=r"Chromium at .*no-chromium: sudo apt-get install chromium"):
+        screens.take(page)
+    assert not (tmp_path / "screens").exists() or not any((tmp_path / "screens").iterdir())

@@ -106,6 +106,13 @@ class MetricPanel:
     title: str
     gauges: tuple[str, ...]
     rates: tuple[str, ...]
+    unit: str = ""  # the y axis' title; empty: what the title says in parentheses, "(token/s)"
+
+    @property
+    def axis_title(self) -> str:
+        """The panel's unit, for its y axis."""
+        found = re.search(r"\(([^()]+)\)\s*$", self.title)
+        return self.unit or (found.group(1) if found else "")
 
 
 @dataclass(frozen=True)
@@ -262,7 +269,10 @@ def _panel(path: Path, index: int, panel: dict[str, Any]) -> MetricPanel:
             raise ProfileError(f"{where}: {key} must be a list of metric names")
     if not panel.get("gauges") and not panel.get("rates"):
         raise ProfileError(f"{where} ({panel['title']}) names no gauges and no rates")
-    return MetricPanel(panel["title"], tuple(panel.get("gauges", [])), tuple(panel.get("rates", [])))
+    if not isinstance(panel.get("unit", ""), str):
+        raise ProfileError(f"{where} ({panel['title']}): unit must be a string, e.g. \"token/s\"")
+    return MetricPanel(panel["title"], tuple(panel.get("gauges", [])), tuple(panel.get("rates", [])),
+                       panel.get("unit", ""))
 
 
 def _labels(path: Path, name: str, value: Any) -> tuple[str, ...]:

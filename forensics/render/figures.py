@@ -26,7 +26,7 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from forensics.analyze import Analysis
-from forensics.detect import errors
+from forensics.detect import errors, span
 from forensics.detect.lifecycle import FAILED, RESTART_SCHEDULED, STARTED, STARTING, STOPPED, STOPPING
 from forensics.detect.stacks import Verdict
 from forensics.metrics import counter_rates, named
@@ -161,7 +161,7 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
                         vertical_spacing=gap_px / (sum(heights) + gap_px * len(panels)),
                         row_heights=[h / sum(heights) for h in heights],
                         subplot_titles=["swimlanes: progress lines per " + _words(axis.bucket_s)]
-                        + [title for title, _ in panels])
+                        + [panel.title for panel, _ in panels])
     _progress_strip(fig, events, axis, lane_y, redact)
     _error_markers(fig, events, axis, lane_y, redact)
     _lifecycle_markers(fig, events, axis, lane_y, redact)
@@ -174,8 +174,8 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
             y=[lane_y[f"mark · {mark.label}"]] * rows.height, mode="markers", name=f"mark: {hover(mark.label, redact)}",
             text=[hover(f"{lane}: {message}", redact) for message, lane in rows.select("message", "lane").iter_rows()],
             hovertemplate="%{text}<extra></extra>", marker={"symbol": "star", "size": 10}), row=1, col=1)
-    for row, (_, frame) in enumerate(panels, start=2):
-        metric_panel(fig, frame, row, redact)
+    for row, (panel, frame) in enumerate(panels, start=2):
+        metric_panel(fig, frame, row, redact, unit=panel.axis_title)
         top = fig.layout[f"yaxis{row}"].domain[1]
         fig.update_layout({f"legend{row}": {"y": top, "yanchor": "top", "x": 1.01, "xanchor": "left",
                                             "font": {"size": 9}, "bgcolor": "rgba(255,255,255,0.6)"}})
@@ -192,6 +192,55 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     fig.update_layout(height=sum(heights) + gap_px * len(panels) + 120, hovermode="closest", template="plotly_white",
                       margin={"l": 10, "r": 240 if panels else 60, "t": 60, "b": 40},
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.01, "x": 0})
+    return fig
+
+
+OVERVIEW_COLOURS = {"progress": "#5aae61", "frozen": "#d73027"}
+
+
+def overview_figure(analysis: Analysis, redact: Redact | None = None) -> go.Figure:
+    """The incident at a glance, for the report's first screen: a bar per component that logs
+    progress, green while it did and red while it was frozen, under the key times."""
+    axis = axis_for(analysis)
+    events = analysis.timeline.events.filter(pl.col("progress").is_not_null() & pl.col("component").is_not_null())
+    spans = (events.group_by("component").agg(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"))
+             .sort("component"))
+    freezes = {f.component: f for f in analysis.findings if f.kind == "frozen" and f.at}
+    bars: list[tuple[str, str, datetime, datetime]] = []  # component, state, from, to
+    for component, first, last in spans.iter_rows():
+        freeze = freezes.get(component)
+        if freeze is None or freeze.at is None:
+            bars.append((component, "progress", first, last))
+            continue
+        until = freeze.until or axis.end
+        bars += [(component, "progress", first, freeze.at), (component, "frozen", freeze.at, until)]
+        if last > until:
+            bars.append((component, "progress", until, last))
+    fig = go.Figure()
+    for state, colour in OVERVIEW_COLOURS.items():
+        mine = [b for b in bars if b[1] == state and b[3] > b[2]]
+        if not mine:
+            continue
+        fig.add_trace(go.Bar(
+            y=[hover(c, redact) for c, _, _, _ in mine], base=[wall_time(a, axis.zone) for _, _, a, _ in mine],
+            x=[(b - a).total_seconds() * 1000 for _, _, a, b in mine], orientation="h", name=state,
+            marker={"color": colour}, width=0.5,
+            customdata=[hover(f"{c} {state if state == 'frozen' else 'making progress'} "
+                              f"{wall_time(a, axis.zone):%H:%M:%S}–{wall_time(b, axis.zone):%H:%M:%S} "
+                              f"({span((b - a).total_seconds())})", redact) for c, _, a, b in mine],
+            hovertemplate="%{customdata}<extra></extra>"))
+    for name, colour in KEY_TIME_COLOURS.items():
+        at = getattr(analysis.key_times, name)
+        if at:
+            fig.add_vline(x=wall_time(at, axis.zone), line={"dash": "dash", "width": 1, "color": colour})
+    margin = (axis.end - axis.start) * X_MARGIN
+    fig.update_xaxes(type="date", range=[wall_time(axis.start - margin, axis.zone),
+                                         wall_time(axis.end + margin, axis.zone)])
+    fig.update_yaxes(autorange="reversed")
+    rows = max(spans.height, 1)
+    fig.update_layout(height=90 + 34 * rows, barmode="overlay", template="plotly_white", showlegend=True,
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+                      margin={"l": 10, "r": 10, "t": 30, "b": 30})
     return fig
 
 
@@ -418,16 +467,17 @@ def other_families(analysis: Analysis, most: int = OTHER_PANELS) -> list[tuple[s
     return [(f, t) for f, t in ranked.select("family", "type").head(most).iter_rows()]
 
 
-def metric_panels(analysis: Analysis, axis: Axis, extra: Sequence[MetricPanel] = ()) -> list[tuple[str, pl.DataFrame]]:
+def metric_panels(analysis: Analysis, axis: Axis,
+                  extra: Sequence[MetricPanel] = ()) -> list[tuple[MetricPanel, pl.DataFrame]]:
     """The profile's panels that have data in this bundle, the `extra` ones asked for, then panels
-    for the families no panel draws that moved most (`other_families`): (title, `metric_frame`)."""
-    panels = [(p.title, p.gauges, p.rates) for p in (*analysis.timeline.profile.metrics.panels, *extra)]
-    panels += [(f"{family} ({'per second' if kind == 'counter' else kind})",
-                () if kind == "counter" else (family,), (family,) if kind == "counter" else ())
+    for the families no panel draws that moved most (`other_families`): (panel, `metric_frame`)."""
+    panels = [*analysis.timeline.profile.metrics.panels, *extra]
+    panels += [MetricPanel(f"{family} ({'per second' if kind == 'counter' else kind})",
+                           () if kind == "counter" else (family,), (family,) if kind == "counter" else ())
                for family, kind in other_families(analysis)]
     budget = POINT_BUDGET // max(len(panels), 1)
-    frames = [(title, metric_frame(analysis, gauges, rates, axis, budget)) for title, gauges, rates in panels]
-    return [(title, frame) for title, frame in frames if frame.height]
+    frames = [(p, metric_frame(analysis, p.gauges, p.rates, axis, budget)) for p in panels]
+    return [(p, frame) for p, frame in frames if frame.height]
 
 
 COMPONENT_COLOURS = {"decode": "#1f77b4", "prefill": "#2ca02c", "router": "#9467bd", "engine": "#ff7f0e"}
@@ -449,10 +499,13 @@ def _with_gaps(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def metric_panel(fig: go.Figure, frame: pl.DataFrame, row: int, redact: Redact | None,
-                 legend: bool | None = None) -> None:
+                 legend: bool | None = None, unit: str = "") -> None:
     """Draw one panel's `metric_frame` into row `row` of `fig`, in Grafana's manner: a legend of its
     own beside the panel (when there are few enough series to read one, or when `legend` says so),
-    one colour per component in every panel, one dash per metric, and gaps left as gaps."""
+    one colour per component in every panel, one dash per metric, gaps left as gaps, and the
+    `unit` on its y axis."""
+    if unit:
+        fig.update_yaxes(title_text=unit, title_font={"size": 10}, row=row, col=1)
     show = legend if legend is not None else frame.get_column("series").n_unique() <= LEGEND_SERIES
     metrics = sorted({series.rsplit(" ", 1)[-1] for series in frame.get_column("series").unique().to_list()})
     others = iter(OTHER_COLOURS * 8)

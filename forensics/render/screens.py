@@ -10,6 +10,8 @@ what the tests measure is what the pictures show.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -81,8 +83,20 @@ def open_offline(browser: Any, page_path: Path, size: tuple[int, int] = (1400, 9
 
 def take(report_html: Path, out: Path | None = None) -> list[Path]:
     """The first screen of `report_html` at each of `SIZES`, and its timeline figure whole, as PNGs
-    in `out` (default: `screens/` beside the report)."""
+    in `out` (default: `screens/` beside the report).
+
+    Taken in a process of its own: Playwright's synchronous driver refuses to run where an asyncio
+    loop runs (a Jupyter kernel, papermill's caller) or where another driver is open."""
     folder = out or report_html.parent / SCREENS_DIR
+    done = subprocess.run([sys.executable, "-m", "forensics.render.screens", str(report_html), str(folder)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise ForensicsError(f"pictures of {report_html} failed: {said}")
+    return [Path(line) for line in done.stdout.splitlines() if line]
+
+
+def _take(report_html: Path, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     with chromium() as browser:
@@ -98,3 +112,12 @@ def take(report_html: Path, out: Path | None = None) -> list[Path]:
                 written.append(shot)
             opened.page.context.close()
     return written
+
+
+if __name__ == "__main__":
+    try:
+        for path in _take(Path(sys.argv[1]), Path(sys.argv[2])):
+            print(path)
+    except ForensicsError as error:
+        print(error, file=sys.stderr)
+        sys.exit(1)

@@ -225,6 +225,15 @@ class ReportSession:
         """Started, detected, mitigated, resolved with TTD / TTM / TTR and any contradiction."""
         return Html(html.key_times_block(self.analysis, self.redact))
 
+    def overview(self) -> Figure | Html:
+        """Each component's progress and freeze as a bar under the key times (the first screen's
+        picture); a sentence when no component logs progress."""
+        with in_display_zone(self.analysis):
+            fig = figures.overview_figure(self.analysis, self.redact)
+        if not fig.data:
+            return Html('<p class="note">No component logs progress lines: the timeline below shows what there is.</p>')
+        return Figure(fig, "overview")
+
     def timeline(self) -> Figure:
         """Swimlanes and metric panels on one time axis, with the panels and marks added from
         notebook cells (`add_panel`, `mark`)."""
@@ -363,9 +372,10 @@ class ReportSession:
         panels = figures.metric_panels(a, axis)
         if not panels:
             return Html("<p>No samples of the profile's panel metrics in this bundle.</p>")
-        fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, subplot_titles=[t for t, _ in panels])
-        for row, (_, frame) in enumerate(panels, start=1):
-            figures.metric_panel(fig, frame, row, self.redact, legend=True)
+        fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True,
+                            subplot_titles=[panel.title for panel, _ in panels])
+        for row, (panel, frame) in enumerate(panels, start=1):
+            figures.metric_panel(fig, frame, row, self.redact, legend=True, unit=panel.axis_title)
         fig.update_xaxes(type="date")
         fig.update_layout(height=260 * max(len(panels), 1), template="plotly_white")
         return Figure(fig, "metrics")

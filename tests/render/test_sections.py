@@ -117,3 +117,9 @@ def test_users_that_sudo_names_are_redacted_in_free_text_too(shanghai: ReportSes
     assert hosts == ["gpu-node-00"] and users == ["sre"]
     redactor = shanghai.redactor()
     assert redactor("paged sre about gpu-node-00; root stays") == "paged user-1 about host-1; root stays"
+
+
+def test_every_metric_panel_names_its_unit_on_its_axis(shanghai: ReportSession) -> None:
+    fig = figures.timeline_figure(shanghai.analysis)
+    units = {fig.layout[name].title.text for name in fig.layout if name.startswith("yaxis") and name != "yaxis"}
+    assert units == {"token/s", "requests", "fraction of KV tokens"}  # from the title's "(token/s)" or `unit`
