@@ -96,6 +96,6 @@ def test_families_no_profile_names_get_panels_the_movers_first(tmp_path: Path) -
                    f'node_network_receive_bytes_total{{device="eth0"}} {1000 * i * i}\n' for i in range(20))
     (bundle / "metrics" / "gpu-node-00_9100" / "node.prom").write_text(text)
     analysis = analyze(bundle, tmp_path / "case")
-    titles = [title for title, _ in metric_panels(analysis, axis_for(analysis))]
+    titles = [panel.title for panel, _ in metric_panels(analysis, axis_for(analysis))]
     assert "node_load1 (gauge)" in titles and "node_network_receive_bytes_total (per second)" in titles
     assert not any(t.startswith("node_boot_time_seconds") for t in titles)  # it never moved
