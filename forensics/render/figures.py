@@ -41,10 +41,10 @@ MAX_BUCKETS = 400  # per lane on the timeline
 POINT_BUDGET = 60_000  # metric points over all panels; more series means coarser buckets
 MAX_CELLS = 300_000  # progress-strip cells (lanes × buckets); more lanes means coarser buckets
 OTHER_PANELS = 3  # panels for families the profile does not draw, those that moved most
-MAX_SERIES = 48
+MAX_SERIES = 48  # per panel; beyond it, instances no finding names are folded into a median
 MIN_SPAN_S = 600.0  # the narrowest time axis: ten minutes around evidence that covers less
 X_MARGIN = 0.02  # of the span, either side: markers at the window's edges are drawn whole
-HOVER_CELLS = 40_000  # swimlane cells that carry their lane's name in the hover (past that, the page grows)  # per panel; beyond it, instances no finding names are folded into a median
+HOVER_CELLS = 40_000  # swimlane cells that carry their lane's name in the hover (past that, the page grows)
 PHASE_COLOURS = {"collective": "#d62728", "idle": "#1f77b4", "transfer": "#9467bd", "compute": "#2ca02c",
                  "device_sync": "#8c564b", "unknown": "#7f7f7f"}
 KEY_TIME_COLOURS = {"started": "#d62728", "detected": "#ff7f0e", "mitigated": "#9467bd", "resolved": "#2ca02c"}
@@ -85,6 +85,13 @@ def axis_for(analysis: Analysis, max_buckets: int = MAX_BUCKETS) -> Axis:
     seconds = max((end - start).total_seconds(), 1.0)
     bucket = next((b for b in BUCKETS if seconds / b <= max_buckets), BUCKETS[-1])
     return Axis(start, end, bucket, analysis.display_zone)
+
+
+def x_range(axis: Axis) -> list[datetime]:
+    """The axis' span with a margin either side, as wall-clock times: set whatever is drawn, so one
+    py-spy round alone is not a 12-second axis."""
+    margin = (axis.end - axis.start) * X_MARGIN
+    return [wall_time(axis.start - margin, axis.zone), wall_time(axis.end + margin, axis.zone)]
 
 
 def wall(column: str | pl.Expr, zone: str) -> pl.Expr:
@@ -182,10 +189,7 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     _vertical_marks(fig, analysis, axis, redact)
     fig.update_yaxes(tickmode="array", tickvals=[lane_y[lane] for lane in lanes], ticktext=shown,
                      range=[-0.6, len(lanes) - 0.4], showgrid=False, zeroline=False, row=1, col=1, automargin=True)
-    # the axis' span with a margin, whatever is drawn: one py-spy round alone is not a 12-second axis
-    margin = (axis.end - axis.start) * X_MARGIN
-    fig.update_xaxes(type="date", range=[wall_time(axis.start - margin, axis.zone),
-                                         wall_time(axis.end + margin, axis.zone)])
+    fig.update_xaxes(type="date", range=x_range(axis))
     fig.update_xaxes(title_text=f"time ({axis.zone})", row=1 + len(panels), col=1)
     fig.update_xaxes(showspikes=True, spikemode="across", spikesnap="cursor", spikethickness=1, spikecolor="#999",
                      spikedash="dot")
@@ -233,9 +237,7 @@ def overview_figure(analysis: Analysis, redact: Redact | None = None) -> go.Figu
         at = getattr(analysis.key_times, name)
         if at:
             fig.add_vline(x=wall_time(at, axis.zone), line={"dash": "dash", "width": 1, "color": colour})
-    margin = (axis.end - axis.start) * X_MARGIN
-    fig.update_xaxes(type="date", range=[wall_time(axis.start - margin, axis.zone),
-                                         wall_time(axis.end + margin, axis.zone)])
+    fig.update_xaxes(type="date", range=x_range(axis))
     fig.update_yaxes(autorange="reversed")
     rows = max(spans.height, 1)
     fig.update_layout(height=90 + 34 * rows, barmode="overlay", template="plotly_white", showlegend=True,
