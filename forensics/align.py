@@ -17,6 +17,13 @@
   by more than `JUMP_S` between consecutive records, the wall clock was stepped (`clock_jumps`),
   and the analysis says so rather than trusting the order of the wall-clock times.
 - Storage is always UTC; the display zone is the renderer's parameter.
+
+A big case (over LEAN_ABOVE records) gets a lean timeline, so that memory follows what the
+detectors read rather than the size of the logs: the case is read in batches, each line read
+with the profile as it comes, and only the lines worth a finding keep their text (warnings and
+worse, the profile's line kinds, systemd's and sudo's lines, health checks and access lines,
+tracebacks); progress lines keep their numbers, routine lines their time, host and unit. A text
+that a finding quotes is fetched back from the case (`Timeline.with_messages`).
 """
 
 from __future__ import annotations
@@ -41,6 +48,17 @@ EVENT_COLUMNS = ("ts", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_I
                  "source_offset", "source_line")
 
 
+LEAN_ABOVE = 2_000_000  # records above which the timeline is lean (see the module's docstring)
+LEAN_BATCH_ROWS = 250_000  # records read with the profile at a time when lean
+# In a lean timeline: the progress fields the detectors read (others stay in the case), the
+# columns held as categories (few distinct values, long ones), and those left out.
+LEAN_FIELDS = ("running_req", "queue_req", "inflight_req")
+LEAN_CATEGORIES = ("_BOOT_ID", "unit", "data_type", "source_file", "tag", "progress", "event", "track")
+LEAN_DROPPED = ("invocation_id", "stamp")
+# lines whose text a detector reads although no profile rule names them: tracebacks, systemctl
+NOTABLE_TEXT = r"^\s|^Traceback |^\w[\w.]*(?:Error|Exception|Interrupt|Exit)\b|systemctl"
+
+
 @dataclass
 class Timeline:
     """The case's frames on true UTC, with components, plus what the alignment measured."""
@@ -58,6 +76,23 @@ class Timeline:
     # records whose time lies far outside the incident (a forged or damaged stamp, a clock reset
     # to 1970): kept out of every detector, listed per source in data quality
     out_of_range: pl.DataFrame | None = None
+    case: Case | None = None  # where a lean timeline fetches the text of the lines it quotes
+    lean: bool = False  # routine lines without their text (see the module's docstring)
+
+    def with_messages(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """`rows` of `events` with their `message` (a lean timeline keeps the text of notable
+        lines only: the others' is read back from the case by file and place)."""
+        if not self.lean or self.case is None or rows.is_empty() or rows.get_column("message").null_count() == 0:
+            return rows
+        keys = ("source_file", "source_offset", "source_line")
+        wanted = rows.select(pl.col("source_file").cast(pl.String), "source_offset", "source_line").unique()
+        found = (self.case.events.select(*keys, pl.col("message").alias("_text"))
+                 .join(wanted.lazy(), on=list(keys), how="semi", nulls_equal=True).collect()
+                 .unique(list(keys), keep="first"))
+        joined = rows.with_columns(pl.col("source_file").cast(pl.String).alias("_file")).join(
+            found.rename({"source_file": "_file"}), on=["_file", "source_offset", "source_line"], how="left",
+            nulls_equal=True, maintain_order="left")
+        return joined.with_columns(pl.coalesce("message", "_text").alias("message")).drop("_file", "_text")
 
 
 def _offset_us(offsets_s: dict[str, float], host: pl.Expr) -> pl.Expr:
@@ -131,8 +166,9 @@ def clock_jumps(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _line_ts(events: pl.DataFrame, incident: Incident, offsets: dict[str, float]) -> pl.Series:
-    """The log-line stamps as true UTC, read in each host's zone, the host's offset taken off."""
-    naive = pl.coalesce([pl.col("stamp").str.to_datetime(f, strict=False, time_unit="us") for f in STAMP_FORMATS])
+    """The log-line stamps (`line_local`, naive) as true UTC, read in each host's zone, the host's
+    offset taken off."""
+    naive = pl.col("line_local")
     hosts = events.get_column("host").unique().to_list()
 
     def on_utc(host: str | None, rows: pl.DataFrame) -> pl.Series:
@@ -142,11 +178,11 @@ def _line_ts(events: pl.DataFrame, incident: Incident, offsets: dict[str, float]
                 .dt.offset_by(f"{-round(offsets.get(host, 0.0) * 1e6)}us"))
 
     if len(hosts) == 1:  # one host: no need to pick its rows out
-        return on_utc(hosts[0], events.select("stamp"))
+        return on_utc(hosts[0], events.select("line_local"))
     out = pl.repeat(None, events.height, dtype=pl.Datetime("us", "UTC"), eager=True).alias("line_ts")
     for host in hosts:
         mask = (events.get_column("host") == host) if host is not None else events.get_column("host").is_null()
-        out = out.scatter(mask.arg_true(), on_utc(host, events.select("stamp").filter(mask)))
+        out = out.scatter(mask.arg_true(), on_utc(host, events.select("line_local").filter(mask)))
     return out
 
 
@@ -197,11 +233,57 @@ def _outside(frame: pl.DataFrame, window: tuple[datetime, datetime] | None, name
     return frame.filter(inside), outside
 
 
-def build_timeline(case: Case, incident: Incident, profile: Profile) -> Timeline:
-    """Read the case's frames onto one timeline."""
+def _lean(events: pl.DataFrame, profile: Profile) -> pl.DataFrame:
+    """A batch of read lines as a lean timeline holds them (see the module's docstring)."""
+    notable = pl.col("progress").is_null() & (
+        (pl.col("priority") <= 5) | pl.col("event").is_not_null() | pl.col("message_id").is_not_null()
+        | pl.col("health_ok") | pl.col("ready") | pl.col("http_status").is_not_null()
+        | pl.col("rid_sent").is_not_null() | pl.col("rid_received").is_not_null()
+        | pl.col("message").str.contains(NOTABLE_TEXT))
+    fields = set(profile.logs.fields) - {*LEAN_FIELDS, *profile.logs.working_when}
+    return events.with_columns(
+        pl.when(notable.fill_null(False)).then(pl.col("message")).alias("message"),
+        *(pl.col(c).cast(pl.Categorical) for c in LEAN_CATEGORIES if c in events.columns),
+    ).drop(*fields, *LEAN_DROPPED, strict=False)
+
+
+def _local_stamp() -> pl.Expr:
+    """The log line's own stamp as a naive time (its host's zone and offset are applied later)."""
+    return pl.coalesce([pl.col("stamp").str.to_datetime(f, strict=False, time_unit="us")
+                        for f in STAMP_FORMATS]).alias("line_local")
+
+
+def _read_events(case: Case, profile: Profile, window: tuple[datetime, datetime] | None, lean: bool
+                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The case's events inside `window`, each line read with the profile, in time order (lean:
+    batch by batch, see the module's docstring), and the records outside it per source."""
+    scan = case.events.select(EVENT_COLUMNS)
+    if not lean:
+        events, outside = _outside(scan.collect(), window, "events")
+        return read_lines(events, profile).with_columns(_local_stamp()), outside
+    batches, outsides = [], []
+    for batch in scan.collect_batches(chunk_size=LEAN_BATCH_ROWS):
+        inside, outside = _outside(batch, window, "events")
+        outsides.append(outside)
+        batches.append(_lean(read_lines(inside, profile).with_columns(_local_stamp()), profile))
+    events = pl.concat(batches) if batches else _lean(read_lines(scan.head(0).collect(), profile)
+                                                      .with_columns(_local_stamp()), profile)
+    outside = pl.concat([o for o in outsides if o.height]) if any(o.height for o in outsides) else pl.DataFrame()
+    if outside.height:
+        outside = (outside.group_by("source_file", "frame").agg(pl.col("records").sum(), pl.col("earliest").min(),
+                                                                pl.col("latest").max())
+                   .select("source_file", "records", "earliest", "latest", "frame"))
+    return events, outside
+
+
+def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool | None = None) -> Timeline:
+    """Read the case's frames onto one timeline (lean or not: by the case's size unless told)."""
+    if lean is None:
+        lean = case.manifest.get("totals", {}).get("events", 0) > LEAN_ABOVE
     window = plausible_window(case, incident)
-    raw_events, outside_events = _outside(case.events.select(EVENT_COLUMNS).collect(), window, "events")
-    events = read_lines(raw_events, profile)
+    events, outside_events = _read_events(case, profile, window, lean)
+    if not events.get_column("ts").is_sorted():  # a case is in order per host and input, not across them
+        events = events.sort("ts", maintain_order=True)
     if events.select((pl.col("data_type") == PLAIN_LOG).any()).item():
         events = _plain_log_ts(events, incident).sort("ts", maintain_order=True)
     hosts = sorted(h for h in events.get_column("host").unique().to_list() if h is not None)
@@ -212,10 +294,11 @@ def build_timeline(case: Case, incident: Incident, profile: Profile) -> Timeline
                                  .alias("ts"))
     if events.get_column("ts").is_sorted():  # say so: every detector's sort by time is then free
         events = events.with_columns(pl.col("ts").set_sorted())
-    events = events.with_columns(_line_ts(events, incident, offsets))
-    units = events.get_column("unit").unique().to_list()
+    events = events.with_columns(_line_ts(events, incident, offsets)).drop("line_local")
+    units = events.get_column("unit").cast(pl.String).unique().to_list()
     component_of = {u: incident.component_of_unit(u, profile) for u in units}
-    events = events.with_columns(pl.col("unit").replace_strict(component_of, default=None, return_dtype=pl.String)
+    events = events.with_columns(pl.col("unit").cast(pl.String).replace_strict(component_of, default=None,
+                                                                               return_dtype=pl.String)
                                  .alias("component"))
     samples = case.samples.with_columns(
         (pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host").cast(pl.String)))).alias("ts"))
@@ -247,4 +330,4 @@ def build_timeline(case: Case, incident: Incident, profile: Profile) -> Timeline
     outside = [f for f in (outside_events, outside_stacks, outside_samples) if f.height]
     return Timeline(events, samples, stacks, case.quarantine.collect(), checks, pairs, clock_jumps(events),
                     incident, profile, case.manifest,
-                    pl.concat(outside).sort("frame", "source_file") if outside else None)
+                    pl.concat(outside).sort("frame", "source_file") if outside else None, case, lean)

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import polars as pl
 
 from forensics.align import Timeline, build_timeline
-from forensics.case import Case, ingest_in_background
+from forensics.case import Case, ingest, load_case
 from forensics.detect import (
     DISPLAY_ZONE,
     Evidence,
@@ -275,7 +275,8 @@ def profile_for(case: Case) -> tuple[Profile, str]:
 
 def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None) -> Analysis:
     case_dir = Path(case_dir) if case_dir else Path("exports") / bundle.resolve().name / "case"
-    case, written = ingest_in_background(bundle, case_dir)
+    ingest(bundle, case_dir)
+    case = load_case(case_dir)
     chosen = None
     if profile is None:
         profile, chosen = profile_for(case)
@@ -314,7 +315,6 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None)
             if f.kind == "stack_verdict":
                 f.track = CHECKS_TRACK
     all_tracks = tracks(found, main)
-    written()
     return Analysis(bundle, timeline, found, times, all_tracks, links(all_tracks, times.resolved), verdicts,
                     DISPLAY_ZONE.get().key)
 

@@ -1,17 +1,23 @@
 """The case store: an incident bundle ingested once into Parquet, reopened lazily in well under a second.
 
-Layout of a case folder (one Parquet dataset per canonical frame, named after it)::
+Layout of a case folder (one Parquet dataset per canonical frame, named after it; the three
+frames of evidence partitioned by host, Hive style: see `forensics.store`)::
 
-    CASE/events/part-0.parquet      one row per journal record (see `forensics.schema.EVENTS_SCHEMA`)
-    CASE/samples/part-0.parquet     one row per metric sample (`forensics.schema.SAMPLES_SCHEMA`)
-    CASE/stacks/part-0.parquet      one row per py-spy stack frame (`forensics.schema.STACKS_SCHEMA`)
-    CASE/quarantine/part-0.parquet  every record that could not be read, with file, place and reason
-    CASE/manifest.json              inputs with sha256, format, records, quarantined, time span
+    CASE/events/host=H/part-0.parquet   one row per journal record (see `forensics.schema.EVENTS_SCHEMA`)
+    CASE/samples/host=H/part-0.parquet  one row per metric sample (`forensics.schema.SAMPLES_SCHEMA`)
+    CASE/stacks/host=H/part-0.parquet   one row per py-spy stack frame (`forensics.schema.STACKS_SCHEMA`)
+    CASE/quarantine/part-*.parquet      every record that could not be read, with file, place and reason
+    CASE/manifest.json                  inputs with sha256, format, records, quarantined, time span;
+                                        the partitions of each frame
 
+Ingest streams: each input is read part by part (a journal export ~8 MB at a time) and each part
+written to its hosts' folders at once, so memory holds one part, not the bundle; the inputs, then
+the host folders, are tasks that run in this process or on a Dask cluster (`forensics.cluster`).
 Re-ingesting a bundle rewrites the case whole (written aside, then swapped in under a lock), so
 running it twice gives the same case. A case folder carries `.forensics-case`; no other folder is
-ever replaced, nor the bundle, a folder above it or one inside it. Records seen in the same journal through two inputs (overlapping exports: the
-same `__CURSOR`) are kept once and counted as duplicates of the later input.
+ever replaced, nor the bundle, a folder above it or one inside it. Records seen in the same
+journal through two inputs (overlapping exports: the same `__CURSOR`) are kept once and counted
+as duplicates of the later input.
 """
 
 from __future__ import annotations
@@ -23,10 +29,8 @@ import json
 import os
 import shutil
 import tempfile
-import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -37,19 +41,13 @@ from forensics import sources
 from forensics.bundle import TAR_SKIPPED
 from forensics.errors import CaseError, ForensicsError, WrongFormat
 from forensics.incident import MANIFEST, load_incident
-from forensics.schema import (
-    EVENTS_SCHEMA,
-    QUARANTINE_SCHEMA,
-    SAMPLES_SCHEMA,
-    STACKS_SCHEMA,
-    empty,
-    validate,
-)
-from forensics.sources import ParseResult
+from forensics import cluster
+from forensics.cluster import Progress, Runner
+from forensics.schema import EXCERPT_CHARS, QUARANTINE_SCHEMA, SCHEMAS, empty, validate
+from forensics.store import (PARTITION, PARTS, columns_of, finish_partition, partition_name, scan_frame, write_empty,
+                             write_part)
 
-MANIFEST_VERSION = 3
-#: The canonical frames a case holds, with their schemas (columns beyond them must be String).
-SCHEMAS = {"events": EVENTS_SCHEMA, "samples": SAMPLES_SCHEMA, "stacks": STACKS_SCHEMA}
+MANIFEST_VERSION = 4  # 4: frames partitioned by host
 FRAMES = (*SCHEMAS, "quarantine")
 # the bundle's own papers, not evidence: the manifest, notes, what `forensics collect` recorded
 IGNORED_NAMES = {MANIFEST, "README.md", ".gitkeep", ".forensics-tar-skipped.json", "collect.json",
@@ -219,152 +217,120 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-# What one journal record keeps through every form it is exported in (export, JSON, a .journal
-# that systemd-journal-remote rebuilt from an export, which gets cursors of its own).
-RECORD_IDENTITY = ("host", "_BOOT_ID", "__MONOTONIC_TIMESTAMP", "__REALTIME_TIMESTAMP", "pid", "message")
+MAX_HOSTS = 4096  # hosts one input may name: past that the host fields are forged or damaged
 
 
-def _repeated(events: pl.DataFrame, key: pl.Expr, repeat: pl.Expr) -> pl.Series:
-    """Row numbers where `repeat` holds among the rows whose `key` hash occurs more than once
-    (the expensive comparison runs on those few rows only)."""
-    hashes = events.select(key.hash()).to_series()
-    # Counting distinct hashes is a third of the cost of marking the repeated ones, and almost
-    # every bundle has none.
-    if hashes.n_unique() == hashes.len():
-        return pl.Series(dtype=pl.UInt32)
-    suspects = hashes.is_duplicated().arg_true()
-    chosen = events[suspects].select(repeat.alias("repeat")).to_series()
-    return suspects.filter(chosen)
+def _cap_hosts(rows: pl.DataFrame, seen: set[str | None], relative: str, fmt: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`rows` without those of hosts past the first MAX_HOSTS the input names, and those rows as
+    quarantine (each host is a folder of the case: an input naming a million cannot make a million)."""
+    hosts = rows.get_column("host").unique(maintain_order=True).to_list()
+    new = [h for h in hosts if h not in seen]
+    room = max(0, MAX_HOSTS - len(seen))
+    seen.update(new[:room])
+    if len(new) <= room:
+        return rows, empty(QUARANTINE_SCHEMA)
+    over = pl.col("host").is_in(new[room:])
+    refused = rows.filter(over).select(
+        pl.lit(relative).alias("source_file"), pl.lit(fmt).alias("format"),
+        pl.col("source_offset").cast(pl.Int64).alias("offset"), pl.col("source_line").cast(pl.Int64).alias("line"),
+        pl.format("host {}: past the {} hosts one input may name (forged or damaged host fields); not kept",
+                  pl.col("host"), pl.lit(MAX_HOSTS)).alias("reason"),
+        pl.col("message").str.slice(0, EXCERPT_CHARS).fill_null("").alias("excerpt"),
+        pl.lit(None, pl.String).alias("subject"))
+    return rows.filter(~over), refused
 
 
-def _drop_repeated_records(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
-    """`events` without the records an earlier input already gave, and how many were dropped per
-    input: the same `__CURSOR`, or — from another input, as cursors differ between a journal and
-    its copies — the same host, boot, both clocks, pid and message. Repeats within one input with
-    different cursors are kept (journald logs identical lines). Hashes first, the frame is copied
-    only when something is dropped."""
-    if events.is_empty():
-        return events, {}
-    columns = set(events.columns)
-    drop: list[pl.Series] = []
-    if "__CURSOR" in columns:
-        # the same cursor and the same entry: a cursor a collector reused for another entry (Vector's
-        # test journal has one) is no repeat
-        cursor = pl.col("__CURSOR")
-        same = pl.struct(cursor, "ts", "message")
-        drop.append(_repeated(events, cursor, cursor.is_not_null() & ~same.is_first_distinct()))
-    if set(RECORD_IDENTITY) <= columns and events.get_column("source_file").n_unique() > 1:
-        identity = pl.struct(*RECORD_IDENTITY)
-        first_input = pl.col("source_file").first().over(identity)
-        drop.append(_repeated(events, identity, pl.col("source_file") != first_input))
-    rows = pl.concat(drop).unique() if drop else pl.Series(dtype=pl.UInt32)
-    if rows.is_empty():
-        return events, {}
-    keep = pl.Series("keep", [True]).extend_constant(True, events.height - 1).scatter(rows, False)
-    dropped = dict(events[rows].group_by("source_file").len().iter_rows())
-    return events.filter(keep), dropped
+def _remove_parts(staging: Path, index: int) -> None:
+    """Every part one input wrote (it failed part way: the case keeps none of it)."""
+    for part in [*staging.glob(f"*/*/part-{index:06d}-*.parquet"), *staging.glob(f"*/part-{index:06d}-*.parquet")]:
+        part.unlink()
 
 
-def ingest(bundle: str | Path, case_dir: str | Path,
-           progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None) -> dict[str, Any]:
-    """Read every input of `bundle` into a case at `case_dir`; returns the manifest."""
-    check_case_target(case_dir, bundle)
-    frames, manifest = read_bundle(bundle, progress)
-    write_case(case_dir, frames, manifest, bundle)
-    return manifest
-
-
-def ingest_in_background(bundle: str | Path, case_dir: str | Path) -> tuple[Case, Callable[[], None]]:
-    """Read `bundle` and return its case at once, from memory, while the Parquet case is written
-    to `case_dir` in a thread (polars writes without holding the GIL, so analysis goes on beside
-    it); call the returned function to wait for the write (it raises what the write raised)."""
-    check_case_target(case_dir, bundle)
-    frames, manifest = read_bundle(bundle)
-    failure: list[BaseException] = []
-
-    def write() -> None:
-        try:
-            write_case(case_dir, frames, manifest, bundle)
-        except BaseException as error:  # noqa: BLE001 - handed to the caller by finished()
-            failure.append(error)
-
-    writer = threading.Thread(target=write, name="forensics-case-writer")
-    writer.start()
-
-    def finished() -> None:
-        writer.join()
-        if failure:
-            raise failure[0]
-
-    case = Case(Path(case_dir), *(frames[name].lazy() for name in FRAMES), manifest)
-    return case, finished
-
-
-def _read_input(bundle: Path, path: Path, source: sources.Source) -> tuple[dict[str, Any], ParseResult | None]:
-    """One input's manifest entry and what its parser read (None, and the error in the entry,
-    when it could not be read)."""
-    entry: dict[str, Any] = {"path": str(path.relative_to(bundle)), "format": source.name, "sha256": _sha256(path)}
+def ingest_input(bundle: str, relative: str, source_name: str, staging: str, index: int) -> dict[str, Any]:
+    """Read one input of `bundle` (at `relative` in it) part by part into the case being built at
+    `staging`: the input's manifest entry, and what the case needs to know of its rows (frame,
+    hosts, extra columns, rows, py-spy dumps, first and last time). The unit of work that runs in
+    this process or on a Dask worker; run twice, it writes the same files."""
+    folder, path, source = Path(staging), Path(bundle) / relative, sources.get(source_name)
+    entry: dict[str, Any] = {"path": relative, "format": source.name, "sha256": _sha256(path)}
+    facts: dict[str, Any] = {"entry": entry, "frame": None, "hosts": set(), "extras": set(), "rows": 0, "dumps": 0,
+                             "first": None, "last": None}
+    seen_hosts: set[str | None] = set()
+    records = parsed = quarantined = 0
+    damage, notes = None, []
+    _remove_parts(folder, index)  # what an attempt on a worker that died left
     try:
-        result = source.parse(path)
-        result.check_accounting(path)
+        for piece, part in enumerate(sources.read_in_parts(source, path)):
+            part.check_accounting(path)
+            name = facts["frame"] = part.frame
+            rows = part.rows.with_columns(pl.lit(relative).cast(SCHEMAS[name]["source_file"]).alias("source_file"))
+            quarantine = part.quarantine.with_columns(pl.lit(relative).alias("source_file"))
+            refused = empty(QUARANTINE_SCHEMA)
+            if name == "events" and rows.height:
+                rows, refused = _cap_hosts(rows, seen_hosts, relative, source.name)
+            validate(rows, SCHEMAS[name], name, extra=pl.String if name == "events" else None)
+            tag = f"{index:06d}-{piece:06d}"
+            facts["hosts"].update(write_part(folder, name, rows, tag))
+            write_part(folder, "quarantine", pl.concat([quarantine, refused]), tag)
+            facts["extras"].update(set(rows.columns) - set(SCHEMAS[name]))
+            records += part.records
+            parsed += part.parsed - refused.height
+            quarantined += part.quarantine.height + refused.height
+            facts["rows"] += rows.height
+            if name == "stacks":
+                facts["dumps"] += rows.select("dump").n_unique()
+            if rows.height:
+                first, last = rows.select(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).row(0)
+                facts["first"] = min(filter(None, (facts["first"], first)), default=None)
+                facts["last"] = max(filter(None, (facts["last"], last)), default=None)
+            damage, notes = damage or part.damage, notes + part.notes
     except ForensicsError as error:
-        entry.update(records=0, parsed=0, quarantined=0, duplicates=0, error=str(error))
-        return entry, None
-    entry.update(records=result.records, parsed=result.parsed, quarantined=result.quarantine.height)
-    if result.damage:
-        entry["error"] = result.damage
-    if result.notes:
-        entry["notes"] = result.notes
-    return entry, result
+        _remove_parts(folder, index)
+        entry.update(records=0, parsed=0, quarantined=0, error=str(error))
+        return {**facts, "frame": None, "hosts": set(), "extras": set(), "rows": 0, "dumps": 0, "first": None,
+                "last": None}
+    entry.update(records=records, parsed=parsed, quarantined=quarantined)
+    if damage:
+        entry["error"] = damage
+    if notes:
+        entry["notes"] = notes
+    return facts
 
 
-def read_bundle(bundle: str | Path, progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None
-                ) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
-    """Every input of `bundle` read and checked: the case's frames (by name) and its manifest."""
-    bundle = Path(bundle)
-    found, skipped = discover(bundle, load_incident(bundle).inputs if bundle.is_dir() else None)
-    rows_by_frame: dict[str, list[pl.DataFrame]] = {name: [] for name in SCHEMAS}
-    quarantine: list[pl.DataFrame] = []
-    inputs: list[dict[str, Any]] = []
-    # Inputs are read two at a time (the parsers release the GIL): the scrapes and dumps are read
-    # beside the big journal export, and results are taken in bundle order.
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="forensics-input") as pool:
-        reads = [pool.submit(_read_input, bundle, path, source) for path, source in found]
-        for read in progress(reads) if progress else reads:
-            entry, result = read.result()
-            inputs.append(entry)
-            if result is None:
-                continue
-            rows_by_frame[result.frame].append(
-                result.rows.with_columns(pl.lit(entry["path"]).cast(SCHEMAS[result.frame]["source_file"])
-                                         .alias("source_file")))
-            quarantine.append(result.quarantine.with_columns(pl.lit(entry["path"]).alias("source_file")))
+def build_case(bundle: Path, staging: Path, progress: Progress | None = None, run: Runner | None = None
+               ) -> dict[str, Any]:
+    """Every input of `bundle` read into the case folder `staging` (input by input, then host
+    folder by host folder; see `forensics.store`); returns the manifest (not yet written)."""
+    run = run or cluster.runner()
+    found, skipped = discover(bundle, load_incident(bundle).inputs)
+    root = bundle.absolute()
+    run.check_paths([root, staging])
+    calls = [(str(root), str(path.relative_to(bundle)), source.name, str(staging), index)
+             for index, (path, source) in enumerate(found)]
+    read = run.map(ingest_input, calls, "inputs", progress)
+    extras = sorted(set().union(*(f["extras"] for f in read if f["frame"] == "events")))
+    partitions = {name: sorted({h for f in read if f["frame"] == name for h in f["hosts"]}, key=lambda h: (h is None, h))
+                  for name in SCHEMAS}
+    finishing = [(str(staging / name / partition_name(host)), name, extras if name == "events" else [])
+                 for name, hosts in partitions.items() for host in hosts]
+    duplicates: dict[str, int] = {}
+    for dropped in run.map(finish_partition, finishing, "partitions", progress):
+        for path, count in dropped.items():
+            duplicates[path] = duplicates.get(path, 0) + count
+    for name, hosts in partitions.items():
+        if not hosts:
+            write_empty(staging, name, columns_of(name, extras if name == "events" else []))
+    if not any(staging.glob(f"quarantine/{PARTS}")):
+        write_empty(staging, "quarantine", QUARANTINE_SCHEMA)
 
-    events = rows_by_frame["events"]
-    all_events = pl.concat(events, how="diagonal_relaxed") if events else empty(EVENTS_SCHEMA)
-    # The same journal record reached through two inputs: keep the first.
-    all_events, duplicates = _drop_repeated_records(all_events)
-    if not all_events.get_column("ts").is_sorted():  # one export is in order already: no copy then
-        all_events = all_events.sort("ts", maintain_order=True)
-    all_quarantine = pl.concat(quarantine) if quarantine else empty(QUARANTINE_SCHEMA)
-    all_stacks = pl.concat(rows_by_frame["stacks"]) if rows_by_frame["stacks"] else empty(STACKS_SCHEMA)
-    all_stacks = all_stacks.sort("ts", "source_file", "source_line", maintain_order=True)
-    all_samples = pl.concat(rows_by_frame["samples"]) if rows_by_frame["samples"] else empty(SAMPLES_SCHEMA)
-    all_samples = all_samples.sort("ts", "instance", "source_file", "source_line", maintain_order=True)
-    validate(all_events, EVENTS_SCHEMA, "events")
-    validate(all_stacks, STACKS_SCHEMA, "stacks", extra=None)
-    validate(all_samples, SAMPLES_SCHEMA, "samples", extra=None)
-    validate(all_quarantine, QUARANTINE_SCHEMA, "quarantine", extra=None)
-
-    timed = pl.concat([f.select(pl.col("source_file").cast(pl.String), "ts")
-                       for f in (all_events, all_stacks, all_samples)])
-    spans = {row[0]: row[1:] for row in timed.group_by("source_file")
-             .agg(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).iter_rows()}
-    for entry in inputs:
-        entry.setdefault("duplicates", duplicates.get(entry["path"], 0))
-        first_ts, last_ts = spans.get(entry["path"], (None, None))
-        entry["first_ts"], entry["last_ts"] = _iso(first_ts), _iso(last_ts)
-    manifest = {
+    inputs = [f["entry"] for f in read]
+    for facts in read:
+        facts["entry"].setdefault("duplicates", duplicates.get(facts["entry"]["path"], 0))
+        facts["entry"]["first_ts"], facts["entry"]["last_ts"] = _iso(facts["first"]), _iso(facts["last"])
+    rows = {name: sum(f["rows"] for f in read if f["frame"] == name) for name in SCHEMAS}
+    firsts = [f["first"] for f in read if f["first"] is not None]
+    lasts = [f["last"] for f in read if f["last"] is not None]
+    return {
         "version": MANIFEST_VERSION,
         "bundle": bundle.name,
         "inputs": inputs,
@@ -374,17 +340,49 @@ def read_bundle(bundle: str | Path, progress: Callable[[Iterable[Any]], Iterable
             "parsed": sum(e["parsed"] for e in inputs),
             "quarantined": sum(e["quarantined"] for e in inputs),
             "duplicates": sum(e["duplicates"] for e in inputs),
-            "events": all_events.height,
-            "stack_frames": all_stacks.height,
-            "stack_dumps": all_stacks.select("source_file", "dump").n_unique(),
-            "samples": all_samples.height,
+            "events": rows["events"] - sum(duplicates.values()),
+            "stack_frames": rows["stacks"],
+            "stack_dumps": sum(f["dumps"] for f in read),
+            "samples": rows["samples"],
         },
+        "first_ts": _iso(min(firsts, default=None)),
+        "last_ts": _iso(max(lasts, default=None)),
+        "layout": {"partitioned_by": PARTITION, "partitions": partitions, "extra_columns": {"events": extras}},
     }
-    window = timed.select(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).row(0)
-    manifest["first_ts"], manifest["last_ts"] = _iso(window[0]), _iso(window[1])
 
-    return ({"events": all_events, "samples": all_samples, "stacks": all_stacks, "quarantine": all_quarantine},
-            manifest)
+
+def ingest(bundle: str | Path, case_dir: str | Path, progress: Progress | None = None,
+           run: Runner | None = None) -> dict[str, Any]:
+    """Read every input of `bundle` into a case at `case_dir` (replaced whole, never half-written);
+    returns the manifest. The work runs on `run` (default: this process, or the Dask cluster
+    named by FORENSICS_DASK)."""
+    bundle = Path(bundle)
+    check_case_target(case_dir, bundle)
+    if not bundle.is_dir():
+        raise CaseError(f"{bundle}: not a directory (a bundle is a folder of evidence files, or a tarball of one)")
+    chosen = run or cluster.runner()
+    try:
+        with staged_case(case_dir, bundle) as staging:
+            manifest = build_case(bundle, staging, progress, chosen)
+            (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    finally:
+        if run is None:
+            chosen.close()
+    return manifest
+
+
+def read_bundle(bundle: str | Path, progress: Progress | None = None) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
+    """Every input of `bundle` read and checked, in memory: the case's frames (by name, in time
+    order) and its manifest (for small bundles and tests; big ones go through `ingest`)."""
+    with tempfile.TemporaryDirectory(prefix="forensics-read-") as scratch:
+        manifest = ingest(bundle, Path(scratch) / "case", progress, cluster.Local())
+        case = load_case(Path(scratch) / "case")
+        frames = {"events": case.events.collect().sort("ts", maintain_order=True),
+                  "samples": case.samples.collect().sort("ts", "instance", "source_file", "source_line",
+                                                         maintain_order=True),
+                  "stacks": case.stacks.collect().sort("ts", "source_file", "source_line", maintain_order=True),
+                  "quarantine": case.quarantine.collect()}
+    return frames, manifest
 
 
 def _is_case(folder: Path) -> bool:
@@ -459,12 +457,12 @@ def case_lock(case_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def write_case(case_dir: str | Path, frames: dict[str, pl.DataFrame], manifest: dict[str, Any],
-               bundle: str | Path | None = None) -> None:
-    """The case folder: one Parquet dataset per frame and manifest.json, replaced whole. Written
-    beside it first and swapped in under a lock, so a reader never sees half a case and two
-    writers never mix theirs; what a killed writer left aside is removed by the next one. Refuses
-    (CaseError) any place `check_case_target` refuses."""
+@contextmanager
+def staged_case(case_dir: str | Path, bundle: str | Path | None = None) -> Iterator[Path]:
+    """A folder to build the case in, swapped in place of `case_dir` when the block ends without
+    error (removed otherwise). Built beside it and swapped under a lock, so a reader never sees
+    half a case and two writers never mix theirs; what a killed writer left aside is removed by
+    the next one. Refuses (CaseError) any place `check_case_target` refuses."""
     case_dir = Path(case_dir).expanduser()
     with case_lock(case_dir.resolve()):
         case_dir = check_case_target(case_dir, bundle)
@@ -475,10 +473,7 @@ def write_case(case_dir: str | Path, frames: dict[str, pl.DataFrame], manifest: 
             (staging / CASE_MARKER).write_text("a forensics case: `forensics ingest` may replace this folder whole\n")
             for name in FRAMES:
                 (staging / name).mkdir()
-                # zstd level 1: about the size of the default level, a fifth faster to write
-                frames[name].write_parquet(staging / name / "part-0.parquet", compression="zstd",
-                                           compression_level=1, statistics=True)
-            (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            yield staging
             retired = None
             if case_dir.exists():
                 retired = case_dir.with_name(f".{case_dir.name}.partial-old-{os.getpid()}")
@@ -516,11 +511,12 @@ def load_case(path: str | Path, backend: str = "polars") -> Case | dict[str, Any
         raise CaseError(f"{manifest_path}: case version {manifest.get('version')}, this forensics reads "
                         f"{MANIFEST_VERSION}; re-ingest the bundle")
     frames = {}
+    extras = manifest.get("layout", {}).get("extra_columns", {})
     for name in FRAMES:
         dataset = path / name
         if not dataset.is_dir():
             raise CaseError(f"{path}: missing the {name} dataset ({dataset})")
-        frames[name] = pl.scan_parquet(dataset / "*.parquet")
+        frames[name] = scan_frame(path, name, extras.get(name))
     return Case(path, frames["events"], frames["samples"], frames["stacks"], frames["quarantine"], manifest)
 
 

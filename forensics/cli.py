@@ -41,7 +41,8 @@ def _ingest(bundle: Path, case_dir: Path) -> None:
 
     check_case_target(case_dir, bundle)  # a refusal is the only line printed
     print(f"case: {case_dir}", file=sys.stderr)
-    ingest(bundle, case_dir, progress=lambda items: tqdm(items, desc="ingest", unit="input", file=sys.stderr))
+    ingest(bundle, case_dir, progress=lambda items, what: tqdm(items, desc=f"ingest {what}", unit=what[:-1],
+                                                               file=sys.stderr))
 
 
 def print_summary(case_dir: Path, out: TextIO | None = None) -> None:
@@ -145,6 +146,7 @@ def _utc(text: str) -> datetime:
 
 
 def _report_options(parser: argparse.ArgumentParser) -> None:
+    _dask_option(parser)
     parser.add_argument("--display-tz", default="UTC", help="time zone the report shows times in (default: UTC)")
     parser.add_argument("--profile", default="", help="profile name or .toml path (default: chosen from the evidence)")
     redaction = parser.add_mutually_exclusive_group()
@@ -154,6 +156,12 @@ def _report_options(parser: argparse.ArgumentParser) -> None:
                            help="redact nothing, not even timeline.html")
     parser.add_argument("--library", type=Path, help="a folder of earlier reports (a batch's output): the report "
                                                      "says when the same problem was seen before")
+
+
+def _dask_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dask", metavar="tcp://HOST:8786", default="",
+                        help="run ingest's per-input and per-host work on this Dask scheduler's workers (default: "
+                             "$FORENSICS_DASK, else this process); bundle and case must be on a path every worker sees")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -175,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_ingest = sub.add_parser("ingest", help="read a bundle's inputs into a case (Parquet) and print its summary")
     p_ingest.add_argument("bundle", type=Path)
     p_ingest.add_argument("--case", type=Path, help="case folder (default: ~/.cache/forensics/<bundle>-<id>/case)")
+    _dask_option(p_ingest)
     p_summary = sub.add_parser("summary", help="print what a case holds")
     p_summary.add_argument("case", type=Path)
     p_stacks = sub.add_parser("stacks", help="judge the py-spy dumps of a bundle or case: TP desync and friends")
@@ -199,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_an.add_argument("--json", action="store_true", help="print summary.json instead of text")
     p_an.add_argument("--profile", default="", help="profile name or .toml path (default: chosen from the evidence)")
     p_an.add_argument("--display-tz", default="UTC", help="time zone the text writes times in (default: UTC)")
+    _dask_option(p_an)
     p_ref = sub.add_parser("reference", help="write the reference incident bundle (deterministic), at any scale")
     p_ref.add_argument("out", type=Path)
     p_ref.add_argument("--scale", type=int, default=1, help="multiply request traffic (1: ~10k journal entries)")
@@ -286,6 +296,13 @@ def _pid_groups(pairs: list[str]) -> dict[str, list[int]]:
 
 def _run(args: argparse.Namespace) -> int:
     """Carry out one parsed command."""
+    if getattr(args, "dask", ""):
+        import os
+
+        from forensics.cluster import DASK_ENV
+
+        # read where each case is ingested, in this process and in report notebooks' kernels
+        os.environ[DASK_ENV] = args.dask
     if getattr(args, "library", None) is not None:
         import os
 

@@ -171,3 +171,9 @@ def validate(frame: pl.DataFrame | pl.LazyFrame, schema: Mapping[str, pl.DataTyp
 def empty(schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
     """An empty frame with exactly `schema`."""
     return pl.DataFrame(schema=dict(schema))
+
+
+#: The canonical frames of rows read from inputs, by name, with their schemas (`events` may carry
+#: further String columns: journal fields beyond the schema).
+SCHEMAS: Mapping[str, Mapping[str, pl.DataType]] = {"events": EVENTS_SCHEMA, "samples": SAMPLES_SCHEMA,
+                                                   "stacks": STACKS_SCHEMA}

@@ -47,7 +47,11 @@ def test_case_reopens_lazily_with_declared_schemas(tmp_path: Path) -> None:
     events = case.events.collect()
     assert events.height == case.manifest["totals"]["events"]
     assert events.get_column("__CURSOR").is_duplicated().sum() == 0
-    assert events.get_column("ts").is_sorted()
+    # one folder per host, each input's rows in the order it gave them (time order for a journal)
+    hosts = sorted(p.name for p in (tmp_path / "case" / "events").iterdir())
+    assert hosts == [f"host={h}" for h in sorted(events.get_column("host").unique().to_list())]
+    assert events.group_by("source_file").agg((pl.col("ts").diff().dt.total_microseconds() >= 0).all()
+                                                .alias("ordered")).get_column("ordered").all()
     reasons = case.quarantine.collect().sort("source_file", "line").select("source_file", "line", "reason").rows()
     assert reasons[0] == ("journal/damaged.export", 1, "line 3: invalid field name 'message' (only A-Z, 0-9 and _ allowed)")
 

@@ -44,7 +44,8 @@ def fold_tracebacks(events: pl.DataFrame) -> pl.DataFrame:
     lines = lines.with_columns(pl.col("_start").cast(pl.Int32).cum_sum().over("host", "pid").alias("_tb"))
     inside = lines.filter(pl.col("_tb") > 0).with_columns(
         (pl.col("_start") | pl.col("message").str.contains(r"^\s") |
-         pl.col("message").str.contains(r"^\w[\w.]*(?:Error|Exception|Interrupt|Exit)\b")).alias("_part"))
+         pl.col("message").str.contains(r"^\w[\w.]*(?:Error|Exception|Interrupt|Exit)\b")).fill_null(False)
+        .alias("_part"))
     # a traceback ends at its first line that is not part of it
     inside = inside.with_columns((~pl.col("_part")).cast(pl.Int32).cum_sum().over("host", "pid", "_tb").alias("_out"))
     tracebacks = inside.filter(pl.col("_out") == 0)

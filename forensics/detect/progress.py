@@ -76,8 +76,8 @@ def freezes(timeline: Timeline) -> pl.DataFrame:
                           .alias("gap_s"))
             .filter((pl.col("gap_s") > FREEZE_GAP_S) & pending).sort("ts"))
     line = ("source_file", "source_line", "source_offset", "message")
-    this = timeline.events.select(line)[gaps.get_column("_row")]
-    after = timeline.events.select(*line, "ts")[gaps.get_column("_next_row").fill_null(0)]
+    this = timeline.with_messages(timeline.events.select(line)[gaps.get_column("_row")])
+    after = timeline.with_messages(timeline.events.select(*line, "ts")[gaps.get_column("_next_row").fill_null(0)])
     next_row = pl.when(gaps.get_column("_next_row").is_not_null()).then(pl.struct(*line, "ts"))
     return gaps.drop("_row", "_next_row").with_columns(
         *this.get_columns(), after.select(next_row.alias("next_row")).to_series())
@@ -120,7 +120,7 @@ def detect(timeline: Timeline) -> list[Finding]:
         agree, metric_evidence = _metrics_check(timeline, component, host, at, until)
         rows = timeline.events.filter((pl.col("ts") == at) & pl.col("component").eq_missing(component)
                                       & pl.col("host").eq_missing(host) & pl.col("progress").is_not_null())
-        evidence = event_evidence(rows, 1) + metric_evidence
+        evidence = event_evidence(timeline.with_messages(rows.head(1)), 1) + metric_evidence
         if gap["next_row"]:
             evidence += [Evidence("events", gap["next_row"]["source_file"], gap["next_row"]["source_line"],
                                   gap["next_row"]["source_offset"], until, gap["next_row"]["message"][:80])]

@@ -397,7 +397,10 @@ def write_reference(out: Path, *, scale: int = 1, hosts: int = 1, time_zone: str
     are declared exact). `journal_formats` may add "json" and "journal" (needs systemd-journal-remote)."""
     shutil.rmtree(out, ignore_errors=True)
     (out / "journal").mkdir(parents=True)
-    machines, journals = [], []
+    machines: list[Host] = []
+    waiting: Journal | None = None  # the incident host's journal, until the next host's is made
+    # One host at a time (two while the first waits for the second, which it sends requests to), so
+    # a fleet of any size is written in the memory of two hosts' journals.
     for n in range(hosts):
         rng = random.Random(f"{seed}/{n}")
         host = Host(f"gpu-node-{n:02d}", ZoneInfo(time_zone if n == 0 else "UTC"),
@@ -405,21 +408,15 @@ def write_reference(out: Path, *, scale: int = 1, hosts: int = 1, time_zone: str
         host.boot_id, host.machine_id, host.seqnum_id = host.hex(), host.hex(), host.hex()
         host.pids = {"prefill": 4100 + n, "decode": 4200 + n, "router": 4300 + n}
         machines.append(host)
-        journals.append(_host_journal(host, scale))
-    if hosts > 1:
-        _cross_host(journals[0], journals[1])
-    for host, journal in zip(machines, journals, strict=True):
-        with open(out / "journal" / f"{host.name}.export.zst", "wb") as raw, \
-                zstandard.ZstdCompressor(level=10).stream_writer(raw) as compressed:
-            journal.write(compressed)
-        if "json" in journal_formats or "journal" in journal_formats:
-            _real_journal(journal, out / "journal", host.name, journal_formats)
-        journal.entries.clear()
-        for role in ("prefill", "decode"):
-            folder = out / "metrics" / f"{host.name}_{PORTS[role]}"
-            folder.mkdir(parents=True)
-            with gzip.GzipFile(folder / "scrapes.prom.gz", "wb", mtime=0) as f:
-                f.write(_scrapes(host, role))
+        journal = _host_journal(host, scale)
+        if n == 0 and hosts > 1:
+            waiting = journal
+            continue
+        if waiting is not None:
+            _cross_host(waiting, journal)
+            _write_host(out, waiting, journal_formats)
+            waiting = None
+        _write_host(out, journal, journal_formats)
     (out / "stacks").mkdir()
     for dump in sorted(LAB_DUMPS.glob("round-*.txt")):
         text = dump.read_text()
@@ -428,6 +425,22 @@ def write_reference(out: Path, *, scale: int = 1, hosts: int = 1, time_zone: str
     (out / "incident.toml").write_text(_manifest(machines, declare_skew))
     (out / "README.md").write_text(README)
     return out
+
+
+def _write_host(out: Path, journal: Journal, journal_formats: tuple[str, ...]) -> None:
+    """One host's journal (as export, and JSON or .journal files if asked) and its engines' scrapes."""
+    host = journal.host
+    with open(out / "journal" / f"{host.name}.export.zst", "wb") as raw, \
+            zstandard.ZstdCompressor(level=10).stream_writer(raw) as compressed:
+        journal.write(compressed)
+    if "json" in journal_formats or "journal" in journal_formats:
+        _real_journal(journal, out / "journal", host.name, journal_formats)
+    journal.entries.clear()
+    for role in ("prefill", "decode"):
+        folder = out / "metrics" / f"{host.name}_{PORTS[role]}"
+        folder.mkdir(parents=True)
+        with gzip.GzipFile(folder / "scrapes.prom.gz", "wb", mtime=0) as f:
+            f.write(_scrapes(host, role))
 
 
 def _shifted(match: re.Match[str], shift: timedelta) -> str:

@@ -121,8 +121,8 @@ def rank_label() -> pl.Expr:
 
 def lane_expr() -> pl.Expr:
     """The swimlane of an event: host · component (or unit) · rank."""
-    what = pl.coalesce(pl.col("component"), pl.col("identifier"), pl.col("unit").str.replace(r"\.service$", ""),
-                       pl.lit("?"))
+    what = pl.coalesce(pl.col("component"), pl.col("identifier"),
+                       pl.col("unit").cast(pl.String).str.replace(r"\.service$", ""), pl.lit("?"))
     return pl.concat_str([pl.col("host").fill_null("?"), what, rank_label()], separator=" · ",
                          ignore_nulls=True).alias("lane")
 
@@ -321,7 +321,7 @@ def _error_markers(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: dic
                .with_columns(errors.template(pl.col("message")).alias("template"))
                .group_by(pl.col("ts").dt.truncate(axis.every).alias("bucket"), "lane", "template")
                .agg(pl.len().alias("n"), pl.col("message").first(), pl.col("event").first(), pl.col("ts").min())
-               .sort("ts"))
+               .sort("ts", "lane", "template"))  # ties broken: the same figure every time
     if notable.is_empty():
         return
     x = notable.select(wall_ms("ts", axis.zone)).to_series().to_numpy()
@@ -612,7 +612,7 @@ def errors_figure(analysis: Analysis, redact: Redact | None = None, top: int = 1
     """Notable lines per minute for the `top` templates by count (stacked bars), in the display zone."""
     counts = errors.per_minute(analysis.timeline)
     leaders = (counts.group_by("component", "template").agg(pl.col("count").sum())
-               .sort("count", descending=True).head(top))
+               .sort("count", "component", "template", descending=[True, False, False], nulls_last=True).head(top))
     fig = go.Figure()
     for component, template, _ in leaders.iter_rows():
         rows = counts.filter((pl.col("component").eq_missing(component)) & (pl.col("template") == template))

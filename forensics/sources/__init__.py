@@ -1,7 +1,9 @@
 """The registry of input formats: one module per format, each registered by name.
 
 Each module exposes `NAME`, `sniff(head: bytes, path: Path) -> bool` and
-`parse(path: Path) -> ParseResult`, and calls `register(...)` at import. Importing this package
+`parse(path: Path) -> ParseResult`, and calls `register(...)` at import. A format whose inputs grow
+large also gives `stream(path)`: the same rows in parts of bounded size, so that ingest writes each
+part to the case as it is read and never holds the whole input (`read_in_parts`). Importing this package
 imports every module in it, so a format is added by dropping one file here; a test fails if a
 module in this folder did not register.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,17 +62,47 @@ class Source:
     sniff: Callable[[bytes, Path], bool]
     parse: Callable[[Path], ParseResult]
     module: str
+    # the input's rows in parts, for formats whose inputs grow large (None: `parse` reads it whole)
+    stream: Callable[[Path], Iterator[ParseResult]] | None = None
+
+
+def read_in_parts(source: Source, path: Path) -> Iterator[ParseResult]:
+    """What `source` reads from `path`, in parts of bounded size where the format can (else one
+    part: the whole input). The parts' counts add up to the input's; a part may carry only the
+    input's `damage` and `notes`, with no rows."""
+    if source.stream is None:
+        yield source.parse(path)
+    else:
+        yield from source.stream(path)
+
+
+def combine(parts: list[ParseResult]) -> ParseResult:
+    """One input's parts as one result (rows and quarantine concatenated, extra columns after the
+    schema's in name order, counts added, damage and notes kept)."""
+    from forensics.schema import QUARANTINE_SCHEMA, SCHEMAS, empty
+
+    frame = parts[0].frame
+    rows = [p.rows for p in parts if p.rows.height] or [empty(SCHEMAS[frame])]
+    joined = pl.concat(rows, how="diagonal_relaxed")
+    named = list(SCHEMAS[frame])
+    joined = joined.select(*named, *sorted(set(joined.columns) - set(named)))
+    quarantine = [p.quarantine for p in parts if p.quarantine.height] or [empty(QUARANTINE_SCHEMA)]
+    counted = [p.parsed_records for p in parts]
+    return ParseResult(frame, joined, pl.concat(quarantine), records=sum(p.records for p in parts),
+                       parsed_records=None if all(c is None for c in counted) else sum(p.parsed for p in parts),
+                       damage=next((p.damage for p in parts if p.damage), None),
+                       notes=[note for p in parts for note in p.notes])
 
 
 _REGISTRY: dict[str, Source] = {}
 
 
 def register(name: str, sniff: Callable[[bytes, Path], bool], parse: Callable[[Path], ParseResult],
-             *, module: str) -> None:
+             *, module: str, stream: Callable[[Path], Iterator[ParseResult]] | None = None) -> None:
     """Add a format to the registry; a second format with the same name is an error."""
     if name in _REGISTRY:
         raise ForensicsError(f"source {name!r} registered twice ({_REGISTRY[name].module} and {module})")
-    _REGISTRY[name] = Source(name, sniff, parse, module)
+    _REGISTRY[name] = Source(name, sniff, parse, module, stream)
 
 
 def registered() -> dict[str, Source]:

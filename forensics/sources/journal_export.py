@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from forensics.errors import ParseError
 from forensics.formats.journal import FIELD_NAME, assemble_events, field_name_problem
 from forensics.formats.rawio import Piece, pieces
 from forensics.schema import EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD, empty
-from forensics.sources import ParseResult, _export_scan, register
+from forensics.sources import ParseResult, _export_scan, combine, register
 
 NAME = "journal_export"
 CHUNK_BYTES = 8 << 20
@@ -174,13 +175,13 @@ def _finish(waiting: deque[tuple[Piece, int, Future]], source_file: str
     return result
 
 
-def parse(path: Path) -> ParseResult:
-    """Read an export file into `events` and `quarantine` rows."""
+def stream(path: Path) -> Iterator[ParseResult]:
+    """An export file's `events` and `quarantine` rows, a part per piece of the file (about
+    CHUNK_BYTES each) in file order; the input's damage and notes come last, in a part of no rows."""
     # Pieces are independent and numpy/polars release the GIL, so parsing uses both cores while
     # the next piece is decompressed. A piece is finished in file order once the piece after it
     # has arrived (a binary value may run on into it).
-    done: list[tuple[pl.DataFrame, pl.DataFrame, int, bool]] = []
-    damage = None
+    damage, unclosed = None, False
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         waiting: deque[tuple[Piece, int, Future]] = deque()
         line_base = 0
@@ -190,21 +191,21 @@ def parse(path: Path) -> ParseResult:
                 # the parser finds the newlines too, but the next piece's line numbers are needed now
                 line_base += _export_scan.count_newlines(piece.data, piece.length)
                 while len(waiting) > IN_FLIGHT:
-                    done.append(_finish(waiting, str(path)))
+                    events, quarantine, records, unclosed = _finish(waiting, str(path))
+                    yield ParseResult("events", events, quarantine, records=records)
         except ParseError as error:  # a compressed copy cut short: keep the entries before the break
             damage = str(error)
         while waiting:
-            done.append(_finish(waiting, str(path)))
-    if not done:  # the input broke off before its first piece
-        return ParseResult("events", empty(EVENTS_SCHEMA), empty(QUARANTINE_SCHEMA), records=0, damage=damage)
-    events = pl.concat([e for e, _, _, _ in done], how="diagonal_relaxed")
-    named = list(EVENTS_SCHEMA)  # columns beyond the schema in name order, whichever piece had them first
-    events = events.select(*named, *sorted(set(events.columns) - set(named)))
-    quarantine = pl.concat([q for _, q, _, _ in done])
+            events, quarantine, records, unclosed = _finish(waiting, str(path))
+            yield ParseResult("events", events, quarantine, records=records)
     notes = ["the last entry ends the file without its blank line: read as whole (systemd-journal-remote would "
-             "drop it as a premature end of file)"] if done[-1][3] else []
-    return ParseResult("events", events, quarantine, records=sum(n for _, _, n, _ in done), damage=damage,
-                       notes=notes)
+             "drop it as a premature end of file)"] if unclosed else []
+    yield ParseResult("events", empty(EVENTS_SCHEMA), empty(QUARANTINE_SCHEMA), records=0, damage=damage, notes=notes)
 
 
-register(NAME, sniff, parse, module=__name__)
+def parse(path: Path) -> ParseResult:
+    """Read an export file into `events` and `quarantine` rows."""
+    return combine(list(stream(path)))
+
+
+register(NAME, sniff, parse, module=__name__, stream=stream)

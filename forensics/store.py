@@ -1,0 +1,164 @@
+"""How a case lies on disk: each frame a Hive-partitioned Parquet dataset by host.
+
+    CASE/events/host=gpu-node-00/part-0.parquet     a host's journal records (any number of parts)
+    CASE/samples/host=gpu-node-00/part-0.parquet    its metric samples
+    CASE/stacks/host=gpu-node-00/part-0.parquet     its py-spy frames
+    CASE/quarantine/part-000003-000000.parquet      unreadable records, one part per input part
+
+The host is in the folder name only (the Hive convention: `host=` then the name percent-encoded, a
+missing host as `__HIVE_DEFAULT_PARTITION__`), so pandas (pyarrow), polars, DuckDB and Spark read a
+frame's folder as it is and give `host` back as a column. Ingest writes each input's rows to its
+hosts' folders as it reads them (`write_part`); `finish_partition` then makes each host folder one
+file with the frame's full set of columns, dropping records that reached the case twice (they
+come from the same journal, so they meet in the same host folder). Every write goes to a hidden
+name first and is renamed into place, so a writer killed mid-file leaves no part a reader takes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import quote
+
+import polars as pl
+
+from forensics.schema import SCHEMAS
+
+PARTITION = "host"
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+PARTS = "*.parquet"  # what a reader takes from a folder (hidden `.tmp-*` files of a killed writer are not)
+# zstd level 1: about the size of the default level, a fifth faster to write
+WRITE_OPTIONS = {"compression": "zstd", "compression_level": 1, "statistics": True}
+# What one journal record keeps through every form it is exported in (export, JSON, a .journal
+# that systemd-journal-remote rebuilt from an export, which gets cursors of its own); the host is
+# the partition.
+RECORD_IDENTITY = ("_BOOT_ID", "__MONOTONIC_TIMESTAMP", "__REALTIME_TIMESTAMP", "pid", "message")
+
+
+def partition_name(host: str | None) -> str:
+    """The folder of a host's rows: `host=` and the name percent-encoded (a name is data from the
+    evidence: `/`, `..` or `%` in it must not reach the path)."""
+    return f"{PARTITION}={NULL_PARTITION if host is None else quote(host, safe='')}"
+
+
+def _write(frame: pl.DataFrame | pl.LazyFrame, path: Path) -> None:
+    """`frame` as Parquet at `path`, written under a hidden name and renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    hidden = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    if isinstance(frame, pl.LazyFrame):
+        frame.sink_parquet(hidden, **WRITE_OPTIONS)  # type: ignore[arg-type]
+    else:
+        frame.write_parquet(hidden, **WRITE_OPTIONS)  # type: ignore[arg-type]
+    os.replace(hidden, path)
+
+
+def write_part(folder: Path, name: str, rows: pl.DataFrame, tag: str) -> list[str | None]:
+    """Write `rows` of frame `name` into the case folder being built, each host's rows to its
+    partition as `part-TAG.parquet`; the hosts written to."""
+    if rows.is_empty():
+        return []
+    if name not in SCHEMAS:
+        _write(rows, folder / name / f"part-{tag}.parquet")
+        return []
+    hosts: list[str | None] = []
+    for key, part in rows.partition_by(PARTITION, as_dict=True, include_key=False, maintain_order=True).items():
+        host = None if key[0] is None else str(key[0])
+        _write(part, folder / name / partition_name(host) / f"part-{tag}.parquet")
+        hosts.append(host)
+    return hosts
+
+
+def write_empty(folder: Path, name: str, schema: Mapping[str, pl.DataType]) -> None:
+    """A frame with no rows as a dataset readers can still open: one file of its columns (in the
+    partition of no host for the partitioned frames)."""
+    empty = pl.DataFrame(schema={k: v for k, v in schema.items() if name not in SCHEMAS or k != PARTITION})
+    where = folder / name / partition_name(None) if name in SCHEMAS else folder / name
+    _write(empty, where / "part-0.parquet")
+
+
+def columns_of(name: str, extras: list[str]) -> dict[str, pl.DataType]:
+    """A frame's columns in the order a case gives them: the schema's, then extra journal fields
+    (always text) in name order."""
+    schema = dict(SCHEMAS[name])
+    schema.update((extra, pl.String()) for extra in sorted(set(extras) - set(schema)))
+    return schema
+
+
+def scan_frame(folder: Path, name: str, extras: list[str] | None = None) -> pl.LazyFrame:
+    """A frame of the case at `folder`, lazily, in the canonical column order, `host` included."""
+    if name not in SCHEMAS:
+        return pl.scan_parquet(folder / name / PARTS)
+    schema = columns_of(name, extras or [])
+    stored = {k: v for k, v in schema.items() if k != PARTITION}
+    scan = pl.scan_parquet(folder / name / "*" / PARTS, hive_partitioning=True, hive_schema={PARTITION: pl.String},
+                           schema=stored, missing_columns="insert")
+    return scan.select(pl.col(PARTITION).cast(schema[PARTITION]) if c == PARTITION else pl.col(c) for c in schema)
+
+
+def _repeat_rows(scan: pl.LazyFrame, key: pl.Expr, repeat: pl.Expr) -> pl.DataFrame:
+    """`_row` and `source_file` of the rows where `repeat` holds among those whose `key` hash occurs
+    more than once: only the hashes are held for every row, the rows themselves for the few suspects."""
+    hashes = scan.select("_row", key.hash().alias("_hash")).collect(engine="streaming")
+    suspects = hashes.filter(pl.col("_hash").is_duplicated()).get_column("_row")
+    if suspects.is_empty():
+        return pl.DataFrame(schema={"_row": pl.UInt32, "source_file": pl.String})
+    rows = scan.filter(pl.col("_row").is_in(suspects.implode())).collect(engine="streaming").sort("_row")
+    return rows.filter(repeat).select("_row", pl.col("source_file").cast(pl.String))
+
+
+def repeated_records(scan: pl.LazyFrame, columns: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    """The rows of one host's `events` (`scan`, with a `_row` number in input order) that an earlier
+    row already gave: the same `__CURSOR` and entry, or — from another input, as cursors differ
+    between a journal and its copies — the same boot, both clocks, pid and message. Repeats within
+    one input with different cursors are kept (journald logs identical lines)."""
+    found = []
+    if "__CURSOR" in columns:
+        # the same cursor and the same entry: a cursor a collector reused for another entry (Vector's
+        # test journal has one) is no repeat
+        cursor = pl.col("__CURSOR")
+        found.append(_repeat_rows(scan, cursor, cursor.is_not_null()
+                                  & ~pl.struct(cursor, "ts", "message").is_first_distinct()))
+    inputs = scan.select(pl.col("source_file").n_unique()).collect().item()
+    if inputs > 1 and set(RECORD_IDENTITY) <= set(columns):
+        identity = pl.struct(*RECORD_IDENTITY)
+        # only journal records carry the clocks that make two lines one record
+        found.append(_repeat_rows(scan, identity, pl.col("__REALTIME_TIMESTAMP").is_not_null()
+                                  & (pl.col("source_file") != pl.col("source_file").first().over(identity))))
+    return pl.concat(found).unique("_row") if found else pl.DataFrame(schema={"_row": pl.UInt32,
+                                                                              "source_file": pl.String})
+
+
+def finish_partition(partition: str | Path, name: str, extras: list[str]) -> dict[str, int]:
+    """Make one host folder of a frame a single file with every column of the frame (what another
+    host's folder has and this one lacks, as nulls), without repeated journal records; how many
+    were dropped per input (by its path in the bundle). Safe to run again after being killed at
+    any point (a Dask worker that died is retried on another)."""
+    import json
+
+    partition = Path(partition)
+    whole, counts = partition / "part-0.parquet.whole", partition / ".dropped.json"
+    if whole.exists() and not counts.exists():  # killed before its counts were kept: start again
+        whole.unlink()
+    if not counts.exists():
+        parts = sorted(partition.glob(PARTS))  # part-INPUT-PIECE: input order, then file order
+        schema = {k: v for k, v in columns_of(name, extras).items() if k != PARTITION}
+        scan = pl.scan_parquet(parts, schema=schema, missing_columns="insert").with_row_index("_row")
+        repeats = repeated_records(scan, schema) if name == "events" else None
+        if (repeats is None or repeats.is_empty()) and len(parts) == 1 \
+                and pl.read_parquet_schema(parts[0]) == schema:
+            return {}  # already one whole file
+        dropped = dict(repeats.group_by("source_file").len().iter_rows()) if repeats is not None else {}
+        if repeats is not None and repeats.height:
+            scan = scan.filter(~pl.col("_row").is_in(repeats.get_column("_row").implode()))
+        _write(scan.drop("_row"), whole)
+        hidden = counts.with_name(f".tmp-{os.getpid()}-{counts.name}")
+        hidden.write_text(json.dumps(dropped))
+        os.replace(hidden, counts)
+    if whole.exists():  # written whole: the parts it replaces go
+        for part in partition.glob(PARTS):
+            part.unlink()
+        os.replace(whole, partition / "part-0.parquet")
+    dropped = json.loads(counts.read_text())
+    counts.unlink()
+    return dropped

@@ -1,0 +1,156 @@
+"""A case on disk: Hive partitions by host that other engines read as they are, host names from
+the evidence kept out of paths, a cap on how many hosts one input may make, repeated records
+dropped exactly within a host's folder, and a host folder's finishing step safe to run again
+after being killed at any point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import polars as pl
+import pytest
+
+from forensics import case as case_module
+from forensics.case import ingest, load_case
+from forensics.schema import EVENTS_SCHEMA
+from forensics.store import finish_partition, partition_name
+from tests.conftest import REPO, export_entry
+
+REFERENCE = REPO / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"
+
+
+def _entry(host: str, i: int, message: str, *extra: tuple[str, str], boot: str = "b" * 32) -> bytes:
+    return export_entry(("__CURSOR", f"s=x;i={i:x};h={host}"), ("__REALTIME_TIMESTAMP", str(1781818000000000 + i)),
+                        ("__MONOTONIC_TIMESTAMP", str(1000 + i)), ("_BOOT_ID", boot), ("_HOSTNAME", host),
+                        ("_SYSTEMD_UNIT", "app.service"), ("MESSAGE", message), *extra)
+
+
+@pytest.fixture(scope="module")
+def reference_case(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("layout") / "case"
+    ingest(REFERENCE, folder)
+    return folder
+
+
+def test_every_frame_is_a_hive_dataset_by_host_listed_in_the_manifest(reference_case: Path) -> None:
+    manifest = json.loads((reference_case / "manifest.json").read_text())
+    layout = manifest["layout"]
+    assert layout["partitioned_by"] == "host"
+    for name in ("events", "samples", "stacks"):
+        assert layout["partitions"][name] == ["gpu-node-00"]
+        folders = sorted(p.name for p in (reference_case / name).iterdir())
+        assert folders == ["host=gpu-node-00"], name
+        files = list((reference_case / name / "host=gpu-node-00").glob("*.parquet"))
+        assert len(files) == 1 and "host" not in pl.read_parquet_schema(files[0]), "host lives in the path only"
+
+
+@pytest.mark.parametrize("name", ["events", "samples", "stacks", "quarantine"])
+def test_polars_pandas_and_duckdb_read_each_frame_as_it_lies(reference_case: Path, name: str) -> None:
+    """The documented one-liners of docs/case.md, each giving the rows forensics gives."""
+    case = load_case(reference_case)
+    ours = getattr(case, name).collect()
+    folder = reference_case / name
+    by_polars = pl.read_parquet(folder, hive_partitioning=True)
+    by_pandas = pd.read_parquet(folder)
+    by_duckdb = duckdb.sql(f"SELECT * FROM read_parquet('{folder}/**/*.parquet', hive_partitioning = true, "
+                           "union_by_name = true)").pl()
+    for other in (by_polars, by_pandas, by_duckdb):
+        assert len(other) == ours.height
+    if name != "quarantine":
+        assert set(by_pandas["host"].astype(str)) == set(ours.get_column("host").cast(pl.String)) == {"gpu-node-00"}
+        assert set(by_duckdb.get_column("host")) == {"gpu-node-00"}
+        assert sorted(by_duckdb.get_column("ts").dt.epoch("us")) == sorted(ours.get_column("ts").dt.epoch("us"))
+
+
+def test_host_names_from_the_evidence_never_become_paths(tmp_path: Path) -> None:
+    hosts = ["../../escape", "a/b", "%41", "nul\\l", ".."]
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "j.export").write_bytes(b"".join(_entry(h, i, f"line {i}") for i, h in enumerate(hosts)))
+    ingest(bundle, tmp_path / "case")
+    made = sorted(p.relative_to(tmp_path / "case") for p in (tmp_path / "case").rglob("*"))
+    assert all(".." not in p.parts for p in made)
+    assert not (tmp_path / "escape").exists()
+    events = load_case(tmp_path / "case").events.collect()
+    assert sorted(events.get_column("host").to_list()) == sorted(hosts)  # read back exactly
+    assert partition_name("a/b") == "host=a%2Fb"
+
+
+def test_an_input_naming_too_many_hosts_has_the_rest_quarantined(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(case_module, "MAX_HOSTS", 3)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "j.export").write_bytes(b"".join(_entry(f"forged-{i % 5}", i, f"line {i}") for i in range(20)))
+    manifest = ingest(bundle, tmp_path / "case")
+    entry = manifest["inputs"][0]
+    assert (entry["records"], entry["parsed"], entry["quarantined"]) == (20, 12, 8)
+    case = load_case(tmp_path / "case")
+    assert case.events.select(pl.col("host").n_unique()).collect().item() == 3
+    reasons = case.quarantine.collect()
+    assert reasons.height == 8 and reasons.get_column("reason").str.contains("past the 3 hosts").all()
+    assert set(reasons.get_column("line").to_list()) != {None}
+
+
+def test_repeats_across_inputs_are_dropped_within_the_host_and_columns_meet(tmp_path: Path) -> None:
+    """Two overlapping exports of one host and a third host with a field of its own: the overlap
+    is kept once (counted against the later input), and every host's folder has every column."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "a.export").write_bytes(b"".join(_entry("one", i, f"line {i}") for i in range(10)))
+    (bundle / "b.export").write_bytes(b"".join(_entry("one", i, f"line {i}") for i in range(5, 15)))
+    (bundle / "c.export").write_bytes(b"".join(_entry("two", i, f"other {i}", ("ONLY_HERE", "x")) for i in range(4)))
+    manifest = ingest(bundle, tmp_path / "case")
+    dup = {e["path"]: e["duplicates"] for e in manifest["inputs"]}
+    assert dup == {"a.export": 0, "b.export": 5, "c.export": 0}
+    assert manifest["totals"]["events"] == 15 + 4
+    events = load_case(tmp_path / "case").events.collect()
+    assert events.height == 19
+    assert events.filter(pl.col("host") == "one").get_column("message").n_unique() == 15
+    for folder in (tmp_path / "case" / "events").iterdir():
+        (part,) = folder.glob("*.parquet")
+        assert "ONLY_HERE" in pl.read_parquet_schema(part), folder.name
+
+
+def test_finishing_a_host_folder_again_after_a_kill_gives_the_same_folder(tmp_path: Path) -> None:
+    """The states a killed worker can leave — the whole file written but not its counts, or the
+    parts already replaced — are finished by running the step again."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "a.export").write_bytes(b"".join(_entry("h", i, f"line {i}") for i in range(9)))
+    ingest(bundle, tmp_path / "case")
+    (whole,) = (tmp_path / "case" / "events" / "host=h").glob("*.parquet")
+    rows = pl.read_parquet(whole)
+    extras = [c for c in rows.columns if c not in EVENTS_SCHEMA]
+
+    def parts(folder: Path) -> None:
+        folder.mkdir(parents=True)
+        for i in range(3):
+            rows.slice(3 * i, 3).write_parquet(folder / f"part-00000{i}-000000.parquet")
+
+    def finished(folder: Path) -> list[str]:
+        return sorted(p.name for p in folder.iterdir())
+
+    plain = tmp_path / "plain" / "host=h"
+    parts(plain)
+    finish_partition(plain, "events", extras)
+    expected = pl.read_parquet(plain / "part-0.parquet")
+    assert expected.equals(rows)
+    assert finished(plain) == ["part-0.parquet"]
+
+    written_not_counted = tmp_path / "killed-1" / "host=h"
+    parts(written_not_counted)
+    (written_not_counted / "part-0.parquet.whole").write_bytes(b"half a file")
+    assert finish_partition(written_not_counted, "events", extras) == {}
+    assert finished(written_not_counted) == ["part-0.parquet"]
+    assert pl.read_parquet(written_not_counted / "part-0.parquet").equals(expected)
+
+    swapped_not_reported = tmp_path / "killed-2" / "host=h"
+    swapped_not_reported.mkdir(parents=True)
+    (plain / "part-0.parquet").rename(swapped_not_reported / "part-0.parquet")
+    (swapped_not_reported / ".dropped.json").write_text('{"a.export": 2}')
+    assert finish_partition(swapped_not_reported, "events", extras) == {"a.export": 2}
+    assert finished(swapped_not_reported) == ["part-0.parquet"]

@@ -1,0 +1,152 @@
+"""The same case and the same analysis whether ingest runs in this process or as tasks on a real
+Dask cluster (a `LocalCluster` of worker processes, not a mock); a worker killed mid-run gives a
+retried task or a clear error, never a half-written case; workers that cannot see the bundle are
+named before any work is sent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from distributed import Client, LocalCluster
+
+from forensics.analyze import analyze
+from forensics.case import FRAMES, ingest, load_case
+from forensics.cluster import DASK_ENV, Dask
+from forensics.errors import CaseError
+from forensics.lab.reference import write_reference
+from tests.conftest import REPO
+
+REFERENCE = REPO / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      silence_logs=50) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference incident on three hosts (the story on the first, traffic on the others)."""
+    bundle = tmp_path_factory.mktemp("fleet") / "fleet"
+    write_reference(bundle, hosts=3)
+    return bundle
+
+
+def _frames(case_dir: Path) -> dict[str, pl.DataFrame]:
+    case = load_case(case_dir)
+    return {name: getattr(case, name).collect() for name in FRAMES}
+
+
+def _same_cases(one: Path, other: Path) -> None:
+    mine, theirs = _frames(one), _frames(other)
+    for name in FRAMES:
+        assert mine[name].equals(theirs[name]), name
+    first, second = (json.loads((c / "manifest.json").read_text()) for c in (one, other))
+    assert first == second
+
+
+@pytest.mark.parametrize("which", ["reference", "fleet"])
+def test_dask_and_in_process_ingest_write_equal_cases(cluster: LocalCluster, fleet: Path, tmp_path: Path,
+                                                      which: str) -> None:
+    bundle = REFERENCE if which == "reference" else fleet
+    ingest(bundle, tmp_path / "local")
+    run = Dask(cluster.scheduler_address)
+    try:
+        ingest(bundle, tmp_path / "dask", run=run)
+    finally:
+        run.close()
+    _same_cases(tmp_path / "local", tmp_path / "dask")
+    hosts = json.loads((tmp_path / "dask" / "manifest.json").read_text())["layout"]["partitions"]["events"]
+    assert len(hosts) == (1 if which == "reference" else 3)
+
+
+def _findings(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in summary.items() if k != "bundle"}
+
+
+@pytest.mark.parametrize("which", ["reference", "fleet"])
+def test_analysis_through_dask_gives_the_same_findings(cluster: LocalCluster, fleet: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch, which: str) -> None:
+    bundle = REFERENCE if which == "reference" else fleet
+    local = analyze(bundle, tmp_path / "local").summary()
+    monkeypatch.setenv(DASK_ENV, cluster.scheduler_address)
+    through_dask = analyze(bundle, tmp_path / "dask").summary()
+    assert _findings(through_dask) == _findings(local)
+    assert through_dask["key_times"]["started"].startswith("2026-06-18T21:34:47")
+
+
+def test_the_command_line_takes_the_scheduler_address(cluster: LocalCluster, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "forensics.cli", "analyze", str(REFERENCE), "--json"]
+    local = subprocess.run([*command, "--case", str(tmp_path / "a")], capture_output=True, text=True, check=True)
+    remote = subprocess.run([*command, "--case", str(tmp_path / "b"), "--dask", cluster.scheduler_address],
+                            capture_output=True, text=True, check=True)
+    assert _findings(json.loads(remote.stdout)) == _findings(json.loads(local.stdout))
+
+
+def test_workers_that_cannot_see_the_bundle_are_named_first(cluster: LocalCluster, tmp_path: Path) -> None:
+    run = Dask(cluster.scheduler_address)
+    try:
+        with pytest.raises(CaseError, match=r"2 Dask worker\(s\) cannot see .*nowhere.*same path on every worker"):
+            run.check_paths([tmp_path / "nowhere"])
+    finally:
+        run.close()
+
+
+def test_no_scheduler_at_the_address_is_a_clear_error() -> None:
+    with pytest.raises(CaseError, match="no Dask scheduler answers there"):
+        Dask("tcp://127.0.0.1:9")
+
+
+def test_a_worker_killed_mid_run_never_leaves_a_half_written_case(fleet: Path, tmp_path: Path) -> None:
+    """A worker process is killed (SIGKILL) while it reads an input: its task runs again on the
+    other worker and the case is whole and equal to the in-process one, or the run stops with an
+    error and no case and no leftovers are there."""
+    ingest(fleet, tmp_path / "local")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      silence_logs=50) as own, Client(own.scheduler_address) as watcher:
+        pids = watcher.run(os.getpid)
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            runner = Dask(own.scheduler_address)
+            try:
+                ingest(fleet, tmp_path / "dask", run=runner)
+                outcome["done"] = True
+            except CaseError as error:
+                outcome["error"] = error
+            finally:
+                runner.close()
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        killed = None
+        deadline = time.monotonic() + 60
+        while killed is None and worker.is_alive() and time.monotonic() < deadline:
+            for address, tasks in watcher.processing().items():
+                if any("forensics-inputs" in str(key) for key in tasks):
+                    os.kill(pids[address], signal.SIGKILL)
+                    killed = address
+                    break
+            time.sleep(0.01)
+        worker.join(timeout=120)
+    assert killed is not None, "no worker was seen reading an input"
+    assert not worker.is_alive()
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".dask.partial")]
+    assert leftovers == []
+    if outcome.get("done"):
+        _same_cases(tmp_path / "local", tmp_path / "dask")
+    else:
+        assert "error" in outcome and not (tmp_path / "dask").exists()
