@@ -7,6 +7,7 @@ import sys
 from bench import (
     analyze_reference,
     cli_startup,
+    fleet_scale,
     journal_ingest,
     prom_parse,
     pyspy_parse,
@@ -17,7 +18,7 @@ from bench import (
 BENCHMARKS = {"journal_ingest": journal_ingest.main, "pyspy_parse": pyspy_parse.main,
               "prom_parse": prom_parse.main, "analyze_reference": analyze_reference.main,
               "report_render": report_render.main, "cli_startup": cli_startup.main,
-              "watch_capture": watch_capture.main}
+              "watch_capture": watch_capture.main, "fleet_scale": fleet_scale.main}
 
 
 def main(argv: list[str]) -> int:

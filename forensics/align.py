@@ -28,6 +28,7 @@ that a finding quotes is fetched back from the case (`Timeline.with_messages`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -48,13 +49,18 @@ EVENT_COLUMNS = ("ts", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_I
                  "source_offset", "source_line")
 
 
-LEAN_ABOVE = 2_000_000  # records above which the timeline is lean (see the module's docstring)
-LEAN_BATCH_ROWS = 250_000  # records read with the profile at a time when lean
+LEAN_ENV = "FORENSICS_LEAN_ABOVE"  # records above which the timeline is lean (default 2 M; 0: always)
+LEAN_ABOVE = int(os.environ.get(LEAN_ENV) or 2_000_000)
+LEAN_BATCH_ROWS = 100_000  # records read with the profile at a time when lean
 # In a lean timeline: the progress fields the detectors read (others stay in the case), the
 # columns held as categories (few distinct values, long ones), and those left out.
 LEAN_FIELDS = ("running_req", "queue_req", "inflight_req")
-LEAN_CATEGORIES = ("_BOOT_ID", "unit", "data_type", "source_file", "tag", "progress", "event", "track")
+LEAN_CATEGORIES = ("_BOOT_ID", "unit", "identifier", "data_type", "source_file", "tag", "progress", "event", "track",
+                   "component")
+LEAN_RANKS = ("line_dp", "line_tp", "line_pp", "line_ep")  # Int16 (a rank is below 32768)
 LEAN_DROPPED = ("invocation_id", "stamp")
+# text on few lines, cut out of each batch's messages (copied out: see `_kept_text`)
+LEAN_SPARSE_TEXT = ("message", "message_id", "rid_sent", "rid_received", "http_method", "http_path")
 # lines whose text a detector reads although no profile rule names them: tracebacks, systemctl
 NOTABLE_TEXT = r"^\s|^Traceback |^\w[\w.]*(?:Error|Exception|Interrupt|Exit)\b|systemctl"
 
@@ -144,23 +150,33 @@ def estimate_offsets(pairs: pl.DataFrame, hosts: list[str], incident: Incident) 
 def clock_jumps(events: pl.DataFrame) -> pl.DataFrame:
     """Per host and boot, in monotonic order: where the wall clock stepped (realtime minus monotonic
     changed by more than JUMP_S), by how much, and the records either side."""
-    # Sort only the clocks and a row number: the few steps found fetch their rows afterwards.
-    clocks = (events.select("host", "_BOOT_ID", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP")
-              .with_row_index("_row")
-              .filter(pl.col("__REALTIME_TIMESTAMP").is_not_null() & pl.col("__MONOTONIC_TIMESTAMP").is_not_null()
-                      & pl.col("_BOOT_ID").is_not_null())
-              .sort("host", "_BOOT_ID", "__MONOTONIC_TIMESTAMP"))
-    drift = pl.col("__REALTIME_TIMESTAMP") - pl.col("__MONOTONIC_TIMESTAMP")
-    # Sorted, each (host, boot) is one run of rows: compare each row with the one before it in
-    # the same run (cheaper than a window over the groups).
-    same_run = pl.col("host").eq_missing(pl.col("host").shift(1)) & (pl.col("_BOOT_ID") == pl.col("_BOOT_ID").shift(1))
-    steps = (clocks.with_columns(((drift - drift.shift(1)) / 1e6).alias("jump_s"),
-                                 pl.col("_row").shift(1).alias("_before"))
-             .filter(same_run & (pl.col("jump_s").abs() > JUMP_S)))
-    after = events[steps.get_column("_row")]
-    before = events[steps.get_column("_before")]
+    clocked = (pl.col("__REALTIME_TIMESTAMP").is_not_null() & pl.col("__MONOTONIC_TIMESTAMP").is_not_null()
+               & pl.col("_BOOT_ID").is_not_null())
+    runs = events.select("host", "_BOOT_ID").filter(pl.col("_BOOT_ID").is_not_null()).unique()
+    runs = runs.with_columns(pl.col("_BOOT_ID").cast(pl.String))
+    realtime, monotonic = events.get_column("__REALTIME_TIMESTAMP"), events.get_column("__MONOTONIC_TIMESTAMP")
+    afters, befores, jumps = [], [], []
+    # One (host, boot) at a time, its rows by number: the clocks are gathered, not the frame copied,
+    # and a run already in monotonic order (one journal read in order) is not sorted.
+    for host, boot in runs.iter_rows():
+        mine = clocked & pl.col("host").eq_missing(pl.lit(host, pl.String)) & (pl.col("_BOOT_ID") == boot)
+        rows = events.select(mine.alias("_mine")).to_series().arg_true()
+        whole = rows.len() == events.height  # one journal: its clocks as they are, nothing gathered
+        mono = monotonic if whole else monotonic.gather(rows)
+        if not mono.is_sorted():
+            order = mono.arg_sort(maintain_order=True)
+            rows, mono, whole = rows.gather(order), mono.gather(order), False
+        drift = (realtime if whole else realtime.gather(rows)) - mono
+        steps = ((drift - drift.shift(1)) / 1e6).alias("jump_s")
+        found = (steps.abs() > JUMP_S).fill_null(False).arg_true()
+        afters.append(rows.gather(found))
+        befores.append(rows.gather(found - 1))
+        jumps.append(steps.gather(found))
+    after_rows = pl.concat(afters) if afters else pl.Series(dtype=pl.UInt32)
+    after, before = events[after_rows], events[pl.concat(befores) if befores else pl.Series(dtype=pl.UInt32)]
     return after.select("host", "_BOOT_ID").with_columns(
-        before.get_column("ts").alias("before"), after.get_column("ts").alias("after"), steps.get_column("jump_s"),
+        before.get_column("ts").alias("before"), after.get_column("ts").alias("after"),
+        (pl.concat(jumps) if jumps else pl.Series("jump_s", dtype=pl.Float64)).alias("jump_s"),
         before.get_column("message").alias("message_before"), after.get_column("message"),
         after.get_column("source_file"), after.get_column("source_offset"), after.get_column("source_line"))
 
@@ -233,6 +249,15 @@ def _outside(frame: pl.DataFrame, window: tuple[datetime, datetime] | None, name
     return frame.filter(inside), outside
 
 
+def _kept_text(column: pl.Series) -> pl.Series:
+    """`column` (text, mostly null) copied out: polars' strings are views into the buffers they
+    were cut from, so the few kept would otherwise hold every batch's text in memory."""
+    rows = column.is_not_null().arg_true()
+    kept = pl.Series(column.name, column.gather(rows).to_list(), dtype=pl.String)
+    empty = pl.Series(column.name, [None], dtype=pl.String).extend_constant(None, column.len() - 1)
+    return empty.scatter(rows, kept) if column.len() else column
+
+
 def _lean(events: pl.DataFrame, profile: Profile) -> pl.DataFrame:
     """A batch of read lines as a lean timeline holds them (see the module's docstring)."""
     notable = pl.col("progress").is_null() & (
@@ -241,10 +266,15 @@ def _lean(events: pl.DataFrame, profile: Profile) -> pl.DataFrame:
         | pl.col("rid_sent").is_not_null() | pl.col("rid_received").is_not_null()
         | pl.col("message").str.contains(NOTABLE_TEXT))
     fields = set(profile.logs.fields) - {*LEAN_FIELDS, *profile.logs.working_when}
-    return events.with_columns(
+    lean = events.with_columns(
         pl.when(notable.fill_null(False)).then(pl.col("message")).alias("message"),
         *(pl.col(c).cast(pl.Categorical) for c in LEAN_CATEGORIES if c in events.columns),
+        *(pl.col(c).cast(pl.Int16) for c in LEAN_RANKS if c in events.columns),
+        # request counts, exact in 32 bits; a pid is below 2^22 on Linux
+        *(pl.col(c).cast(pl.Float32) for c in LEAN_FIELDS if c in events.columns),
+        pl.col("pid").cast(pl.Int32),
     ).drop(*fields, *LEAN_DROPPED, strict=False)
+    return lean.with_columns(_kept_text(lean.get_column(c)) for c in LEAN_SPARSE_TEXT if c in lean.columns)
 
 
 def _local_stamp() -> pl.Expr:
@@ -253,21 +283,36 @@ def _local_stamp() -> pl.Expr:
                         for f in STAMP_FORMATS]).alias("line_local")
 
 
-def _read_events(case: Case, profile: Profile, window: tuple[datetime, datetime] | None, lean: bool
-                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The case's events inside `window`, each line read with the profile, in time order (lean:
-    batch by batch, see the module's docstring), and the records outside it per source."""
+def _with_component(events: pl.DataFrame, incident: Incident, profile: Profile) -> pl.DataFrame:
+    """`events` with the component each line's unit belongs to (manifest, else profile)."""
+    units = events.get_column("unit").cast(pl.String).unique().to_list()
+    component_of = {u: incident.component_of_unit(u, profile) for u in units}
+    return events.with_columns(pl.col("unit").cast(pl.String).replace_strict(component_of, default=None,
+                                                                             return_dtype=pl.String)
+                               .alias("component"))
+
+
+def _read_events(case: Case, incident: Incident, profile: Profile, window: tuple[datetime, datetime] | None,
+                 lean: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The case's events inside `window`, each line read with the profile and given its component
+    (lean: batch by batch, see the module's docstring), and the records outside it per source."""
     scan = case.events.select(EVENT_COLUMNS)
+
+    def read(events: pl.DataFrame) -> pl.DataFrame:
+        return _with_component(read_lines(events, profile).with_columns(_local_stamp()), incident, profile)
+
     if not lean:
         events, outside = _outside(scan.collect(), window, "events")
-        return read_lines(events, profile).with_columns(_local_stamp()), outside
+        return read(events), outside
     batches, outsides = [], []
-    for batch in scan.collect_batches(chunk_size=LEAN_BATCH_ROWS):
+    total = scan.select(pl.len()).collect().item()
+    # Slices, not the streaming engine's batches: it reads ahead (about 1 GB in flight at 10 M).
+    for offset in range(0, total, LEAN_BATCH_ROWS):
+        batch = scan.slice(offset, LEAN_BATCH_ROWS).collect()
         inside, outside = _outside(batch, window, "events")
         outsides.append(outside)
-        batches.append(_lean(read_lines(inside, profile).with_columns(_local_stamp()), profile))
-    events = pl.concat(batches) if batches else _lean(read_lines(scan.head(0).collect(), profile)
-                                                      .with_columns(_local_stamp()), profile)
+        batches.append(_lean(read(inside), profile))
+    events = pl.concat(batches) if batches else _lean(read(scan.head(0).collect()), profile)
     outside = pl.concat([o for o in outsides if o.height]) if any(o.height for o in outsides) else pl.DataFrame()
     if outside.height:
         outside = (outside.group_by("source_file", "frame").agg(pl.col("records").sum(), pl.col("earliest").min(),
@@ -281,7 +326,7 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
     if lean is None:
         lean = case.manifest.get("totals", {}).get("events", 0) > LEAN_ABOVE
     window = plausible_window(case, incident)
-    events, outside_events = _read_events(case, profile, window, lean)
+    events, outside_events = _read_events(case, incident, profile, window, lean)
     if not events.get_column("ts").is_sorted():  # a case is in order per host and input, not across them
         events = events.sort("ts", maintain_order=True)
     if events.select((pl.col("data_type") == PLAIN_LOG).any()).item():
@@ -295,11 +340,6 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
     if events.get_column("ts").is_sorted():  # say so: every detector's sort by time is then free
         events = events.with_columns(pl.col("ts").set_sorted())
     events = events.with_columns(_line_ts(events, incident, offsets)).drop("line_local")
-    units = events.get_column("unit").cast(pl.String).unique().to_list()
-    component_of = {u: incident.component_of_unit(u, profile) for u in units}
-    events = events.with_columns(pl.col("unit").cast(pl.String).replace_strict(component_of, default=None,
-                                                                               return_dtype=pl.String)
-                                 .alias("component"))
     samples = case.samples.with_columns(
         (pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host").cast(pl.String)))).alias("ts"))
     outside_samples = pl.DataFrame()

@@ -118,7 +118,7 @@ def test_load_case_names_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(CaseError, match="no manifest.json"):
         load_case(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({"version": 1}))
-    with pytest.raises(CaseError, match="case version 1, this forensics reads 3; re-ingest"):
+    with pytest.raises(CaseError, match=f"case version 1, this forensics reads {MANIFEST_VERSION}; re-ingest"):
         load_case(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({"version": MANIFEST_VERSION}))
     with pytest.raises(CaseError, match="missing the events dataset"):
