@@ -20,6 +20,7 @@ import polars as pl
 
 from forensics.align import Timeline, build_timeline
 from forensics.case import Case, ingest, load_case
+from forensics.cluster import Progress
 from forensics.detect import (
     DISPLAY_ZONE,
     Evidence,
@@ -248,16 +249,17 @@ class Analysis:
 
 
 def analyze(bundle: str | Path, case_dir: str | Path | None = None, profile: Profile | None = None,
-            display_zone: str = "UTC") -> Analysis:
-    """Ingest `bundle` (into `case_dir`, default exports/<bundle>/case) and run every detector;
-    the findings' text writes times in `display_zone` (everything stored stays UTC)."""
+            display_zone: str = "UTC", on_progress: Progress | None = None) -> Analysis:
+    """Ingest `bundle` (into `case_dir`, default exports/<bundle>/case; `on_progress` shows its tasks)
+    and run every detector; the findings' text writes times in `display_zone` (everything stored
+    stays UTC)."""
     try:
         zone = ZoneInfo(display_zone)
     except (ZoneInfoNotFoundError, ValueError):
         raise ForensicsError(f"unknown display time zone {display_zone!r} (e.g. UTC, Asia/Shanghai)") from None
     token = DISPLAY_ZONE.set(zone)
     try:
-        return _analyze(Path(bundle), case_dir, profile)
+        return _analyze(Path(bundle), case_dir, profile, on_progress)
     finally:
         DISPLAY_ZONE.reset(token)
 
@@ -273,9 +275,10 @@ def profile_for(case: Case) -> tuple[Profile, str]:
     return choose_profile(titles, names, messages)
 
 
-def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None) -> Analysis:
+def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
+             on_progress: Progress | None) -> Analysis:
     case_dir = Path(case_dir) if case_dir else Path("exports") / bundle.resolve().name / "case"
-    ingest(bundle, case_dir)
+    ingest(bundle, case_dir, on_progress)
     case = load_case(case_dir)
     chosen = None
     if profile is None:

@@ -217,27 +217,41 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-MAX_HOSTS = 4096  # hosts one input may name: past that the host fields are forged or damaged
+MAX_HOSTS = 4096  # hosts one journal input may name: past that the host fields are forged or damaged
+MAX_PARTITION_NAME = 255  # bytes in a folder name (ext4, xfs, btrfs)
 
 
-def _cap_hosts(rows: pl.DataFrame, seen: set[str | None], relative: str, fmt: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """`rows` without those of hosts past the first MAX_HOSTS the input names, and those rows as
-    quarantine (each host is a folder of the case: an input naming a million cannot make a million)."""
-    hosts = rows.get_column("host").unique(maintain_order=True).to_list()
-    new = [h for h in hosts if h not in seen]
-    room = max(0, MAX_HOSTS - len(seen))
+def _refuse_hosts(rows: pl.DataFrame, name: str, seen: set[str | None], relative: str, fmt: str
+                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`rows` without those whose host cannot be a folder of the case, and those as quarantine
+    (one row per record: a py-spy dump's frames are one record): a name too long for a folder
+    name, or — in a journal — a host past the first MAX_HOSTS the input names (each host is a
+    folder: an input naming a million must not make a million)."""
+    hosts = rows.get_column("host").cast(pl.String).unique(maintain_order=True).to_list()
+    too_long = [h for h in hosts if h is not None and len(partition_name(h).encode()) > MAX_PARTITION_NAME]
+    new = [h for h in hosts if h not in seen and h not in too_long]
+    room = max(0, MAX_HOSTS - len(seen)) if name == "events" else len(new)
     seen.update(new[:room])
-    if len(new) <= room:
+    if not too_long and len(new) <= room:
         return rows, empty(QUARANTINE_SCHEMA)
-    over = pl.col("host").is_in(new[room:])
-    refused = rows.filter(over).select(
-        pl.lit(relative).alias("source_file"), pl.lit(fmt).alias("format"),
-        pl.col("source_offset").cast(pl.Int64).alias("offset"), pl.col("source_line").cast(pl.Int64).alias("line"),
+    refused_hosts = too_long + new[room:]
+    bad = pl.col("host").cast(pl.String).is_in(refused_hosts)
+    why = pl.when(pl.col("host").cast(pl.String).is_in(too_long)).then(
+        pl.format("host of {} characters: too long for a folder name (forged or damaged); not kept",
+                  pl.col("host").cast(pl.String).str.len_chars())).otherwise(
         pl.format("host {}: past the {} hosts one input may name (forged or damaged host fields); not kept",
-                  pl.col("host"), pl.lit(MAX_HOSTS)).alias("reason"),
-        pl.col("message").str.slice(0, EXCERPT_CHARS).fill_null("").alias("excerpt"),
-        pl.lit(None, pl.String).alias("subject"))
-    return rows.filter(~over), refused
+                  pl.col("host").cast(pl.String), pl.lit(MAX_HOSTS)))
+    refused = rows.filter(bad)
+    if name == "stacks":  # a dump is the record
+        refused = refused.group_by("dump", maintain_order=True).first()
+    text = {"events": pl.col("message"), "samples": pl.col("series").cast(pl.String),
+            "stacks": pl.col("function").cast(pl.String)}[name]
+    offset = pl.col("source_offset").cast(pl.Int64) if "source_offset" in rows.columns else pl.lit(None, pl.Int64)
+    quarantine = refused.select(
+        pl.lit(relative).alias("source_file"), pl.lit(fmt).alias("format"), offset.alias("offset"),
+        pl.col("source_line").cast(pl.Int64).alias("line"), why.alias("reason"),
+        text.str.slice(0, EXCERPT_CHARS).fill_null("").alias("excerpt"), pl.lit(None, pl.String).alias("subject"))
+    return rows.filter(~bad), quarantine
 
 
 def _remove_parts(staging: Path, index: int) -> None:
@@ -266,8 +280,8 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
             rows = part.rows.with_columns(pl.lit(relative).cast(SCHEMAS[name]["source_file"]).alias("source_file"))
             quarantine = part.quarantine.with_columns(pl.lit(relative).alias("source_file"))
             refused = empty(QUARANTINE_SCHEMA)
-            if name == "events" and rows.height:
-                rows, refused = _cap_hosts(rows, seen_hosts, relative, source.name)
+            if rows.height:
+                rows, refused = _refuse_hosts(rows, name, seen_hosts, relative, source.name)
             validate(rows, SCHEMAS[name], name, extra=pl.String if name == "events" else None)
             tag = f"{index:06d}-{piece:06d}"
             facts["hosts"].update(write_part(folder, name, rows, tag))

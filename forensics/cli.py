@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from forensics.bundle import open_bundle
 from forensics.errors import ForensicsError
@@ -33,16 +33,20 @@ def _default_case(bundle: Path) -> Path:
     return cache / f"{resolved.name}-{key}" / "case"
 
 
-def _ingest(bundle: Path, case_dir: Path) -> None:
-    """Ingest with a progress bar, saying where the case goes first."""
+def _progress(items: Iterable[Any], what: str) -> Iterable[Any]:
+    """A progress bar on stderr over ingest's tasks (`forensics.cluster.Progress`)."""
     from tqdm import tqdm
 
+    return tqdm(items, desc=f"ingest {what}", unit=what[:-1], file=sys.stderr)
+
+
+def _ingest(bundle: Path, case_dir: Path) -> None:
+    """Ingest with a progress bar, saying where the case goes first."""
     from forensics.case import check_case_target, ingest
 
     check_case_target(case_dir, bundle)  # a refusal is the only line printed
     print(f"case: {case_dir}", file=sys.stderr)
-    ingest(bundle, case_dir, progress=lambda items, what: tqdm(items, desc=f"ingest {what}", unit=what[:-1],
-                                                               file=sys.stderr))
+    ingest(bundle, case_dir, progress=_progress)
 
 
 def print_summary(case_dir: Path, out: TextIO | None = None) -> None:
@@ -380,7 +384,7 @@ def _run(args: argparse.Namespace) -> int:
         case_dir = args.case or _default_case(args.bundle)
         print(f"case: {case_dir}", file=sys.stderr)
         result = analyze(args.bundle, case_dir, load_profile(args.profile) if args.profile else None,
-                         display_zone=args.display_tz)
+                         display_zone=args.display_tz, on_progress=_progress)
         print(json.dumps(result.summary(), indent=2) if args.json else report_text(result))
     elif args.command == "reference":
         from forensics.lab.reference import write_reference

@@ -124,15 +124,16 @@ class Dask:
         try:
             done = _Counted(iter(finished(futures, loop=self.client.loop)), len(futures))
             for future in progress(done, what) if progress else done:
-                future.result()
+                future.result()  # the first failure stops the run
             return self.client.gather(futures)
-        except KilledWorker as error:
-            raise CaseError(f"{what}: Dask workers died running the same task again and again ({error}); "
-                            "nothing was written in place of the case") from None
-        except FutureCancelledError as error:
-            raise CaseError(f"{what}: a task was cancelled on {self.where} ({error})") from None
-        finally:
-            self.client.cancel(futures)
+        except BaseException as error:
+            self.client.cancel(futures)  # nothing more is done for a run that stopped
+            if isinstance(error, KilledWorker):
+                raise CaseError(f"{what}: Dask workers died running the same task again and again ({error}); "
+                                "nothing was written in place of the case") from None
+            if isinstance(error, FutureCancelledError):
+                raise CaseError(f"{what}: a task was cancelled on {self.where} ({error})") from None
+            raise
 
     def close(self) -> None:
         self.client.close()

@@ -154,3 +154,26 @@ def test_finishing_a_host_folder_again_after_a_kill_gives_the_same_folder(tmp_pa
     (swapped_not_reported / ".dropped.json").write_text('{"a.export": 2}')
     assert finish_partition(swapped_not_reported, "events", extras) == {"a.export": 2}
     assert finished(swapped_not_reported) == ["part-0.parquet"]
+
+
+def test_a_host_name_too_long_for_a_folder_is_quarantined_not_a_crash(tmp_path: Path) -> None:
+    """A forged `_HOSTNAME` or capture-header `host=` longer than a folder name can be: those
+    records are quarantined with the reason, the rest of the input is read."""
+    long_name = "h" * 300
+    bundle = tmp_path / "bundle"
+    (bundle / "stacks").mkdir(parents=True)
+    (bundle / "j.export").write_bytes(_entry(long_name, 1, "forged") + _entry("fine", 2, "kept"))
+    dumps = (REFERENCE / "stacks" / "round-1.txt").read_text()
+    first, second = dumps.split("# capture")[1:3]
+    (bundle / "stacks" / "two.txt").write_text("# capture" + first.replace("host=gpu-node-00", f"host={long_name}")
+                                               + "# capture" + second)
+    manifest = ingest(bundle, tmp_path / "case")
+    by_path = {e["path"]: e for e in manifest["inputs"]}
+    assert (by_path["j.export"]["parsed"], by_path["j.export"]["quarantined"]) == (1, 1)
+    stacks = by_path["stacks/two.txt"]
+    assert (stacks["records"], stacks["parsed"], stacks["quarantined"]) == (2, 1, 1)
+    case = load_case(tmp_path / "case")
+    reasons = case.quarantine.collect().get_column("reason").to_list()
+    assert reasons == ["host of 300 characters: too long for a folder name (forged or damaged); not kept"] * 2
+    assert case.events.collect().get_column("host").to_list() == ["fine"]
+    assert case.stacks.select(pl.col("dump").n_unique()).collect().item() == 1
