@@ -219,6 +219,9 @@ def _iso(value: Any) -> str | None:
 
 MAX_HOSTS = 4096  # hosts one journal input may name: past that the host fields are forged or damaged
 MAX_PARTITION_NAME = 255  # bytes in a folder name (ext4, xfs, btrfs)
+# Rows of one input held before they are written as a part: a 1 M-entry journal is one file that
+# needs no second pass, and memory stays bounded however big the input (~0.5 GB of journal rows)
+PART_ROWS = 1_000_000
 
 
 def _refuse_hosts(rows: pl.DataFrame, name: str, seen: set[str | None], relative: str, fmt: str
@@ -272,20 +275,32 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
     seen_hosts: set[str | None] = set()
     records = parsed = quarantined = 0
     damage, notes = None, []
+    waiting: list[pl.DataFrame] = []  # parts read, written together once PART_ROWS are waiting
+    refusals: list[pl.DataFrame] = []
+    written = 0
+
+    def write() -> None:
+        nonlocal written
+        name = facts["frame"]
+        if waiting:
+            rows = pl.concat(waiting, how="diagonal_relaxed") if len(waiting) > 1 else waiting[0]
+            facts["hosts"].update(write_part(folder, name, rows, f"{index:06d}-{written:06d}"))
+        if refusals:
+            write_part(folder, "quarantine", pl.concat(refusals), f"{index:06d}-{written:06d}")
+        waiting.clear()
+        refusals.clear()
+        written += 1
+
     _remove_parts(folder, index)  # what an attempt on a worker that died left
     try:
-        for piece, part in enumerate(sources.read_in_parts(source, path)):
+        for part in sources.read_in_parts(source, path):
             part.check_accounting(path)
             name = facts["frame"] = part.frame
             rows = part.rows.with_columns(pl.lit(relative).cast(SCHEMAS[name]["source_file"]).alias("source_file"))
-            quarantine = part.quarantine.with_columns(pl.lit(relative).alias("source_file"))
             refused = empty(QUARANTINE_SCHEMA)
             if rows.height:
                 rows, refused = _refuse_hosts(rows, name, seen_hosts, relative, source.name)
             validate(rows, SCHEMAS[name], name, extra=pl.String if name == "events" else None)
-            tag = f"{index:06d}-{piece:06d}"
-            facts["hosts"].update(write_part(folder, name, rows, tag))
-            write_part(folder, "quarantine", pl.concat([quarantine, refused]), tag)
             facts["extras"].update(set(rows.columns) - set(SCHEMAS[name]))
             records += part.records
             parsed += part.parsed - refused.height
@@ -297,7 +312,13 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
                 first, last = rows.select(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).row(0)
                 facts["first"] = min(filter(None, (facts["first"], first)), default=None)
                 facts["last"] = max(filter(None, (facts["last"], last)), default=None)
+                waiting.append(rows)
+            refusals += [q for q in (part.quarantine.with_columns(pl.lit(relative).alias("source_file")), refused)
+                         if q.height]
             damage, notes = damage or part.damage, notes + part.notes
+            if sum(w.height for w in waiting) >= PART_ROWS:
+                write()
+        write()
     except ForensicsError as error:
         _remove_parts(folder, index)
         entry.update(records=0, parsed=0, quarantined=0, error=str(error))

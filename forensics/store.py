@@ -146,7 +146,7 @@ def finish_partition(partition: str | Path, name: str, extras: list[str]) -> dic
         scan = pl.scan_parquet(parts, schema=schema, missing_columns="insert").with_row_index("_row")
         repeats = repeated_records(scan, schema) if name == "events" else None
         if (repeats is None or repeats.is_empty()) and len(parts) == 1 \
-                and pl.read_parquet_schema(parts[0]) == schema:
+                and dict(pl.read_parquet_schema(parts[0])) == schema:  # any column order
             return {}  # already one whole file
         dropped = dict(repeats.group_by("source_file").len().iter_rows()) if repeats is not None else {}
         if repeats is not None and repeats.height:

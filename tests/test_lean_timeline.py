@@ -72,3 +72,21 @@ def test_the_lean_timeline_says_what_the_full_one_says(bundles: dict[str, Path],
     if which == "traceback":
         assert "RuntimeError: NCCL communicator was aborted on rank 1." in said_lean["text"] or any(
             "NCCL communicator was aborted" in f["text"] for f in said_lean["summary"]["findings"])
+
+
+def test_a_mark_finds_routine_lines_a_lean_timeline_keeps_no_text_of(bundles: dict[str, Path], tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`session.mark(…)` searches text: on a lean timeline it searches the case, so a routine line
+    (a router's request line, no text on the timeline) is still found, at the same time and lane."""
+    import polars as pl
+
+    where = pl.col("message").str.contains("router: request c2f2aac4c38606af", literal=True)
+    found = {}
+    for lean in (False, True):
+        analysis = _analysis(bundles["reference"], tmp_path / str(lean), lean, monkeypatch)
+        events = analysis.timeline.events.with_columns(figures.lane_expr())
+        found[lean] = figures.marked_rows(analysis, events, where)
+    assert found[True].height >= 1
+    assert found[True].equals(found[False])
+    by_timeline = figures.marked_rows(analysis, events, pl.col("component") == "decode")
+    assert by_timeline.height > 0  # a column only the timeline has: searched there

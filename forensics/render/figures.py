@@ -140,6 +140,24 @@ class Mark:
     where: pl.Expr
 
 
+def marked_rows(analysis: Analysis, events: pl.DataFrame, where: pl.Expr) -> pl.DataFrame:
+    """`ts`, `message` and `lane` of the timeline's events `where` picks. A lean timeline (a big
+    case) has no text on routine lines: `where` is then run over the case's own records (all of
+    their text) and what it picks placed on the timeline by file and place; a `where` naming a
+    column only the timeline has (component, progress, …) runs on the timeline."""
+    timeline = analysis.timeline
+    if not timeline.lean or timeline.case is None:
+        return events.filter(where).select("ts", "message", "lane")
+    keys = ["source_file", "source_offset", "source_line"]
+    try:
+        picked = timeline.case.events.filter(where).select(*keys, pl.col("message").alias("_text")).collect()
+    except pl.exceptions.ColumnNotFoundError:
+        return events.filter(where).select("ts", "message", "lane")
+    return (events.select("ts", "lane", *keys).with_columns(pl.col("source_file").cast(pl.String))
+            .join(picked, on=keys, how="inner", nulls_equal=True, maintain_order="left")
+            .select("ts", pl.col("_text").alias("message"), "lane"))
+
+
 def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_buckets: int = MAX_BUCKETS,
                     extra_panels: Sequence[MetricPanel] = (), marks: Sequence[Mark] = ()) -> go.Figure:
     """The interactive timeline: swimlanes on top, the profile's metric panels below, one time axis;
@@ -147,7 +165,7 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     axis = axis_for(analysis, max_buckets)
     panels = metric_panels(analysis, axis, extra_panels)
     events = analysis.timeline.events.with_columns(lane_expr())
-    marked = [(mark, events.filter(mark.where).select("ts", "message", "lane")) for mark in marks]
+    marked = [(mark, marked_rows(analysis, events, mark.where)) for mark in marks]
     stack_lanes = [(r.host or "?") + f" · {r.group} · {r.label}" for v in analysis.verdicts for r in v.ranks]
     track_lanes = [f"track · {t.name}" for t in analysis.tracks]
     involved = {f.host for f in analysis.findings if f.host} | {r.host for v in analysis.verdicts for r in v.ranks}

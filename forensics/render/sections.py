@@ -251,7 +251,8 @@ class ReportSession:
 
     def mark(self, label: str, where: pl.Expr) -> Figure:
         """A lane of markers for the events a polars expression picks (e.g.
-        `pl.col("message").str.contains("OOM")`); returns the timeline redrawn."""
+        `pl.col("message").str.contains("OOM")`; on a big case's lean timeline it searches every
+        record's text in the case: `figures.marked_rows`); returns the timeline redrawn."""
         self.marks.append(figures.Mark(label, where))
         return self.timeline()
 
