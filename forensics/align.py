@@ -92,7 +92,9 @@ class Timeline:
             return rows
         keys = ("source_file", "source_offset", "source_line")
         wanted = rows.select(pl.col("source_file").cast(pl.String), "source_offset", "source_line").unique()
-        found = (self.case.events.select(*keys, pl.col("message").alias("_text"))
+        files = wanted.get_column("source_file").unique().implode()
+        found = (self.case.events.filter(pl.col("source_file").is_in(files))  # row groups of other files skipped
+                 .select(*keys, pl.col("message").alias("_text"))
                  .join(wanted.lazy(), on=list(keys), how="semi", nulls_equal=True).collect()
                  .unique(list(keys), keep="first"))
         joined = rows.with_columns(pl.col("source_file").cast(pl.String).alias("_file")).join(
@@ -147,58 +149,64 @@ def estimate_offsets(pairs: pl.DataFrame, hosts: list[str], incident: Incident) 
     return placed
 
 
+def _steps(rows: pl.Series, realtime: pl.Series, monotonic: pl.Series) -> tuple[pl.Series, pl.Series, pl.Series]:
+    """Within one (host, boot) — its rows, and their clocks in the same order — the rows after a
+    wall-clock step, the rows before them, and the steps in seconds, in monotonic order."""
+    if not monotonic.is_sorted():
+        order = monotonic.arg_sort(maintain_order=True)
+        rows, realtime, monotonic = rows.gather(order), realtime.gather(order), monotonic.gather(order)
+    drift = realtime - monotonic
+    steps = ((drift - drift.shift(1)) / 1e6).alias("jump_s")
+    found = (steps.abs() > JUMP_S).fill_null(False).arg_true()
+    return rows.gather(found), rows.gather(found - 1), steps.gather(found)
+
+
 def clock_jumps(events: pl.DataFrame) -> pl.DataFrame:
     """Per host and boot, in monotonic order: where the wall clock stepped (realtime minus monotonic
     changed by more than JUMP_S), by how much, and the records either side."""
     clocked = (pl.col("__REALTIME_TIMESTAMP").is_not_null() & pl.col("__MONOTONIC_TIMESTAMP").is_not_null()
                & pl.col("_BOOT_ID").is_not_null())
-    runs = events.select("host", "_BOOT_ID").filter(pl.col("_BOOT_ID").is_not_null()).unique()
-    runs = runs.with_columns(pl.col("_BOOT_ID").cast(pl.String))
-    realtime, monotonic = events.get_column("__REALTIME_TIMESTAMP"), events.get_column("__MONOTONIC_TIMESTAMP")
-    afters, befores, jumps = [], [], []
-    # One (host, boot) at a time, its rows by number: the clocks are gathered, not the frame copied,
-    # and a run already in monotonic order (one journal read in order) is not sorted.
-    for host, boot in runs.iter_rows():
-        mine = clocked & pl.col("host").eq_missing(pl.lit(host, pl.String)) & (pl.col("_BOOT_ID") == boot)
-        rows = events.select(mine.alias("_mine")).to_series().arg_true()
-        whole = rows.len() == events.height  # one journal: its clocks as they are, nothing gathered
-        mono = monotonic if whole else monotonic.gather(rows)
-        if not mono.is_sorted():
-            order = mono.arg_sort(maintain_order=True)
-            rows, mono, whole = rows.gather(order), mono.gather(order), False
-        drift = (realtime if whole else realtime.gather(rows)) - mono
-        steps = ((drift - drift.shift(1)) / 1e6).alias("jump_s")
-        found = (steps.abs() > JUMP_S).fill_null(False).arg_true()
-        afters.append(rows.gather(found))
-        befores.append(rows.gather(found - 1))
-        jumps.append(steps.gather(found))
-    after_rows = pl.concat(afters) if afters else pl.Series(dtype=pl.UInt32)
-    after, before = events[after_rows], events[pl.concat(befores) if befores else pl.Series(dtype=pl.UInt32)]
+    found = []
+    whole = events.select(clocked.all()).item() and events.select(pl.struct("host", "_BOOT_ID").n_unique()).item() == 1
+    if whole:  # one journal of one boot: its clocks as they are, nothing copied
+        found.append(_steps(pl.int_range(events.height, dtype=pl.UInt32, eager=True),
+                            events.get_column("__REALTIME_TIMESTAMP"), events.get_column("__MONOTONIC_TIMESTAMP")))
+    elif events.height:
+        clocks = (events.select("host", "_BOOT_ID", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP")
+                  .with_row_index("_row").filter(clocked))
+        for run in clocks.partition_by("host", "_BOOT_ID", maintain_order=True):
+            found.append(_steps(run.get_column("_row"), run.get_column("__REALTIME_TIMESTAMP"),
+                                run.get_column("__MONOTONIC_TIMESTAMP")))
+    none = pl.Series(dtype=pl.UInt32)
+    after = events[pl.concat([f[0] for f in found]) if found else none]
+    before = events[pl.concat([f[1] for f in found]) if found else none]
     return after.select("host", "_BOOT_ID").with_columns(
         before.get_column("ts").alias("before"), after.get_column("ts").alias("after"),
-        (pl.concat(jumps) if jumps else pl.Series("jump_s", dtype=pl.Float64)).alias("jump_s"),
+        (pl.concat([f[2] for f in found]) if found else pl.Series("jump_s", dtype=pl.Float64)).alias("jump_s"),
         before.get_column("message").alias("message_before"), after.get_column("message"),
         after.get_column("source_file"), after.get_column("source_offset"), after.get_column("source_line"))
 
 
 def _line_ts(events: pl.DataFrame, incident: Incident, offsets: dict[str, float]) -> pl.Series:
     """The log-line stamps (`line_local`, naive) as true UTC, read in each host's zone, the host's
-    offset taken off."""
-    naive = pl.col("line_local")
+    offset taken off: one pass per time zone (a fleet's hosts mostly share one), not per host."""
     hosts = events.get_column("host").unique().to_list()
-
-    def on_utc(host: str | None, rows: pl.DataFrame) -> pl.Series:
-        zone = incident.clock(host).time_zone.key
-        return (rows.select(naive.dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
-                            .dt.convert_time_zone("UTC").alias("line_ts")).to_series()
-                .dt.offset_by(f"{-round(offsets.get(host, 0.0) * 1e6)}us"))
-
-    if len(hosts) == 1:  # one host: no need to pick its rows out
-        return on_utc(hosts[0], events.select("line_local"))
-    out = pl.repeat(None, events.height, dtype=pl.Datetime("us", "UTC"), eager=True).alias("line_ts")
+    zones: dict[str, list[str | None]] = {}
     for host in hosts:
-        mask = (events.get_column("host") == host) if host is not None else events.get_column("host").is_null()
-        out = out.scatter(mask.arg_true(), on_utc(host, events.select("line_local").filter(mask)))
+        zones.setdefault(incident.clock(host).time_zone.key, []).append(host)
+
+    def on_utc(zone: str, rows: pl.DataFrame) -> pl.Series:
+        return rows.select((pl.col("line_local").dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
+                            .dt.convert_time_zone("UTC") - pl.duration(microseconds=_offset_us(offsets, pl.col("host"))))
+                           .alias("line_ts")).to_series()
+
+    if len(zones) == 1:  # one zone: no need to pick its rows out
+        return on_utc(next(iter(zones)), events.select("host", "line_local"))
+    out = pl.repeat(None, events.height, dtype=pl.Datetime("us", "UTC"), eager=True).alias("line_ts")
+    for zone, members in zones.items():
+        mask = events.select(pl.col("host").is_in([h for h in members if h is not None])
+                             | (pl.col("host").is_null() if None in members else pl.lit(False))).to_series()
+        out = out.scatter(mask.arg_true(), on_utc(zone, events.select("host", "line_local").filter(mask)))
     return out
 
 

@@ -4,6 +4,7 @@ monotonic between consecutive records of one boot of one host, never across boot
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 
 import polars as pl
 
@@ -29,3 +30,16 @@ def test_a_step_is_found_within_a_boot_and_never_between_boots_or_hosts() -> Non
     jumps = clock_jumps(events)
     assert jumps.select("host", "_BOOT_ID", "jump_s", "message_before", "message").rows() == [
         ("a", "boot1", 60.0, "row 2", "row 4")]
+
+
+def test_hosts_in_different_zones_have_their_line_stamps_read_each_in_its_own(tmp_path: Path) -> None:
+    """The incident host logs in Shanghai time with a skewed clock, its neighbour in UTC: after
+    alignment each host's log-line stamps agree with journald's times (one pass per zone)."""
+    from forensics.analyze import analyze
+    from forensics.lab.reference import write_reference
+
+    bundle = write_reference(tmp_path / "bundle", hosts=2, time_zone="Asia/Shanghai", skew_s=7.5)
+    checks = {row["host"]: row for row in analyze(bundle, tmp_path / "case").timeline.clock_checks.to_dicts()}
+    assert checks["gpu-node-00"]["time_zone"] == "Asia/Shanghai" and checks["gpu-node-01"]["time_zone"] == "UTC"
+    for row in checks.values():
+        assert abs(row["line_minus_journal_s"]) < 1.0, row
