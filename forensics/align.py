@@ -153,7 +153,8 @@ def _steps(rows: pl.Series, realtime: pl.Series, monotonic: pl.Series) -> tuple[
     """Within one (host, boot) — its rows, and their clocks in the same order — the rows after a
     wall-clock step, the rows before them, and the steps in seconds, in monotonic order."""
     if not monotonic.is_sorted():
-        order = monotonic.arg_sort(maintain_order=True)
+        order = (monotonic.to_frame("m").select(pl.int_range(pl.len(), dtype=pl.UInt32)
+                                                .sort_by("m", maintain_order=True)).to_series())
         rows, realtime, monotonic = rows.gather(order), realtime.gather(order), monotonic.gather(order)
     drift = realtime - monotonic
     steps = ((drift - drift.shift(1)) / 1e6).alias("jump_s")
@@ -329,6 +330,17 @@ def _read_events(case: Case, incident: Incident, profile: Profile, window: tuple
     return events, outside
 
 
+def _in_time_order(events: pl.DataFrame) -> pl.DataFrame:
+    """`events` sorted by time (stable), a column at a time: each column is released once its
+    sorted copy is made, so sorting a big timeline costs one column more, not a second frame."""
+    order = events.select(pl.int_range(pl.len(), dtype=pl.UInt32).sort_by("ts", maintain_order=True)).to_series()
+    columns = []
+    for name in events.columns:
+        columns.append(events.get_column(name).gather(order))
+        events = events.drop(name)
+    return pl.DataFrame(columns)
+
+
 def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool | None = None) -> Timeline:
     """Read the case's frames onto one timeline (lean or not: by the case's size unless told)."""
     if lean is None:
@@ -336,7 +348,7 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
     window = plausible_window(case, incident)
     events, outside_events = _read_events(case, incident, profile, window, lean)
     if not events.get_column("ts").is_sorted():  # a case is in order per host and input, not across them
-        events = events.sort("ts", maintain_order=True)
+        events = _in_time_order(events)
     if events.select((pl.col("data_type") == PLAIN_LOG).any()).item():
         events = _plain_log_ts(events, incident).sort("ts", maintain_order=True)
     hosts = sorted(h for h in events.get_column("host").unique().to_list() if h is not None)

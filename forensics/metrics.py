@@ -42,9 +42,14 @@ def label(name: str) -> pl.Expr:
                                        .struct.field("value")).list.first().cast(pl.String).alias(name))
 
 
-def _ordered(samples: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
-    """Samples in time order, with the categorical columns as plain strings for string work."""
+def _ordered(samples: pl.DataFrame | pl.LazyFrame, where: pl.Expr | None = None) -> pl.LazyFrame:
+    """Samples (those `where` picks, first: a fleet's samples are millions) in time order, with
+    the categorical columns as plain strings for string work."""
     frame = samples.lazy() if isinstance(samples, pl.DataFrame) else samples
+    if where is not None:
+        frame = frame.filter(where)
+    # only what the derived series read: the other columns (help, unit, sources) stay behind
+    frame = frame.select("instance", "family", "name", "type", "series", "labels", "value", "ts", "sample_ts")
     return (frame.with_columns(pl.col(pl.Categorical).cast(pl.String), pl.col("labels").cast(_PLAIN_LABELS),
                                pl.coalesce("sample_ts", "ts").alias("at"))
             .sort("at"))
@@ -53,11 +58,17 @@ def _ordered(samples: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
 def counter_rates(samples: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     """Per counter series and interval: start, end, increase, rate (per second) and reset flag.
     Counters are the samples typed counter, and histogram/summary `_count`, `_sum`, `_bucket`."""
-    counters = pl.col("type").eq("counter") & ~pl.col("name").str.ends_with("_created") | (
-        pl.col("type").is_in(["histogram", "summary"]) & pl.col("name").str.contains(r"_(count|sum|bucket)$"))
+    return _counter_intervals(samples).collect()
+
+
+def _counter_intervals(samples: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    """`counter_rates` as a query (to narrow before it is run)."""
+    name = pl.col("name").cast(pl.String)
+    counters = pl.col("type").eq("counter") & ~name.str.ends_with("_created") | (
+        pl.col("type").is_in(["histogram", "summary"]) & name.str.contains(r"_(count|sum|bucket)$"))
     previous = pl.col("value").shift(1).over(SERIES)
     start = pl.col("at").shift(1).over(SERIES)
-    return (_ordered(samples).filter(counters)
+    return (_ordered(samples, counters)
             .with_columns(previous.alias("previous"), start.alias("start"))
             .filter(pl.col("start").is_not_null())
             .with_columns((pl.col("value") < pl.col("previous")).alias("reset"))
@@ -66,8 +77,7 @@ def counter_rates(samples: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
                           ((pl.col("at") - pl.col("start")).dt.total_microseconds() / 1e6).alias("seconds"))
             .with_columns((pl.col("increase") / pl.col("seconds")).alias("rate"))
             .select("instance", "family", "name", "series", "labels", "start", pl.col("at").alias("end"),
-                    "previous", "value", "increase", "seconds", "rate", "reset")
-            .collect())
+                    "previous", "value", "increase", "seconds", "rate", "reset"))
 
 
 def _epoch_text(seconds: pl.Expr) -> pl.Expr:
@@ -79,8 +89,7 @@ def restarts(samples: pl.DataFrame | pl.LazyFrame, profile: Profile | None = Non
     """Per instance: each restart seen between two scrapes, with its time bracket and evidence."""
     profile = profile or load_profile()
     start_gauge = profile.metrics.start_time
-    ordered = _ordered(samples)
-    by_gauge = (ordered.filter(named(start_gauge))
+    by_gauge = (_ordered(samples, named(start_gauge))
                 .with_columns(pl.col("value").shift(1).over(SERIES).alias("previous"),
                               pl.col("at").shift(1).over(SERIES).alias("after"))
                 .filter(pl.col("previous").is_not_null() & (pl.col("value") != pl.col("previous")))
@@ -90,7 +99,8 @@ def restarts(samples: pl.DataFrame | pl.LazyFrame, profile: Profile | None = Non
                         pl.format("{} changed from {} to {} (process start times)", pl.lit(start_gauge),
                                   _epoch_text(pl.col("previous")), _epoch_text(pl.col("value")))
                         .alias("evidence")))
-    resets = counter_rates(samples).filter(pl.col("reset"))
+    resets = (_counter_intervals(samples).select("instance", "series", "start", "end", "reset")
+              .filter(pl.col("reset")).collect())
     by_reset = (resets.group_by("instance", "start", "end")
                 .agg(pl.len().alias("n"), pl.col("series").first().alias("example"))
                 .select("instance", pl.col("start").alias("after"), pl.col("end").alias("before"),
@@ -143,7 +153,7 @@ def histogram_quantiles(samples: pl.DataFrame | pl.LazyFrame, q: float) -> pl.Da
 
 def gauge_steps(samples: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     """Each gauge value with the time it holds until (the next scrape; null for the last)."""
-    return (_ordered(samples).filter(pl.col("type") == "gauge")
+    return (_ordered(samples, pl.col("type") == "gauge")
             .with_columns(pl.col("at").shift(-1).over(SERIES).alias("until"))
             .select("instance", "family", "name", "series", "labels", pl.col("at").alias("from"), "until", "value")
             .collect())
@@ -160,11 +170,11 @@ def stalled(samples: pl.DataFrame | pl.LazyFrame, profile: Profile | None = None
     profile = profile or load_profile()
     rules = profile.metrics
     min_seconds = rules.stall_min_seconds if min_seconds is None else min_seconds
-    rates = counter_rates(samples).filter(named(rules.progress))
+    lazy = samples.lazy() if isinstance(samples, pl.DataFrame) else samples
+    rates = counter_rates(lazy.filter(named(rules.progress)))
     progress = rates.group_by("instance", "start", "end").agg(
         pl.col("increase").sum().alias("progress"), pl.col("reset").any().alias("reset"))
-    ordered = _ordered(samples).collect()
-    pending = (ordered.filter(named(rules.pending))
+    pending = (_ordered(samples, named(rules.pending)).collect()
                .group_by("instance", "at").agg(pl.col("value").max().alias("pending")))
     intervals = progress.join(pending.rename({"at": "end"}), on=["instance", "end"], how="left")
     flat = (intervals.with_columns(((pl.col("progress") == 0) & ~pl.col("reset")
