@@ -219,9 +219,9 @@ def _iso(value: Any) -> str | None:
 
 MAX_HOSTS = 4096  # hosts one journal input may name: past that the host fields are forged or damaged
 MAX_PARTITION_NAME = 255  # bytes in a folder name (ext4, xfs, btrfs)
-# Rows of one input held before they are written as a part: a 1 M-entry journal is one file that
-# needs no second pass, and memory stays bounded however big the input (~0.5 GB of journal rows)
-PART_ROWS = 1_000_000
+# Rows of one input held before they are written as a part: few files, and memory bounded however
+# big the input (~150 MB of journal rows)
+PART_ROWS = 250_000
 
 
 def _refuse_hosts(rows: pl.DataFrame, name: str, seen: set[str | None], relative: str, fmt: str

@@ -62,6 +62,11 @@ def write_part(folder: Path, name: str, rows: pl.DataFrame, tag: str) -> list[st
         _write(rows, folder / name / f"part-{tag}.parquet")
         return []
     hosts: list[str | None] = []
+    column = rows.get_column(PARTITION)
+    if column.n_unique() == 1:  # one host (the usual input): written as it is, not split into a copy
+        host = None if column[0] is None else str(column[0])
+        _write(rows.drop(PARTITION), folder / name / partition_name(host) / f"part-{tag}.parquet")
+        return [host]
     for key, part in rows.partition_by(PARTITION, as_dict=True, include_key=False, maintain_order=True).items():
         host = None if key[0] is None else str(key[0])
         _write(part, folder / name / partition_name(host) / f"part-{tag}.parquet")
