@@ -149,17 +149,18 @@ def estimate_offsets(pairs: pl.DataFrame, hosts: list[str], incident: Incident) 
     return placed
 
 
-def _steps(rows: pl.Series, realtime: pl.Series, monotonic: pl.Series) -> tuple[pl.Series, pl.Series, pl.Series]:
-    """Within one (host, boot) — its rows, and their clocks in the same order — the rows after a
-    wall-clock step, the rows before them, and the steps in seconds, in monotonic order."""
-    if not monotonic.is_sorted():
-        order = (monotonic.to_frame("m").select(pl.int_range(pl.len(), dtype=pl.UInt32)
-                                                .sort_by("m", maintain_order=True)).to_series())
-        rows, realtime, monotonic = rows.gather(order), realtime.gather(order), monotonic.gather(order)
-    drift = realtime - monotonic
-    steps = ((drift - drift.shift(1)) / 1e6).alias("jump_s")
-    found = (steps.abs() > JUMP_S).fill_null(False).arg_true()
-    return rows.gather(found), rows.gather(found - 1), steps.gather(found)
+def _steps(clocks: pl.DataFrame) -> pl.DataFrame:
+    """Within one (host, boot) — `_row`, `__REALTIME_TIMESTAMP`, `__MONOTONIC_TIMESTAMP` of its
+    rows — the rows after a wall-clock step (`_row`), the rows before them (`_before`) and the
+    steps in seconds (`jump_s`), in monotonic order. One query: only the few steps are kept."""
+    mono = clocks.get_column("__MONOTONIC_TIMESTAMP")
+    if not mono.is_sorted():
+        clocks = clocks.sort("__MONOTONIC_TIMESTAMP", maintain_order=True)
+    drift = pl.col("__REALTIME_TIMESTAMP") - pl.col("__MONOTONIC_TIMESTAMP")
+    step = drift - drift.shift(1)
+    return (clocks.lazy().select("_row", pl.col("_row").shift(1).alias("_before"), step.alias("_step"))
+            .filter(pl.col("_step").abs() > JUMP_S * 1e6)
+            .select("_row", "_before", (pl.col("_step") / 1e6).alias("jump_s")).collect())
 
 
 def clock_jumps(events: pl.DataFrame) -> pl.DataFrame:
@@ -167,23 +168,18 @@ def clock_jumps(events: pl.DataFrame) -> pl.DataFrame:
     changed by more than JUMP_S), by how much, and the records either side."""
     clocked = (pl.col("__REALTIME_TIMESTAMP").is_not_null() & pl.col("__MONOTONIC_TIMESTAMP").is_not_null()
                & pl.col("_BOOT_ID").is_not_null())
-    found = []
-    whole = events.select(clocked.all()).item() and events.select(pl.struct("host", "_BOOT_ID").n_unique()).item() == 1
-    if whole:  # one journal of one boot: its clocks as they are, nothing copied
-        found.append(_steps(pl.int_range(events.height, dtype=pl.UInt32, eager=True),
-                            events.get_column("__REALTIME_TIMESTAMP"), events.get_column("__MONOTONIC_TIMESTAMP")))
-    elif events.height:
-        clocks = (events.select("host", "_BOOT_ID", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP")
-                  .with_row_index("_row").filter(clocked))
-        for run in clocks.partition_by("host", "_BOOT_ID", maintain_order=True):
-            found.append(_steps(run.get_column("_row"), run.get_column("__REALTIME_TIMESTAMP"),
-                                run.get_column("__MONOTONIC_TIMESTAMP")))
-    none = pl.Series(dtype=pl.UInt32)
-    after = events[pl.concat([f[0] for f in found]) if found else none]
-    before = events[pl.concat([f[1] for f in found]) if found else none]
+    clocks = events.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row"), "host", "_BOOT_ID",
+                           "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP")
+    one_run = events.select(clocked.all() & (pl.col("host").n_unique() == 1)
+                            & (pl.col("_BOOT_ID").n_unique() == 1)).item()
+    # one journal of one boot (the usual big case) is not split into per-run copies
+    runs = [clocks] if one_run else clocks.filter(clocked).partition_by("host", "_BOOT_ID", maintain_order=True)
+    found = pl.concat([_steps(run) for run in runs if run.height]) if events.height else None
+    if found is None or found.is_empty():
+        found = pl.DataFrame(schema={"_row": pl.UInt32, "_before": pl.UInt32, "jump_s": pl.Float64})
+    after, before = events[found.get_column("_row")], events[found.get_column("_before")]
     return after.select("host", "_BOOT_ID").with_columns(
-        before.get_column("ts").alias("before"), after.get_column("ts").alias("after"),
-        (pl.concat([f[2] for f in found]) if found else pl.Series("jump_s", dtype=pl.Float64)).alias("jump_s"),
+        before.get_column("ts").alias("before"), after.get_column("ts").alias("after"), found.get_column("jump_s"),
         before.get_column("message").alias("message_before"), after.get_column("message"),
         after.get_column("source_file"), after.get_column("source_offset"), after.get_column("source_line"))
 
