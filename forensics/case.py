@@ -10,9 +10,10 @@ frames of evidence partitioned by host, Hive style: see `forensics.store`)::
     CASE/manifest.json                  inputs with sha256, format, records, quarantined, time span;
                                         the partitions of each frame
 
-Ingest streams: each input is read part by part (a journal export ~8 MB at a time) and each part
-written to its hosts' folders at once, so memory holds one part, not the bundle; the inputs, then
-the host folders, are tasks that run in this process or on a Dask cluster (`forensics.cluster`).
+Ingest streams: each input is read in pieces (a journal export ~8 MB at a time) and every
+PART_ROWS records written to their hosts' folders as one part, so memory holds a part, not the
+bundle; the inputs, then the host folders, are tasks that run in this process or on a Dask
+cluster (`forensics.cluster`).
 Re-ingesting a bundle rewrites the case whole (written aside, then swapped in under a lock), so
 running it twice gives the same case. A case folder carries `.forensics-case`; no other folder is
 ever replaced, nor the bundle, a folder above it or one inside it. Records seen in the same
