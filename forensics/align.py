@@ -174,7 +174,8 @@ def clock_jumps(events: pl.DataFrame) -> pl.DataFrame:
                             & (pl.col("_BOOT_ID").n_unique() == 1)).item()
     # one journal of one boot (the usual big case) is not split into per-run copies
     runs = [clocks] if one_run else clocks.filter(clocked).partition_by("host", "_BOOT_ID", maintain_order=True)
-    found = pl.concat([_steps(run) for run in runs if run.height]) if events.height else None
+    steps = [_steps(run) for run in runs if run.height]
+    found = pl.concat(steps) if steps else None
     if found is None or found.is_empty():
         found = pl.DataFrame(schema={"_row": pl.UInt32, "_before": pl.UInt32, "jump_s": pl.Float64})
     after, before = events[found.get_column("_row")], events[found.get_column("_before")]

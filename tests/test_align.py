@@ -43,3 +43,14 @@ def test_hosts_in_different_zones_have_their_line_stamps_read_each_in_its_own(tm
     assert checks["gpu-node-00"]["time_zone"] == "Asia/Shanghai" and checks["gpu-node-01"]["time_zone"] == "UTC"
     for row in checks.values():
         assert abs(row["line_minus_journal_s"]) < 1.0, row
+
+
+def test_records_without_journal_clocks_have_no_steps() -> None:
+    """Plain-text log lines carry no realtime/monotonic pair: nothing to compare, no error."""
+    events = pl.DataFrame({"ts": [datetime(2026, 6, 18, 21, 0, s, tzinfo=timezone.utc) for s in range(3)],
+                           "host": ["h"] * 3, "_BOOT_ID": [None] * 3, "__REALTIME_TIMESTAMP": [None] * 3,
+                           "__MONOTONIC_TIMESTAMP": [None] * 3, "message": ["a", "b", "c"],
+                           "source_file": ["f"] * 3, "source_offset": [None] * 3, "source_line": [1, 2, 3]},
+                          schema_overrides={"_BOOT_ID": pl.String, "__REALTIME_TIMESTAMP": pl.Int64,
+                                            "__MONOTONIC_TIMESTAMP": pl.Int64, "source_offset": pl.Int64})
+    assert clock_jumps(events).is_empty()
