@@ -175,9 +175,8 @@ def clock_jumps(events: pl.DataFrame) -> pl.DataFrame:
     # one journal of one boot (the usual big case) is not split into per-run copies
     runs = [clocks] if one_run else clocks.filter(clocked).partition_by("host", "_BOOT_ID", maintain_order=True)
     steps = [_steps(run) for run in runs if run.height]
-    found = pl.concat(steps) if steps else None
-    if found is None or found.is_empty():
-        found = pl.DataFrame(schema={"_row": pl.UInt32, "_before": pl.UInt32, "jump_s": pl.Float64})
+    found = pl.concat(steps) if steps else pl.DataFrame(schema={"_row": pl.UInt32, "_before": pl.UInt32,
+                                                               "jump_s": pl.Float64})
     after, before = events[found.get_column("_row")], events[found.get_column("_before")]
     return after.select("host", "_BOOT_ID").with_columns(
         before.get_column("ts").alias("before"), after.get_column("ts").alias("after"), found.get_column("jump_s"),

@@ -323,8 +323,8 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
     except ForensicsError as error:
         _remove_parts(folder, index)
         entry.update(records=0, parsed=0, quarantined=0, error=str(error))
-        return {**facts, "frame": None, "hosts": set(), "extras": set(), "rows": 0, "dumps": 0, "first": None,
-                "last": None}
+        return {"entry": entry, "frame": None, "hosts": set(), "extras": set(), "rows": 0, "dumps": 0,
+                "first": None, "last": None}
     entry.update(records=records, parsed=parsed, quarantined=quarantined)
     if damage:
         entry["error"] = damage

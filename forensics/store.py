@@ -16,6 +16,7 @@ name first and is renamed into place, so a writer killed mid-file leaves no part
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -101,13 +102,16 @@ def scan_frame(folder: Path, name: str, extras: list[str] | None = None) -> pl.L
     return scan.select(pl.col(PARTITION).cast(schema[PARTITION]) if c == PARTITION else pl.col(c) for c in schema)
 
 
+NO_REPEATS = pl.DataFrame(schema={"_row": pl.UInt32, "source_file": pl.String})  # what a repeat search finds
+
+
 def _repeat_rows(scan: pl.LazyFrame, key: pl.Expr, repeat: pl.Expr) -> pl.DataFrame:
     """`_row` and `source_file` of the rows where `repeat` holds among those whose `key` hash occurs
     more than once: only the hashes are held for every row, the rows themselves for the few suspects."""
     hashes = scan.select("_row", key.hash().alias("_hash")).collect(engine="streaming")
     suspects = hashes.filter(pl.col("_hash").is_duplicated()).get_column("_row")
     if suspects.is_empty():
-        return pl.DataFrame(schema={"_row": pl.UInt32, "source_file": pl.String})
+        return NO_REPEATS.clear()
     rows = scan.filter(pl.col("_row").is_in(suspects.implode())).collect(engine="streaming").sort("_row")
     return rows.filter(repeat).select("_row", pl.col("source_file").cast(pl.String))
 
@@ -130,8 +134,7 @@ def repeated_records(scan: pl.LazyFrame, columns: Mapping[str, pl.DataType]) -> 
         # only journal records carry the clocks that make two lines one record
         found.append(_repeat_rows(scan, identity, pl.col("__REALTIME_TIMESTAMP").is_not_null()
                                   & (pl.col("source_file") != pl.col("source_file").first().over(identity))))
-    return pl.concat(found).unique("_row") if found else pl.DataFrame(schema={"_row": pl.UInt32,
-                                                                              "source_file": pl.String})
+    return pl.concat(found).unique("_row") if found else NO_REPEATS.clear()
 
 
 def finish_partition(partition: str | Path, name: str, extras: list[str]) -> dict[str, int]:
@@ -139,8 +142,6 @@ def finish_partition(partition: str | Path, name: str, extras: list[str]) -> dic
     host's folder has and this one lacks, as nulls), without repeated journal records; how many
     were dropped per input (by its path in the bundle). Safe to run again after being killed at
     any point (a Dask worker that died is retried on another)."""
-    import json
-
     partition = Path(partition)
     whole, counts = partition / "part-0.parquet.whole", partition / ".dropped.json"
     if whole.exists() and not counts.exists():  # killed before its counts were kept: start again
