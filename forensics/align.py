@@ -18,12 +18,17 @@
   and the analysis says so rather than trusting the order of the wall-clock times.
 - Storage is always UTC; the display zone is the renderer's parameter.
 
+The events are read host by host (`read_host`, one task per host folder of the case, run in this
+process or on a Dask cluster): each task reads its host's lines with the profile and returns them
+with the small results that need every line of the host (lines per minute and lane, the log-stamp
+skew, clock steps, pauses per source), which are combined here once the hosts' offsets are known.
+
 A big case (over LEAN_ABOVE records) gets a lean timeline, so that memory follows what the
-detectors read rather than the size of the logs: the case is read in batches, each line read
-with the profile as it comes, and only the lines worth a finding keep their text (warnings and
-worse, the profile's line kinds, systemd's and sudo's lines, health checks and access lines,
-tracebacks); progress lines keep their numbers, routine lines their time, host and unit. A text
-that a finding quotes is fetched back from the case (`Timeline.with_messages`).
+detectors read rather than the size of the logs: each host is read in batches and only the lines
+worth a finding are kept (warnings and worse, the profile's line kinds, systemd's and sudo's
+lines, health checks and access lines, tracebacks: with their text), and the progress lines (their
+numbers, not their text); routine lines are only counted (`Timeline.activity`). A text that a
+finding quotes is fetched back from the case (`Timeline.with_messages`).
 """
 
 from __future__ import annotations
@@ -31,13 +36,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import polars as pl
 
+from forensics import cluster
 from forensics.case import Case
+from forensics.cluster import Progress, Runner
 from forensics.incident import Incident
 from forensics.logs import read_lines
 from forensics.profiles import Profile
+from forensics.store import scan_partition
 
 STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
 PLAIN_LOG = "log:line"
@@ -49,6 +58,10 @@ EVENT_COLUMNS = ("ts", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_I
                  "source_offset", "source_line")
 
 
+# what a line is counted by in `Timeline.activity` (its lane: host, component or unit, ranks)
+ACTIVITY_KEYS = ("host", "component", "identifier", "unit", "line_dp", "line_pp", "line_tp")
+GAP_FACTOR = 5.0  # a pause this many times a source's median interval (and over GAP_MIN_S) is a gap
+GAP_MIN_S = 60.0
 LEAN_ENV = "FORENSICS_LEAN_ABOVE"  # records above which the timeline is lean (default 2 M; 0: always)
 LEAN_ABOVE = int(os.environ.get(LEAN_ENV) or 2_000_000)
 LEAN_BATCH_ROWS = 100_000  # records read with the profile at a time when lean
@@ -83,7 +96,44 @@ class Timeline:
     # to 1970): kept out of every detector, listed per source in data quality
     out_of_range: pl.DataFrame | None = None
     case: Case | None = None  # where a lean timeline fetches the text of the lines it quotes
-    lean: bool = False  # routine lines without their text (see the module's docstring)
+    lean: bool = False  # routine lines left out (see the module's docstring)
+    # every line counted per minute and lane (ACTIVITY_KEYS), with the first and last time: what
+    # the figures and the own-end of each component read, whether the lines are held or not
+    activity: pl.DataFrame | None = None
+    source_gaps: pl.DataFrame | None = None  # pauses in each journal source (`gaps_in_sources`)
+    offsets: dict[str, float] | None = None  # each host's clock offset taken off, seconds
+
+    def placed(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """Records of the case (`rows`, its columns) read onto this timeline as its own lines are:
+        the profile's reading, component, and true time; in time order. For the few records a
+        lean timeline only counts."""
+        read = [_read_batch(part, part.get_column("host")[0], self.incident, self.profile)
+                for part in rows.select(EVENT_COLUMNS).partition_by("host", maintain_order=True)]
+        if not read:
+            read = [_read_batch(rows.select(EVENT_COLUMNS), None, self.incident, self.profile)]
+        return (pl.concat(read, how="vertical_relaxed")
+                .with_columns(pl.col("ts") - pl.duration(microseconds=_offset_us(self.offsets or {}, pl.col("host"))))
+                .sort("ts", maintain_order=True))
+
+    @property
+    def first_ts(self) -> datetime | None:
+        """The time of the timeline's first line."""
+        return self.activity.get_column("first").min() if self.activity is not None else None  # type: ignore[return-value]
+
+    @property
+    def last_ts(self) -> datetime | None:
+        """The time of the timeline's last line."""
+        return self.activity.get_column("last").max() if self.activity is not None else None  # type: ignore[return-value]
+
+    @property
+    def hosts(self) -> list[str | None]:
+        """The hosts with lines on the timeline (None: lines that name none)."""
+        return [] if self.activity is None else self.activity.get_column("host").unique().to_list()
+
+    def own_end(self) -> pl.DataFrame:
+        """Per host and component: the time of its last line of any kind."""
+        return (self.activity.filter(pl.col("component").is_not_null()).group_by("host", "component")  # type: ignore[union-attr]
+                .agg(pl.col("last").max().alias("own_end")))
 
     def with_messages(self, rows: pl.DataFrame) -> pl.DataFrame:
         """`rows` of `events` with their `message` (a lean timeline keeps the text of notable
@@ -163,25 +213,42 @@ def _steps(clocks: pl.DataFrame) -> pl.DataFrame:
             .select("_row", "_before", (pl.col("_step") / 1e6).alias("jump_s")).collect())
 
 
+JUMPS_SCHEMA = {"host": pl.String, "_BOOT_ID": pl.String, "before": pl.Datetime("us", "UTC"),
+                "after": pl.Datetime("us", "UTC"), "jump_s": pl.Float64, "message_before": pl.String,
+                "message": pl.String, "source_file": pl.String, "source_offset": pl.Int64, "source_line": pl.Int64}
+
+
+def _step_places(clocks: pl.DataFrame) -> pl.DataFrame:
+    """Of `clocks` (`_row`, host, `_BOOT_ID`, `__REALTIME_TIMESTAMP`, `__MONOTONIC_TIMESTAMP`): the
+    wall-clock steps per host and boot, as `_row` (the record after), `_before` and `jump_s`."""
+    clocked = (pl.col("__REALTIME_TIMESTAMP").is_not_null() & pl.col("__MONOTONIC_TIMESTAMP").is_not_null()
+               & pl.col("_BOOT_ID").is_not_null())
+    one_run = clocks.select(clocked.all() & (pl.col("host").n_unique() == 1)
+                            & (pl.col("_BOOT_ID").n_unique() == 1)).item()
+    # one journal of one boot (the usual host) is not split into per-run copies
+    runs = [clocks] if one_run else clocks.filter(clocked).partition_by("host", "_BOOT_ID", maintain_order=True)
+    steps = [_steps(run.select("_row", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP")) for run in runs if run.height]
+    return (pl.concat(steps) if steps else
+            pl.DataFrame(schema={"_row": clocks.schema["_row"], "_before": clocks.schema["_row"], "jump_s": pl.Float64}))
+
+
+def _jumps_table(found: pl.DataFrame, before: pl.DataFrame, after: pl.DataFrame) -> pl.DataFrame:
+    """The clock steps `found` as the timeline lists them, from the records before and after each."""
+    return pl.DataFrame([
+        after.get_column("host").cast(pl.String), after.get_column("_BOOT_ID").cast(pl.String),
+        before.get_column("ts").alias("before"), after.get_column("ts").alias("after"), found.get_column("jump_s"),
+        before.get_column("message").alias("message_before"), after.get_column("message"),
+        after.get_column("source_file").cast(pl.String), after.get_column("source_offset"),
+        after.get_column("source_line")]).cast(JUMPS_SCHEMA)  # type: ignore[arg-type]
+
+
 def clock_jumps(events: pl.DataFrame) -> pl.DataFrame:
     """Per host and boot, in monotonic order: where the wall clock stepped (realtime minus monotonic
     changed by more than JUMP_S), by how much, and the records either side."""
-    clocked = (pl.col("__REALTIME_TIMESTAMP").is_not_null() & pl.col("__MONOTONIC_TIMESTAMP").is_not_null()
-               & pl.col("_BOOT_ID").is_not_null())
     clocks = events.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_row"), "host", "_BOOT_ID",
                            "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP")
-    one_run = events.select(clocked.all() & (pl.col("host").n_unique() == 1)
-                            & (pl.col("_BOOT_ID").n_unique() == 1)).item()
-    # one journal of one boot (the usual big case) is not split into per-run copies
-    runs = [clocks] if one_run else clocks.filter(clocked).partition_by("host", "_BOOT_ID", maintain_order=True)
-    steps = [_steps(run) for run in runs if run.height]
-    found = pl.concat(steps) if steps else pl.DataFrame(schema={"_row": pl.UInt32, "_before": pl.UInt32,
-                                                               "jump_s": pl.Float64})
-    after, before = events[found.get_column("_row")], events[found.get_column("_before")]
-    return after.select("host", "_BOOT_ID").with_columns(
-        before.get_column("ts").alias("before"), after.get_column("ts").alias("after"), found.get_column("jump_s"),
-        before.get_column("message").alias("message_before"), after.get_column("message"),
-        after.get_column("source_file"), after.get_column("source_offset"), after.get_column("source_line"))
+    found = _step_places(clocks)
+    return _jumps_table(found, events[found.get_column("_before")], events[found.get_column("_row")])
 
 
 def _line_ts(events: pl.DataFrame, incident: Incident, offsets: dict[str, float]) -> pl.Series:
@@ -205,23 +272,6 @@ def _line_ts(events: pl.DataFrame, incident: Incident, offsets: dict[str, float]
                              | (pl.col("host").is_null() if None in members else pl.lit(False))).to_series()
         out = out.scatter(mask.arg_true(), on_utc(zone, events.select("host", "line_local").filter(mask)))
     return out
-
-
-def _plain_log_ts(events: pl.DataFrame, incident: Incident) -> pl.DataFrame:
-    """Plain-text log records (`forensics.sources.server_log`) carry their stamp as written, read
-    as UTC by the reader: placed here in their host's zone from the manifest."""
-    plain = pl.col("data_type") == PLAIN_LOG
-    hosts = events.filter(plain).get_column("host").unique().to_list()
-    for host in hosts:
-        zone = incident.clock(host).time_zone.key
-        if zone == "UTC":
-            continue
-        mine = plain & (pl.col("host").eq_missing(pl.lit(host, pl.String)))
-        local = (pl.col("ts").dt.replace_time_zone(None).dt.replace_time_zone(zone, ambiguous="earliest",
-                                                                              non_existent="null")
-                 .dt.convert_time_zone("UTC"))
-        events = events.with_columns(pl.when(mine).then(local).otherwise(pl.col("ts")).alias("ts"))
-    return events
 
 
 def plausible_window(case: Case, incident: Incident) -> tuple[datetime, datetime] | None:
@@ -271,7 +321,7 @@ def _lean(events: pl.DataFrame, profile: Profile) -> pl.DataFrame:
         | pl.col("rid_sent").is_not_null() | pl.col("rid_received").is_not_null()
         | pl.col("message").str.contains(NOTABLE_TEXT))
     fields = set(profile.logs.fields) - {*LEAN_FIELDS, *profile.logs.working_when}
-    lean = events.with_columns(
+    lean = events.filter(pl.col("progress").is_not_null() | notable.fill_null(False)).with_columns(
         pl.when(notable.fill_null(False)).then(pl.col("message")).alias("message"),
         *(pl.col(c).cast(pl.Categorical) for c in LEAN_CATEGORIES if c in events.columns),
         *(pl.col(c).cast(pl.Int16) for c in LEAN_RANKS if c in events.columns),
@@ -297,33 +347,119 @@ def _with_component(events: pl.DataFrame, incident: Incident, profile: Profile) 
                                .alias("component"))
 
 
-def _read_events(case: Case, incident: Incident, profile: Profile, window: tuple[datetime, datetime] | None,
-                 lean: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The case's events inside `window`, each line read with the profile and given its component
-    (lean: batch by batch, see the module's docstring), and the records outside it per source."""
-    scan = case.events.select(EVENT_COLUMNS)
+def gaps_in_sources(times: pl.DataFrame) -> pl.DataFrame:
+    """Pauses in each `source` of `times` (source, ts) longer than GAP_FACTOR × the source's median
+    interval and GAP_MIN_S: source, from, to, gap_s, median_interval_s."""
+    ordered = times.sort("source", "ts")
+    previous = pl.col("ts").shift(1).over("source")
+    gaps = (ordered.with_columns(((pl.col("ts") - previous).dt.total_microseconds() / 1e6).alias("gap_s"),
+                                 previous.alias("from"))
+            .with_columns(pl.col("gap_s").median().over("source").alias("median_interval_s")))
+    return (gaps.filter((pl.col("gap_s") > GAP_MIN_S) & (pl.col("gap_s") > GAP_FACTOR * pl.col("median_interval_s")))
+            .select(pl.col("source").cast(pl.String), "from", pl.col("ts").alias("to"), "gap_s", "median_interval_s")
+            .sort("from"))
 
-    def read(events: pl.DataFrame) -> pl.DataFrame:
-        return _with_component(read_lines(events, profile).with_columns(_local_stamp()), incident, profile)
 
-    if not lean:
-        events, outside = _outside(scan.collect(), window, "events")
-        return read(events), outside
-    batches, outsides = [], []
+@dataclass
+class HostRead:
+    """What one host's task reads from its folder of `events` (times on the host's own clock): the
+    lines the timeline holds, and the small results that need every line of the host."""
+
+    events: pl.DataFrame  # every line read with the profile (lean: only the notable and progress lines)
+    activity: pl.DataFrame  # lines per minute and lane (ACTIVITY_KEYS), with the first and last time
+    skew: pl.DataFrame  # host, line_minus_journal_s (median), spread_s, lines: one row, or none
+    jumps: pl.DataFrame  # wall-clock steps (see `clock_jumps`)
+    gaps: pl.DataFrame  # pauses per source file and unit (see `gaps_in_sources`)
+    outside: pl.DataFrame  # records outside the plausible window, per source file
+
+
+def _read_batch(batch: pl.DataFrame, host: str | None, incident: Incident, profile: Profile) -> pl.DataFrame:
+    """A batch of one host's records read with the profile: plain-text log stamps placed in the
+    host's zone, each line's reading, its own stamp (`line_local`) and its component."""
+    zone = incident.clock(host).time_zone.key
+    if zone != "UTC" and batch.height:  # a plain log's stamps were read as UTC: they are the host's local time
+        local = (pl.col("ts").dt.replace_time_zone(None).dt.replace_time_zone(zone, ambiguous="earliest",
+                                                                              non_existent="null")
+                 .dt.convert_time_zone("UTC"))
+        batch = batch.with_columns(pl.when(pl.col("data_type") == PLAIN_LOG).then(local).otherwise(pl.col("ts"))
+                                   .alias("ts"))
+    return _with_component(read_lines(batch, profile).with_columns(_local_stamp()), incident, profile)
+
+
+def _activity(read: pl.DataFrame) -> pl.DataFrame:
+    """Lines per minute and lane of a read batch, with their first and last time."""
+    return (read.group_by(pl.col("ts").dt.truncate("1m").alias("minute"),
+                          *(pl.col(c).cast(pl.String) if c in ("host", "identifier", "unit") else pl.col(c)
+                            for c in ACTIVITY_KEYS))
+            .agg(pl.len().alias("lines"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")))
+
+
+def _skew(read: pl.DataFrame, zone: str) -> pl.Series:
+    """Per line with its own stamp (journald's records): the stamp read in the host's `zone` minus
+    journald's time, in seconds. The host's clock offset is on both, so it cancels."""
+    on_utc = (pl.col("line_local").dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
+              .dt.convert_time_zone("UTC"))
+    return (read.filter(pl.col("line_local").is_not_null() & (pl.col("data_type") != PLAIN_LOG))
+            .select(((on_utc - pl.col("ts")).dt.total_microseconds() / 1e6).alias("skew")).to_series()
+            .drop_nulls())
+
+
+def read_host(case_dir: str, host: str | None, extras: list[str], incident: Incident, profile: Profile,
+              window: tuple[datetime, datetime] | None, lean: bool) -> HostRead:
+    """One host's `events` read onto its timeline (a task: `forensics.cluster` runs one per host
+    folder, in this process or on a Dask worker). Lean: batch by batch, keeping only the lines worth
+    a finding (see the module's docstring); the rest are counted in `activity`."""
+    scan = scan_partition(Path(case_dir), "events", host, extras).select(EVENT_COLUMNS)
     total = scan.select(pl.len()).collect().item()
+    step = LEAN_BATCH_ROWS if lean else max(total, 1)
+    zone = incident.clock(host).time_zone.key
+    kept, activity, skews, clocks, sources, outsides = [], [], [], [], [], []
     # Slices, not the streaming engine's batches: it reads ahead (about 1 GB in flight at 10 M).
-    for offset in range(0, total, LEAN_BATCH_ROWS):
-        batch = scan.slice(offset, LEAN_BATCH_ROWS).collect()
-        inside, outside = _outside(batch, window, "events")
+    for offset in range(0, total, step):
+        batch, outside = _outside(scan.slice(offset, step).collect().with_row_index("_at", offset), window, "events")
         outsides.append(outside)
-        batches.append(_lean(read(inside), profile))
-    events = pl.concat(batches) if batches else _lean(read(scan.head(0).collect()), profile)
+        read = _read_batch(batch, host, incident, profile)
+        activity.append(_activity(read))
+        skews.append(_skew(read, zone))
+        clocks.append(read.select(pl.col("_at").alias("_row"), "host", "_BOOT_ID", "__REALTIME_TIMESTAMP",
+                                  "__MONOTONIC_TIMESTAMP"))
+        sources.append(read.select(pl.format("{} {}", pl.col("source_file"), pl.col("unit").fill_null("?"))
+                                   .cast(pl.Categorical).alias("source"), "ts"))
+        read = read.drop("_at")
+        kept.append(_lean(read, profile) if lean else read)
+    if not kept:
+        read = _read_batch(scan.head(0).collect(), host, incident, profile)
+        kept, activity = [_lean(read, profile) if lean else read], [_activity(read)]
+        clocks = [read.select(pl.lit(0, pl.UInt32).alias("_row"), "host", "_BOOT_ID", "__REALTIME_TIMESTAMP",
+                              "__MONOTONIC_TIMESTAMP")]
+        sources = [pl.DataFrame(schema={"source": pl.Categorical, "ts": pl.Datetime("us", "UTC")})]
+    skew = pl.concat(skews) if skews else pl.Series("skew", [], pl.Float64)
+    stats = (pl.DataFrame({"host": [host], "line_minus_journal_s": [skew.median()],
+                           "spread_s": [skew.quantile(0.95) - skew.quantile(0.05) if skew.len() else None],
+                           "lines": [skew.len()]}, schema={"host": pl.String, "line_minus_journal_s": pl.Float64,
+                                                            "spread_s": pl.Float64, "lines": pl.UInt32})
+             if skew.len() else pl.DataFrame())
+    events = pl.concat(kept, how="vertical_relaxed")
+    jumps = _host_jumps(scan, pl.concat(clocks))
+    summary = (pl.concat(activity).group_by("minute", *ACTIVITY_KEYS)
+               .agg(pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max()))
     outside = pl.concat([o for o in outsides if o.height]) if any(o.height for o in outsides) else pl.DataFrame()
-    if outside.height:
-        outside = (outside.group_by("source_file", "frame").agg(pl.col("records").sum(), pl.col("earliest").min(),
-                                                                pl.col("latest").max())
-                   .select("source_file", "records", "earliest", "latest", "frame"))
-    return events, outside
+    return HostRead(events, summary, stats, jumps, gaps_in_sources(pl.concat(sources)), outside)
+
+
+def _host_jumps(scan: pl.LazyFrame, clocks: pl.DataFrame) -> pl.DataFrame:
+    """`clock_jumps` of one host's folder, found on its clock columns alone (`_row`: a record's
+    place in the folder); the few records either side of a step are read back from the folder."""
+    found = _step_places(clocks)
+    if found.is_empty():
+        return pl.DataFrame(schema=JUMPS_SCHEMA)
+    wanted = pl.concat([found.get_column("_row"), found.get_column("_before")]).unique().implode()
+    rows = scan.with_row_index("_at").filter(pl.col("_at").is_in(wanted)).collect()
+
+    def at(places: pl.Series) -> pl.DataFrame:
+        return places.rename("_at").to_frame().join(rows, on="_at", how="left", maintain_order="left")
+
+    return _jumps_table(found, at(found.get_column("_before")), at(found.get_column("_row")))
 
 
 def _in_time_order(events: pl.DataFrame) -> pl.DataFrame:
@@ -337,25 +473,66 @@ def _in_time_order(events: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(columns)
 
 
-def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool | None = None) -> Timeline:
-    """Read the case's frames onto one timeline (lean or not: by the case's size unless told)."""
+def _partitions(case: Case) -> list[str | None]:
+    """The hosts of the case's `events` folders (the manifest's layout)."""
+    return list(case.manifest.get("layout", {}).get("partitions", {}).get("events", []))
+
+
+def _shifted(frame: pl.DataFrame, offsets: dict[str, float], *columns: str) -> pl.DataFrame:
+    """`frame` with its time `columns` taken off each row's host clock offset."""
+    if frame.is_empty() or not any(offsets.values()):
+        return frame
+    shift = pl.duration(microseconds=_offset_us(offsets, pl.col("host").cast(pl.String)))
+    return frame.with_columns((pl.col(c) - shift).alias(c) for c in columns)
+
+
+def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool | None = None,
+                   progress: Progress | None = None, run: Runner | None = None) -> Timeline:
+    """Read the case's frames onto one timeline (lean or not: by the case's size unless told): one
+    task per host folder (`read_host`, on `run`: this process, or the Dask cluster FORENSICS_DASK
+    names; `progress` shows them), whose small results are combined here."""
     if lean is None:
         lean = case.manifest.get("totals", {}).get("events", 0) > LEAN_ABOVE
     window = plausible_window(case, incident)
-    events, outside_events = _read_events(case, incident, profile, window, lean)
-    if not events.get_column("ts").is_sorted():  # a case is in order per host and input, not across them
+    extras = case.manifest.get("layout", {}).get("extra_columns", {}).get("events", [])
+    hosts = _partitions(case)
+    chosen = run or cluster.runner()
+    try:
+        chosen.check_paths([case.path])
+        parts: list[HostRead] = chosen.map(read_host, [(str(case.path), host, extras, incident, profile, window, lean)
+                                                       for host in hosts], "hosts", progress)
+    finally:
+        if run is None:
+            chosen.close()
+    if not parts:  # a case of no events: the shapes of an empty host's reading
+        empty = _read_batch(case.events.select(EVENT_COLUMNS).head(0).collect(), None, incident, profile)
+        parts = [HostRead(_lean(empty, profile) if lean else empty, _activity(empty), pl.DataFrame(),
+                          pl.DataFrame(schema=JUMPS_SCHEMA), gaps_in_sources(pl.DataFrame(
+                              schema={"source": pl.String, "ts": pl.Datetime("us", "UTC")})), pl.DataFrame())]
+    events = pl.concat([part.events for part in parts], how="vertical_relaxed")
+    for part in parts:  # the hosts' lines are now held once, in `events`
+        part.events = part.events.clear()
+    if lean:  # the clock columns served the clock steps, found per host
+        events = events.drop("__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_ID")
+    if not events.get_column("ts").is_sorted():  # each host is in order per input, not across hosts or inputs
         events = _in_time_order(events)
-    if events.select((pl.col("data_type") == PLAIN_LOG).any()).item():
-        events = _plain_log_ts(events, incident).sort("ts", maintain_order=True)
-    hosts = sorted(h for h in events.get_column("host").unique().to_list() if h is not None)
     pairs = request_pairs(events)
-    placed = estimate_offsets(pairs, hosts, incident)
+    placed = estimate_offsets(pairs, sorted(h for h in hosts if h is not None), incident)
     offsets = {host: seconds for host, (seconds, _) in placed.items()}
     events = events.with_columns((pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host"))))
                                  .alias("ts"))
     if events.get_column("ts").is_sorted():  # say so: every detector's sort by time is then free
         events = events.with_columns(pl.col("ts").set_sorted())
     events = events.with_columns(_line_ts(events, incident, offsets)).drop("line_local")
+    activity = _shifted(pl.concat([part.activity for part in parts]), offsets, "first", "last")
+    activity = activity.with_columns(pl.col("first").dt.truncate("1m").alias("minute")) if any(offsets.values()) \
+        else activity
+    several = len(hosts) > 1
+    gaps = pl.concat([_shifted(part.gaps.with_columns(
+        (pl.col("source") + f" on {host}") if several and host is not None else pl.col("source"),
+        pl.lit(host, pl.String).alias("host")), offsets, "from", "to").drop("host")
+        for part, host in zip(parts, hosts or [None])]).sort("from")
+    jumps = _shifted(pl.concat([part.jumps for part in parts]), offsets, "before", "after").sort("after")
     samples = case.samples.with_columns(
         (pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host").cast(pl.String)))).alias("ts"))
     outside_samples = pl.DataFrame()
@@ -369,13 +546,9 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
     stacks, outside_stacks = _outside(case.stacks.with_columns(
         (pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host")))).alias("ts")).collect(),
         window, "stacks")
-    skew = (pl.col("line_ts") - pl.col("ts")).dt.total_microseconds() / 1e6
-    # journald's time against the line's own stamp: plain-text logs have only the latter
-    checks = (events.select("host", "ts", "line_ts", "data_type")
-              .filter(pl.col("line_ts").is_not_null() & (pl.col("data_type") != PLAIN_LOG)).drop("data_type")
-              .group_by("host").agg(skew.median().alias("line_minus_journal_s"),
-                                    (skew.quantile(0.95) - skew.quantile(0.05)).alias("spread_s"),
-                                    pl.len().alias("lines"))
+    skews = [part.skew for part in parts if part.skew.height]
+    checks = ((pl.concat(skews) if skews else pl.DataFrame(schema={"host": pl.String, "line_minus_journal_s": pl.Float64,
+                                                                    "spread_s": pl.Float64, "lines": pl.UInt32}))
               .with_columns(pl.col("host").replace_strict(offsets, default=0.0, return_dtype=pl.Float64)
                             .alias("offset_applied_s"),
                             pl.col("host").replace_strict({h: how for h, (_, how) in placed.items()}, default=None,
@@ -383,7 +556,12 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
                             pl.col("host").map_elements(lambda h: incident.clock(h).time_zone.key,
                                                         return_dtype=pl.String).alias("time_zone"))
               .sort("host"))
+    outside_events = [part.outside for part in parts if part.outside.height]
+    outside_events = ((pl.concat(outside_events).group_by("source_file", "frame")
+                       .agg(pl.col("records").sum(), pl.col("earliest").min(), pl.col("latest").max())
+                       .select("source_file", "records", "earliest", "latest", "frame"))
+                      if outside_events else pl.DataFrame())
     outside = [f for f in (outside_events, outside_stacks, outside_samples) if f.height]
-    return Timeline(events, samples, stacks, case.quarantine.collect(), checks, pairs, clock_jumps(events),
-                    incident, profile, case.manifest,
-                    pl.concat(outside).sort("frame", "source_file") if outside else None, case, lean)
+    return Timeline(events, samples, stacks, case.quarantine.collect(), checks, pairs, jumps, incident, profile,
+                    case.manifest, pl.concat(outside).sort("frame", "source_file") if outside else None, case, lean,
+                    activity, gaps, offsets)

@@ -286,7 +286,7 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
     incident = load_incident(bundle, profile)
     if chosen:
         incident.notes.append(chosen)
-    timeline = build_timeline(case, incident, profile)
+    timeline = build_timeline(case, incident, profile, progress=on_progress)
     main = profile.logs.main_track
     found: list[Finding] = []
     found += progress.detect(timeline)

@@ -102,6 +102,15 @@ def scan_frame(folder: Path, name: str, extras: list[str] | None = None) -> pl.L
     return scan.select(pl.col(PARTITION).cast(schema[PARTITION]) if c == PARTITION else pl.col(c) for c in schema)
 
 
+def scan_partition(folder: Path, name: str, host: str | None, extras: list[str] | None = None) -> pl.LazyFrame:
+    """One host's rows of a frame of the case at `folder`, lazily, as `scan_frame` gives them."""
+    schema = columns_of(name, extras or [])
+    stored = {k: v for k, v in schema.items() if k != PARTITION}
+    scan = pl.scan_parquet(folder / name / partition_name(host) / PARTS, schema=stored, missing_columns="insert")
+    return scan.select(pl.lit(host, schema[PARTITION]).alias(PARTITION) if c == PARTITION else pl.col(c)
+                       for c in schema)
+
+
 NO_REPEATS = pl.DataFrame(schema={"_row": pl.UInt32, "source_file": pl.String})  # what a repeat search finds
 
 

@@ -51,7 +51,7 @@ def impact(timeline: Timeline, times: KeyTimes) -> list[Impact]:
     """The impact of the incident in numbers (empty when it has no start)."""
     if times.started is None:
         return []
-    end = times.resolved or timeline.events.get_column("ts").max()
+    end = times.resolved or timeline.last_ts
     if end is None or end <= times.started:
         return []
     window = pl.col("ts").is_between(times.started, end)

@@ -65,7 +65,7 @@ def detect(timeline: Timeline) -> list[Finding]:
     systemd = events.filter(pl.col("message_id").is_in([STARTING, STARTED, STOPPING, STOPPED, FAILED,
                                                        RESTART_SCHEDULED])).sort("ts")
     issued, how, issued_evidence = mitigation_time(timeline)
-    several_hosts = events.get_column("host").n_unique() > 1
+    several_hosts = len(timeline.hosts) > 1
     for host, component in systemd.select("host", "component").drop_nulls().unique().sort("host", "component").rows():
         mine = systemd.filter(pl.col("component").eq_missing(component) & pl.col("host").eq_missing(host))
         where = f"{component} on {host}" if several_hosts else component

@@ -21,7 +21,6 @@ from forensics.detect import (
     clock,
     earliest,
     event_evidence,
-    latest_time,
     span,
 )
 from forensics.metrics import stalled
@@ -64,8 +63,7 @@ def freezes(timeline: Timeline) -> pl.DataFrame:
     to the component's own last line: a log that simply ends is not a freeze."""
     # Gaps are found on the numbers alone; the few lines either side are fetched afterwards.
     progress = progress_lines(timeline, "running_req", "queue_req", "inflight_req", "_row")
-    own_end = (timeline.events.lazy().select("host", "component", "ts").filter(pl.col("component").is_not_null())
-               .group_by("host", "component").agg(pl.col("ts").max().alias("own_end")).collect())
+    own_end = timeline.own_end().cast({"host": progress.schema["host"], "component": progress.schema["component"]})
     pending = (pl.col("running_req").fill_null(0) > 0) | (pl.col("queue_req").fill_null(0) > 0)
     if "inflight_req" in progress.columns:
         pending = pending | (pl.col("inflight_req").fill_null(0) > 0)
@@ -108,7 +106,7 @@ def detect(timeline: Timeline) -> list[Finding]:
     """Freeze findings per component, each with the metrics' view and the silent-hang window."""
     findings = []
     restarts = timeline.events.filter(pl.col("message_id") == "de5b426a63be47a7b6ac3eaac82e2f6f")  # stopping
-    several_hosts = timeline.events.get_column("host").n_unique() > 1
+    several_hosts = len(timeline.hosts) > 1
     for gap in freezes(timeline).iter_rows(named=True):
         component, host, at = gap["component"], gap["host"], gap["ts"]
         until = gap["next_ts"]
@@ -134,7 +132,7 @@ def _silent_hang(timeline: Timeline, component: str, host: str | None, where: st
     """Health 200 and an active unit while frozen: the blind spot, until the unit is stopped."""
     unit_stops = stops.filter(pl.col("component").eq_missing(component) & pl.col("host").eq_missing(host)
                               & (pl.col("ts") > at))
-    data_end = latest_time(timeline.events.get_column("ts"))
+    data_end = timeline.last_ts
     blind_end = earliest(unit_stops.get_column("ts")) or until or data_end
     if blind_end is None:
         return []

@@ -73,9 +73,9 @@ def axis_for(analysis: Analysis, max_buckets: int = MAX_BUCKETS) -> Axis:
     incident = analysis.timeline.incident
     t = analysis.timeline
     times: list[datetime] = []
-    for column in (t.events.get_column("ts"), t.stacks.get_column("ts"),
-                   t.samples.select(pl.col("ts")).collect().get_column("ts")):
+    for column in (t.stacks.get_column("ts"), t.samples.select(pl.col("ts")).collect().get_column("ts")):
         times += [x for x in (column.min(), column.max()) if isinstance(x, datetime)]
+    times += [x for x in (t.first_ts, t.last_ts) if isinstance(x, datetime)]
     times += [f.at for f in analysis.findings if f.at] + [f.until for f in analysis.findings if f.until]
     start, end = (incident.window if incident.window else (min(times), max(times))) if times or incident.window else (
         datetime.now().astimezone(), datetime.now().astimezone())
@@ -142,20 +142,17 @@ class Mark:
 
 def marked_rows(analysis: Analysis, events: pl.DataFrame, where: pl.Expr) -> pl.DataFrame:
     """`ts`, `message` and `lane` of the timeline's events `where` picks. A lean timeline (a big
-    case) has no text on routine lines: `where` is then run over the case's own records (all of
-    their text) and what it picks placed on the timeline by file and place; a `where` naming a
-    column only the timeline has (component, progress, …) runs on the timeline."""
+    case) holds neither the routine lines nor their text: `where` is then run over the case's own
+    records (all of their text) and what it picks read onto the timeline; a `where` naming a column
+    only the timeline has (component, progress, …) runs on the lines the timeline holds."""
     timeline = analysis.timeline
     if not timeline.lean or timeline.case is None:
         return events.filter(where).select("ts", "message", "lane")
-    keys = ["source_file", "source_offset", "source_line"]
     try:
-        picked = timeline.case.events.filter(where).select(*keys, pl.col("message").alias("_text")).collect()
+        picked = timeline.case.events.filter(where).collect()
     except pl.exceptions.ColumnNotFoundError:
         return events.filter(where).select("ts", "message", "lane")
-    return (events.select("ts", "lane", *keys).with_columns(pl.col("source_file").cast(pl.String))
-            .join(picked, on=keys, how="inner", nulls_equal=True, maintain_order="left")
-            .select("ts", pl.col("_text").alias("message"), "lane"))
+    return timeline.placed(picked).with_columns(lane_expr()).select("ts", "message", "lane")
 
 
 def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_buckets: int = MAX_BUCKETS,
@@ -169,8 +166,10 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     stack_lanes = [(r.host or "?") + f" · {r.group} · {r.label}" for v in analysis.verdicts for r in v.ranks]
     track_lanes = [f"track · {t.name}" for t in analysis.tracks]
     involved = {f.host for f in analysis.findings if f.host} | {r.host for v in analysis.verdicts for r in v.ranks}
-    lanes = ([f"mark · {mark.label}" for mark in marks] + track_lanes
-             + _lane_order(events.get_column("lane").unique().to_list() + stack_lanes, involved))
+    # every line's lane, the routine lines a lean timeline only counts included
+    logged = analysis.timeline.activity.select(lane_expr()).get_column("lane").unique().to_list() \
+        if analysis.timeline.activity is not None else events.get_column("lane").unique().to_list()
+    lanes = ([f"mark · {mark.label}" for mark in marks] + track_lanes + _lane_order(logged + stack_lanes, involved))
     logging = set(events.filter(pl.col("progress").is_not_null()).get_column("lane").unique().to_list())
     quiet = {lane for lane in lanes if lane not in logging and " · TP" in lane
              and any(other.rsplit(" · ", 1)[0] == lane.rsplit(" · ", 1)[0] for other in logging)}

@@ -26,6 +26,7 @@ import plotly.io as pio
 import polars as pl
 from plotly.subplots import make_subplots
 
+from forensics.align import gaps_in_sources
 from forensics.analyze import Analysis, analyze, in_display_zone, no_incident_heading, seen_before
 from forensics.case import check_output_target, instance_summary, to_pandas
 from forensics.detect import clock, errors, progress
@@ -40,8 +41,6 @@ from forensics.report import OUTPUTS
 
 REDACT_MODES = ("none", "timeline", "all")
 LIBRARY_ENV = "FORENSICS_LIBRARY"  # a folder of earlier reports, for "seen before"
-GAP_FACTOR = 5.0  # a pause this many times a source's median interval (and over GAP_MIN_S) is a gap
-GAP_MIN_S = 60.0
 SUDO_USER = r"^\s*([a-z_][a-z0-9_.-]*) : (?:TTY|PWD|USER|COMMAND)="  # who ran the command
 
 
@@ -117,7 +116,7 @@ def hosts_and_users(analysis: Analysis) -> tuple[list[str], list[str]]:
     events = analysis.timeline.events
     users = (events.filter(pl.col("identifier") == "sudo")
              .select(pl.col("message").str.extract(SUDO_USER, 1)).to_series().drop_nulls().unique().to_list())
-    hosts = set(events.get_column("host").drop_nulls().unique().to_list())
+    hosts = {h for h in analysis.timeline.hosts if h}
     hosts |= set(analysis.timeline.stacks.get_column("host").drop_nulls().unique().to_list())
     hosts |= {str(h) for h in analysis.timeline.samples.select(pl.col("host").cast(pl.String)).unique()
               .collect().get_column("host").drop_nulls().to_list()}
@@ -335,10 +334,10 @@ class ReportSession:
     def log_volume(self) -> Figure:
         """Log lines per minute per host and component."""
         a = self.analysis
-        counts = (a.timeline.events.with_columns(figures.lane_expr())
-                  .group_by(pl.col("ts").dt.truncate("1m").alias("minute"),
-                            pl.concat_str([pl.col("host").fill_null("?"), pl.col("component").fill_null("other")],
-                                          separator=" · ").alias("where")).len().sort("minute"))
+        counts = (a.timeline.activity.group_by(  # type: ignore[union-attr]
+            "minute", pl.concat_str([pl.col("host").fill_null("?"), pl.col("component").fill_null("other")],
+                                    separator=" · ").alias("where")).agg(pl.col("lines").sum().alias("len"))
+                  .sort("minute", "where"))
         fig = go.Figure()
         for (where,), rows in counts.group_by("where", maintain_order=True):
             name = hover(where, self.redact, 60)
@@ -356,7 +355,7 @@ class ReportSession:
     def templates(self, limit: int = 40) -> Html:
         """The most frequent warning-and-worse templates and line kinds, with per-minute peaks."""
         a = self.analysis
-        start = a.key_times.started or a.timeline.events.get_column("ts").min()
+        start = a.key_times.started or a.timeline.first_ts
         table = (errors.templates(a.timeline, start).sort("count", descending=True).head(limit)
                  .select("component", "template", "count", "peak_per_minute", "first", "last", "new_in_window"))
         return Html(html.table(table, self.redact, numeric=("count", "peak_per_minute")))
@@ -447,16 +446,10 @@ class ReportSession:
 
 
 def source_gaps(analysis: Analysis) -> pl.DataFrame:
-    """Pauses in each source longer than GAP_FACTOR × its median interval and GAP_MIN_S:
-    journal files by host and unit, scrapes by instance."""
-    events = (analysis.timeline.events.select("ts", pl.format("{} {}", pl.col("source_file"),
-                                                              pl.col("unit").fill_null("?")).alias("source")))
+    """Pauses in each source longer than GAP_FACTOR × its median interval and GAP_MIN_S: journal
+    files by unit (and host, when there are several: found per host by the timeline), scrapes by
+    instance."""
     samples = (analysis.timeline.samples.select("ts", pl.format("{} (scrapes)", pl.col("instance").cast(pl.String))
                                                 .alias("source")).unique().collect())
-    both = pl.concat([events, samples]).sort("source", "ts")
-    gaps = (both.with_columns(((pl.col("ts") - pl.col("ts").shift(1).over("source")).dt.total_microseconds() / 1e6)
-                              .alias("gap_s"), pl.col("ts").shift(1).over("source").alias("from"))
-            .with_columns(pl.col("gap_s").median().over("source").alias("median_interval_s")))
-    return (gaps.filter((pl.col("gap_s") > GAP_MIN_S) & (pl.col("gap_s") > GAP_FACTOR * pl.col("median_interval_s")))
-            .select("source", "from", pl.col("ts").alias("to"), "gap_s", "median_interval_s").sort("from"))
-
+    events = analysis.timeline.source_gaps
+    return pl.concat([g for g in (events, gaps_in_sources(samples)) if g is not None]).sort("from", "source")
