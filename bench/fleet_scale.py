@@ -1,11 +1,13 @@
 """Fleet scale, in one run: the reference incident at 10 M journal entries analysed out of core
 (partitioned case, streamed ingest, lean timeline) beside the in-memory timeline of the same
-case; and a 64-host fleet analysed in this process and through a 2-worker Dask `LocalCluster`.
+case; and a 64-host fleet at two scales analysed in this process, the larger also through a
+2-worker Dask `LocalCluster`.
 
 Inputs (generated once into bench/.cache/, seeds fixed): `forensics reference --scale 1000` (one
-host, ~10 M entries) and `forensics reference --hosts 64 --scale 10` (~6 M entries on 64 hosts:
-the incident on the first, traffic on the others). Every run must find what scale 1 finds —
-decode froze at 21:34:47, the TP desync verdict, the same key times — or the benchmark fails.
+host, ~10 M entries) and `forensics reference --hosts 64 --scale 10` and `--scale 100` (~6.7 M
+and ~67 M entries on 64 hosts: the incident on the first, traffic on the others;
+`BENCH_FLEET_SCALES` chooses others). Every run must find what scale 1 finds — decode froze at
+21:34:47, the TP desync verdict, the same key times — or the benchmark fails.
 
 Targets (issue 20): out of core at 10 M, peak RSS <= 3 GiB and wall time no worse than the
 in-memory run; through Dask, each worker within the same bound; cost per million entries about
@@ -27,7 +29,8 @@ CACHE = Path(__file__).resolve().parent / ".cache"
 REFERENCE = Path(__file__).resolve().parent.parent / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"
 BIG_SCALE = int(os.environ.get("BENCH_FLEET_BIG_SCALE", "1000"))
 FLEET_HOSTS = int(os.environ.get("BENCH_FLEET_HOSTS", "64"))
-FLEET_SCALE = int(os.environ.get("BENCH_FLEET_SCALE", "10"))
+# the fleet at these scales in process (cost per million entries as entries grow), the last also on Dask
+FLEET_SCALES = [int(x) for x in os.environ.get("BENCH_FLEET_SCALES", "10,100").split(",")]
 MEMORY_TARGET_MIB = 3 * 1024
 
 ANALYZE = """
@@ -89,9 +92,10 @@ def main() -> None:
     big = _bundle(f"reference-x{BIG_SCALE}", scale=BIG_SCALE)
     rows.append(_analyze("10 M: out of core (lean timeline, the default)", big, "local"))
     rows.append(_analyze("10 M: in-memory timeline (FORENSICS_LEAN_ABOVE=10^12)", big, "local", str(10**12)))
-    fleet = _bundle(f"reference-{FLEET_HOSTS}hosts-x{FLEET_SCALE}", hosts=FLEET_HOSTS, scale=FLEET_SCALE)
-    rows.append(_analyze(f"{FLEET_HOSTS} hosts: in process", fleet, "local"))
-    rows.append(_analyze(f"{FLEET_HOSTS} hosts: 2-worker Dask LocalCluster", fleet, "dask"))
+    for scale in FLEET_SCALES:
+        fleet = _bundle(f"reference-{FLEET_HOSTS}hosts-x{scale}", hosts=FLEET_HOSTS, scale=scale)
+        rows.append(_analyze(f"{FLEET_HOSTS} hosts × scale {scale}: in process", fleet, "local"))
+    rows.append(_analyze(f"{FLEET_HOSTS} hosts × scale {scale}: 2-worker Dask LocalCluster", fleet, "dask"))
 
     expected = scale1[1]
     for measured, said in rows:
@@ -107,11 +111,16 @@ def main() -> None:
         print(f"| {m.label} | {said['events']:,} | {m.seconds:.1f} | {per_million:.1f} | {m.peak_mib:,.0f} | "
               f"{workers} | {'lean' if said['lean'] else 'full'} |")
     lean, full = rows[1][0], rows[2][0]
-    local, dask = rows[3], rows[4]
+    local, dask = rows[-2], rows[-1]
     print(f"\nall runs: decode froze at {expected['started']}, verdicts {', '.join(expected['verdicts'])}.")
     print(f"10 M out of core: peak {lean.peak_mib:,.0f} MiB (target <= {MEMORY_TARGET_MIB:,}), "
           f"{full.peak_mib / lean.peak_mib:.1f}× less than in memory; {lean.seconds:.1f} s against "
           f"{full.seconds:.1f} s in memory ({lean.seconds / full.seconds:.2f}×).")
     worst = max(dask[1]["worker_peaks_kib"]) / 1024
-    print(f"{FLEET_HOSTS} hosts through Dask: {dask[0].seconds:.1f} s against {local[0].seconds:.1f} s in process; "
-          f"client peak {dask[0].peak_mib:,.0f} MiB, largest worker peak {worst:,.0f} MiB.")
+    print(f"{FLEET_HOSTS} hosts × scale {FLEET_SCALES[-1]} through Dask: {dask[0].seconds:.1f} s against "
+          f"{local[0].seconds:.1f} s in process; client peak {dask[0].peak_mib:,.0f} MiB, largest worker peak "
+          f"{worst:,.0f} MiB (target <= {MEMORY_TARGET_MIB:,}).")
+    single = rows[1][0].seconds / (rows[1][1]["events"] / 1e6)
+    costs = ", ".join(f"{m.seconds / (said['events'] / 1e6):.1f} s/M at {said['events'] / 1e6:.1f} M"
+                      for m, said in rows[3:-1])
+    print(f"cost per million entries: one host {single:.1f} s/M (10 M); {FLEET_HOSTS} hosts in process {costs}.")

@@ -42,6 +42,7 @@ import polars as pl
 
 from forensics import cluster
 from forensics.case import Case
+from forensics.detect.progress import host_progress
 from forensics.cluster import Progress, Runner
 from forensics.incident import Incident
 from forensics.logs import read_lines
@@ -102,6 +103,10 @@ class Timeline:
     activity: pl.DataFrame | None = None
     source_gaps: pl.DataFrame | None = None  # pauses in each journal source (`gaps_in_sources`)
     offsets: dict[str, float] | None = None  # each host's clock offset taken off, seconds
+    # found host by host, over every progress line (`forensics.detect.progress.host_progress`):
+    progress_streams: pl.DataFrame | None = None  # per scheduler: lines, first, last, pending at the last
+    progress_gaps: pl.DataFrame | None = None  # gaps over the freeze threshold with work pending
+    progress_counts: pl.DataFrame | None = None  # progress lines per second and lane
 
     def placed(self, rows: pl.DataFrame) -> pl.DataFrame:
         """Records of the case (`rows`, its columns) read onto this timeline as its own lines are:
@@ -371,6 +376,9 @@ class HostRead:
     jumps: pl.DataFrame  # wall-clock steps (see `clock_jumps`)
     gaps: pl.DataFrame  # pauses per source file and unit (see `gaps_in_sources`)
     outside: pl.DataFrame  # records outside the plausible window, per source file
+    progress_streams: pl.DataFrame  # per scheduler: its progress (`forensics.detect.progress.host_progress`)
+    progress_gaps: pl.DataFrame  # its gaps with work pending, and the lines either side
+    progress_counts: pl.DataFrame  # progress lines per second and lane
 
 
 def _read_batch(batch: pl.DataFrame, host: str | None, incident: Incident, profile: Profile) -> pl.DataFrame:
@@ -413,13 +421,14 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
     total = scan.select(pl.len()).collect().item()
     step = LEAN_BATCH_ROWS if lean else max(total, 1)
     zone = incident.clock(host).time_zone.key
-    kept, activity, skews, clocks, sources, outsides = [], [], [], [], [], []
+    kept, counted, skews, clocks, sources, outsides = [], [], [], [], [], []
     # Slices, not the streaming engine's batches: it reads ahead (about 1 GB in flight at 10 M).
-    for offset in range(0, total, step):
+    # An empty folder is read once too: its empty frames have the columns.
+    for offset in range(0, max(total, 1), step):
         batch, outside = _outside(scan.slice(offset, step).collect().with_row_index("_at", offset), window, "events")
         outsides.append(outside)
         read = _read_batch(batch, host, incident, profile)
-        activity.append(_activity(read))
+        counted.append(_activity(read))
         skews.append(_skew(read, zone))
         clocks.append(read.select(pl.col("_at").alias("_row"), "host", "_BOOT_ID", "__REALTIME_TIMESTAMP",
                                   "__MONOTONIC_TIMESTAMP"))
@@ -427,13 +436,7 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
                                    .cast(pl.Categorical).alias("source"), "ts"))
         read = read.drop("_at")
         kept.append(_lean(read, profile) if lean else read)
-    if not kept:
-        read = _read_batch(scan.head(0).collect(), host, incident, profile)
-        kept, activity = [_lean(read, profile) if lean else read], [_activity(read)]
-        clocks = [read.select(pl.lit(0, pl.UInt32).alias("_row"), "host", "_BOOT_ID", "__REALTIME_TIMESTAMP",
-                              "__MONOTONIC_TIMESTAMP")]
-        sources = [pl.DataFrame(schema={"source": pl.Categorical, "ts": pl.Datetime("us", "UTC")})]
-    skew = pl.concat(skews) if skews else pl.Series("skew", [], pl.Float64)
+    skew = pl.concat(skews)
     stats = (pl.DataFrame({"host": [host], "line_minus_journal_s": [skew.median()],
                            "spread_s": [skew.quantile(0.95) - skew.quantile(0.05) if skew.len() else None],
                            "lines": [skew.len()]}, schema={"host": pl.String, "line_minus_journal_s": pl.Float64,
@@ -441,10 +444,17 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
              if skew.len() else pl.DataFrame())
     events = pl.concat(kept, how="vertical_relaxed")
     jumps = _host_jumps(scan, pl.concat(clocks))
-    summary = (pl.concat(activity).group_by("minute", *ACTIVITY_KEYS)
-               .agg(pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max()))
+    activity = (pl.concat(counted).group_by("minute", *ACTIVITY_KEYS)
+                .agg(pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max()))
+    own_end = (activity.filter(pl.col("component").is_not_null()).group_by("host", "component")
+               .agg(pl.col("last").max().alias("own_end")))
+    streams, progress_gaps, counts, either_side = host_progress(events, own_end, profile, ACTIVITY_KEYS)
+    if lean:  # of the progress lines, those either side of a gap and each scheduler's first and last
+        events = events.filter(pl.col("progress").is_null()
+                               | pl.int_range(pl.len(), dtype=pl.UInt32).is_in(either_side.implode()))
     outside = pl.concat([o for o in outsides if o.height]) if any(o.height for o in outsides) else pl.DataFrame()
-    return HostRead(events, summary, stats, jumps, gaps_in_sources(pl.concat(sources)), outside)
+    return HostRead(events, activity, stats, jumps, gaps_in_sources(pl.concat(sources)), outside, streams,
+                    progress_gaps, counts)
 
 
 def _host_jumps(scan: pl.LazyFrame, clocks: pl.DataFrame) -> pl.DataFrame:
@@ -495,7 +505,7 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
         lean = case.manifest.get("totals", {}).get("events", 0) > LEAN_ABOVE
     window = plausible_window(case, incident)
     extras = case.manifest.get("layout", {}).get("extra_columns", {}).get("events", [])
-    hosts = _partitions(case)
+    hosts = _partitions(case) or [None]  # a case of no events has one empty folder, of no host
     chosen = run or cluster.runner()
     try:
         chosen.check_paths([case.path])
@@ -504,11 +514,6 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
     finally:
         if run is None:
             chosen.close()
-    if not parts:  # a case of no events: the shapes of an empty host's reading
-        empty = _read_batch(case.events.select(EVENT_COLUMNS).head(0).collect(), None, incident, profile)
-        parts = [HostRead(_lean(empty, profile) if lean else empty, _activity(empty), pl.DataFrame(),
-                          pl.DataFrame(schema=JUMPS_SCHEMA), gaps_in_sources(pl.DataFrame(
-                              schema={"source": pl.String, "ts": pl.Datetime("us", "UTC")})), pl.DataFrame())]
     events = pl.concat([part.events for part in parts], how="vertical_relaxed")
     for part in parts:  # the hosts' lines are now held once, in `events`
         part.events = part.events.clear()
@@ -533,6 +538,11 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
         pl.lit(host, pl.String).alias("host")), offsets, "from", "to").drop("host")
         for part, host in zip(parts, hosts or [None])]).sort("from")
     jumps = _shifted(pl.concat([part.jumps for part in parts]), offsets, "before", "after").sort("after")
+    streams = _shifted(pl.concat([part.progress_streams for part in parts], how="vertical_relaxed"), offsets,
+                       "first", "last")
+    progress_gaps = _shifted(pl.concat([part.progress_gaps for part in parts], how="vertical_relaxed"), offsets,
+                             "ts", "next_ts").sort("ts", maintain_order=True)
+    counts = _shifted(pl.concat([part.progress_counts for part in parts]), offsets, "second", "first", "last")
     samples = case.samples.with_columns(
         (pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host").cast(pl.String)))).alias("ts"))
     outside_samples = pl.DataFrame()
@@ -564,4 +574,4 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
     outside = [f for f in (outside_events, outside_stacks, outside_samples) if f.height]
     return Timeline(events, samples, stacks, case.quarantine.collect(), checks, pairs, jumps, incident, profile,
                     case.manifest, pl.concat(outside).sort("frame", "source_file") if outside else None, case, lean,
-                    activity, gaps, offsets)
+                    activity, gaps, offsets, streams, progress_gaps, counts)

@@ -81,11 +81,18 @@ def _findings(summary: dict[str, Any]) -> dict[str, Any]:
 def test_analysis_through_dask_gives_the_same_findings(cluster: LocalCluster, fleet: Path, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch, which: str) -> None:
     bundle = REFERENCE if which == "reference" else fleet
-    local = analyze(bundle, tmp_path / "local").summary()
+    local = analyze(bundle, tmp_path / "local")
     monkeypatch.setenv(DASK_ENV, cluster.scheduler_address)
-    through_dask = analyze(bundle, tmp_path / "dask").summary()
-    assert _findings(through_dask) == _findings(local)
-    assert through_dask["key_times"]["started"].startswith("2026-06-18T21:34:47")
+    through_dask = analyze(bundle, tmp_path / "dask")
+    assert _findings(through_dask.summary()) == _findings(local.summary())
+    assert through_dask.summary()["key_times"]["started"].startswith("2026-06-18T21:34:47")
+    # the timeline's host tasks ran on the workers, and what they found is the same
+    with Client(cluster.scheduler_address) as client:
+        prefixes = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
+    assert any("hosts" in prefix for prefix in prefixes), prefixes
+    for frame in ("events", "activity", "progress_streams", "progress_gaps", "progress_counts", "source_gaps"):
+        mine, theirs = getattr(local.timeline, frame), getattr(through_dask.timeline, frame)
+        assert theirs.sort(theirs.columns).equals(mine.sort(mine.columns)), frame
 
 
 def test_the_command_line_takes_the_scheduler_address(cluster: LocalCluster, tmp_path: Path) -> None:

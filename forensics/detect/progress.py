@@ -10,11 +10,12 @@ While frozen, a unit that stays active and health checks that answer 200 are the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from forensics.align import Timeline
 from forensics.detect import (
     Evidence,
     Finding,
@@ -24,61 +25,97 @@ from forensics.detect import (
     span,
 )
 from forensics.metrics import stalled
+from forensics.profiles import Profile
+
+if TYPE_CHECKING:  # the timeline's own module runs `host_progress` in its host tasks
+    from forensics.align import Timeline
 
 FREEZE_GAP_S = 60.0  # SGLang logs a batch line every few seconds while it works
 TRACK = "wedge"
 
 
-def progress_lines(timeline: Timeline, *columns: str) -> pl.DataFrame:
-    """The progress lines in time order, with `columns` beside who logged them and when (the
-    columns are chosen before filtering, so the wide events frame is not copied)."""
-    working_when = timeline.profile.logs.working_when
-    keep = [c for c in dict.fromkeys(("ts", "component", "host", "tag", "progress", *columns, *working_when))
-            if c in timeline.events.columns or c == "_row"]  # _row: the line's position in `events`
-    # A stack that writes its stats line while idle (vLLM): the line shows work only when one of
-    # the profile's `working_when` numbers is above zero (or none could be read).
+STREAM = ("component", "host", "tag")  # one scheduler's progress lines: a component on a host, a rank tag
+LINE = ("source_file", "source_line", "source_offset", "message")  # where a line is, and its text
+
+
+def _working(profile: Profile) -> pl.Expr:
+    """Progress lines that show work. A stack that writes its stats line while idle (vLLM): the
+    line shows work only when one of the profile's `working_when` numbers is above zero (or none
+    could be read)."""
+    working_when = profile.logs.working_when
     working = (pl.any_horizontal(pl.col(c).fill_null(0) > 0 for c in working_when)
                | pl.all_horizontal(pl.col(c).is_null() for c in working_when)) if working_when else pl.lit(True)
-    return (timeline.events.lazy().with_row_index("_row").select(keep)
-            .filter(pl.col("progress").is_not_null() & working).sort("ts", maintain_order=True)
-            .select([c for c in keep if c not in working_when or c in columns])
-            .collect())
+    return pl.col("progress").is_not_null() & working
+
+
+def progress_lines(timeline: Timeline, *columns: str) -> pl.DataFrame:
+    """The progress lines the timeline holds, in time order, with `columns` beside who logged them
+    and when (a lean timeline holds only those either side of a gap and each scheduler's first and
+    last: `timeline.progress_streams` counts them all)."""
+    keep = [c for c in dict.fromkeys(("ts", "component", "host", "tag", "progress", *columns))
+            if c in timeline.events.columns]
+    return timeline.events.lazy().filter(_working(timeline.profile)).sort("ts", maintain_order=True).select(keep).collect()
+
+
+def host_progress(events: pl.DataFrame, own_end: pl.DataFrame, profile: Profile, lanes: Sequence[str]
+                  ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.Series]:
+    """Of one host's lines (all of them; a task of `forensics.align.read_host`): per scheduler
+    (`STREAM`) its progress lines, first and last time and the running and queued requests of its
+    last line; the gaps in it over FREEZE_GAP_S after a line with work pending, with the lines
+    either side (`LINE`, and `next_*`); progress lines per second and lane (`lanes`), first and
+    last; and the rows that a lean timeline keeps of the progress lines (either side of a gap, each
+    scheduler's first and last)."""
+    rows = events.with_row_index("_row")
+    work = rows.filter(_working(profile)).sort("ts", maintain_order=True)
+    streams = (work.group_by(STREAM).agg(pl.len().alias("lines"), pl.col("ts").first().alias("first"),
+                                         pl.col("ts").last().alias("last"), pl.col("running_req").last(),
+                                         pl.col("queue_req").last(), pl.col("_row").first().alias("_first_row"),
+                                         pl.col("_row").last().alias("_last_row")))
+    pending = (pl.col("running_req").fill_null(0) > 0) | (pl.col("queue_req").fill_null(0) > 0)
+    if "inflight_req" in work.columns:
+        pending = pending | (pl.col("inflight_req").fill_null(0) > 0)
+    # With no later progress line the gap runs to the scheduler's own last line: a log that simply
+    # ends is not a freeze.
+    gaps = (work.join(own_end.cast({"host": work.schema["host"], "component": work.schema["component"]}),
+                      on=["host", "component"], how="left", nulls_equal=True)
+            .with_columns(pl.col("ts").shift(-1).over(STREAM).alias("next_ts"),
+                          pl.col("_row").shift(-1).over(STREAM).alias("_next_row"))
+            .with_columns(((pl.coalesce("next_ts", "own_end") - pl.col("ts")).dt.total_microseconds() / 1e6)
+                          .alias("gap_s"))
+            .filter((pl.col("gap_s") > FREEZE_GAP_S) & pending).sort("ts", maintain_order=True))
+    after = rows.select(*LINE)[gaps.get_column("_next_row").fill_null(0)]
+    gaps = gaps.select(*STREAM, "ts", "progress", "running_req", "queue_req", "next_ts", "gap_s", "_row", "_next_row",
+                       *LINE).with_columns(
+        pl.when(pl.col("_next_row").is_not_null()).then(after.get_column(c)).alias(f"next_{c}") for c in LINE)
+    counts = (rows.filter(pl.col("progress").is_not_null())
+              .group_by(pl.col("ts").dt.truncate("1s").alias("second"),
+                        *(pl.col(c).cast(pl.Int64 if c.startswith("line_") else pl.String) for c in lanes))
+              .agg(pl.len().alias("lines"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")))
+    kept = pl.concat([gaps.get_column("_row"), gaps.get_column("_next_row").drop_nulls(),
+                      streams.get_column("_first_row"), streams.get_column("_last_row")]).unique()
+    return streams.drop("_first_row", "_last_row"), gaps.drop("_row", "_next_row"), counts, kept
 
 
 def last_progress(timeline: Timeline) -> pl.DataFrame:
     """Per component, host and scheduler tag: progress lines, first and last time, and the last line's
     running and queued requests."""
-    return (progress_lines(timeline, "running_req", "queue_req").group_by("component", "host", "tag")
-            .agg(pl.len().alias("lines"), pl.col("ts").first().alias("first"), pl.col("ts").last().alias("last"),
-                 pl.col("running_req").last(), pl.col("queue_req").last())
-            .sort("component", "host", "tag", nulls_last=True))
+    return timeline.progress_streams.sort("component", "host", "tag", nulls_last=True)  # type: ignore[union-attr]
 
 
 def freezes(timeline: Timeline) -> pl.DataFrame:
     """Gaps in each component's progress (per host and scheduler tag: with DP attention every DP
     rank logs its own batches, and a pasted log may hold several engines) longer than FREEZE_GAP_S
-    after a line with
-    work pending: component, host, from (the last line), to (the next one, or null when progress
-    never came back), the pending counts, and the rows. With no later progress line the gap runs
-    to the component's own last line: a log that simply ends is not a freeze."""
-    # Gaps are found on the numbers alone; the few lines either side are fetched afterwards.
-    progress = progress_lines(timeline, "running_req", "queue_req", "inflight_req", "_row")
-    own_end = timeline.own_end().cast({"host": progress.schema["host"], "component": progress.schema["component"]})
-    pending = (pl.col("running_req").fill_null(0) > 0) | (pl.col("queue_req").fill_null(0) > 0)
-    if "inflight_req" in progress.columns:
-        pending = pending | (pl.col("inflight_req").fill_null(0) > 0)
-    gaps = (progress.join(own_end, on=["host", "component"], how="left", nulls_equal=True)
-            .with_columns(pl.col("ts").shift(-1).over("host", "component", "tag").alias("next_ts"),
-                          pl.col("_row").shift(-1).over("host", "component", "tag").alias("_next_row"))
-            .with_columns(((pl.coalesce("next_ts", "own_end") - pl.col("ts")).dt.total_microseconds() / 1e6)
-                          .alias("gap_s"))
-            .filter((pl.col("gap_s") > FREEZE_GAP_S) & pending).sort("ts"))
-    line = ("source_file", "source_line", "source_offset", "message")
-    this = timeline.with_messages(timeline.events.select(line)[gaps.get_column("_row")])
-    after = timeline.with_messages(timeline.events.select(*line, "ts")[gaps.get_column("_next_row").fill_null(0)])
-    next_row = pl.when(gaps.get_column("_next_row").is_not_null()).then(pl.struct(*line, "ts"))
-    return gaps.drop("_row", "_next_row").with_columns(
-        *this.get_columns(), after.select(next_row.alias("next_row")).to_series())
+    after a line with work pending: component, host, from (`ts`, the last line), to (`next_ts`, the
+    next one, or null when progress never came back), the pending counts, the line (`LINE`) and
+    the next (`next_row`). Found host by host (`host_progress`)."""
+    gaps = timeline.progress_gaps  # type: ignore[assignment]
+    assert gaps is not None
+    this = timeline.with_messages(gaps.select(*LINE))
+    after = timeline.with_messages(gaps.select(pl.col(f"next_{c}").alias(c) for c in LINE))
+    next_row = pl.when(gaps.get_column("next_ts").is_not_null()).then(pl.struct(*LINE, "ts"))
+    return gaps.drop(*LINE, *(f"next_{c}" for c in LINE)).with_columns(
+        *this.get_columns(), after.with_columns(gaps.get_column("next_ts").alias("ts"))
+        .select(next_row.alias("next_row")).to_series())
 
 
 def _metrics_check(timeline: Timeline, component: str, host: str | None, frozen_at: datetime,

@@ -431,7 +431,7 @@ def _write_host(out: Path, journal: Journal, journal_formats: tuple[str, ...]) -
     """One host's journal (as export, and JSON or .journal files if asked) and its engines' scrapes."""
     host = journal.host
     with open(out / "journal" / f"{host.name}.export.zst", "wb") as raw, \
-            zstandard.ZstdCompressor(level=10).stream_writer(raw) as compressed:
+            zstandard.ZstdCompressor(level=3).stream_writer(raw) as compressed:  # level 10: 11x the time, 7% smaller
         journal.write(compressed)
     if "json" in journal_formats or "journal" in journal_formats:
         _real_journal(journal, out / "journal", host.name, journal_formats)

@@ -170,7 +170,8 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     logged = analysis.timeline.activity.select(lane_expr()).get_column("lane").unique().to_list() \
         if analysis.timeline.activity is not None else events.get_column("lane").unique().to_list()
     lanes = ([f"mark · {mark.label}" for mark in marks] + track_lanes + _lane_order(logged + stack_lanes, involved))
-    logging = set(events.filter(pl.col("progress").is_not_null()).get_column("lane").unique().to_list())
+    progress_counts = analysis.timeline.progress_counts.with_columns(lane_expr())  # type: ignore[union-attr]
+    logging = set(progress_counts.get_column("lane").unique().to_list())
     quiet = {lane for lane in lanes if lane not in logging and " · TP" in lane
              and any(other.rsplit(" · ", 1)[0] == lane.rsplit(" · ", 1)[0] for other in logging)}
     # a rank whose engine logs its batches on another rank (SGLang: TP0) is not frozen for lacking them
@@ -186,7 +187,7 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
                         row_heights=[h / sum(heights) for h in heights],
                         subplot_titles=["swimlanes: progress lines per " + _words(axis.bucket_s)]
                         + [panel.title for panel, _ in panels])
-    _progress_strip(fig, events, axis, lane_y, redact)
+    _progress_strip(fig, progress_counts, axis, lane_y, redact)
     _error_markers(fig, events, axis, lane_y, redact)
     _lifecycle_markers(fig, events, axis, lane_y, redact)
     _stack_markers(fig, analysis.verdicts, axis, lane_y, redact)
@@ -223,9 +224,8 @@ def overview_figure(analysis: Analysis, redact: Redact | None = None) -> go.Figu
     """The incident at a glance, for the report's first screen: a bar per component that logs
     progress, green while it did and red while it was frozen, under the key times."""
     axis = axis_for(analysis)
-    events = analysis.timeline.events.filter(pl.col("progress").is_not_null() & pl.col("component").is_not_null())
-    spans = (events.group_by("component").agg(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"))
-             .sort("component"))
+    counts = analysis.timeline.progress_counts.filter(pl.col("component").is_not_null())  # type: ignore[union-attr]
+    spans = (counts.group_by("component").agg(pl.col("first").min(), pl.col("last").max()).sort("component"))
     freezes = {f.component: f for f in analysis.findings if f.kind == "frozen" and f.at}
     bars: list[tuple[str, str, datetime, datetime]] = []  # component, state, from, to
     for component, first, last in spans.iter_rows():
@@ -267,10 +267,11 @@ def _words(seconds: int) -> str:
     return f"{seconds} s" if seconds < 60 else (f"{seconds // 60} min" if seconds < 3600 else f"{seconds // 3600} h")
 
 
-def _progress_strip(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: dict[str, int],
+def _progress_strip(fig: go.Figure, progress_counts: pl.DataFrame, axis: Axis, lane_y: dict[str, int],
                     redact: Redact | None) -> None:
-    counts = (events.filter(pl.col("progress").is_not_null())
-              .group_by(pl.col("ts").dt.truncate(axis.every).alias("bucket"), "lane").len())
+    """Progress lines per bucket and lane (from the timeline's per-second counts) as a heatmap."""
+    counts = (progress_counts.group_by(pl.col("second").dt.truncate(axis.every).alias("bucket"), "lane")
+              .agg(pl.col("lines").sum().alias("len")))
     if counts.is_empty():
         return
     # one row per lane, every lane present: a heatmap cell spans half-way to the next row given,
