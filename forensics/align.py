@@ -93,20 +93,20 @@ class Timeline:
     incident: Incident
     profile: Profile
     manifest: dict
+    offsets: dict[str, float]  # each host's clock offset taken off, seconds
+    # every line counted per minute and lane (ACTIVITY_KEYS), with the first and last time: what
+    # the figures and the own-end of each component read, whether the lines are held or not
+    activity: pl.DataFrame
+    source_gaps: pl.DataFrame  # pauses in each journal source (`gaps_in_sources`)
+    # found host by host, over every progress line (`forensics.detect.progress.host_progress`):
+    progress_streams: pl.DataFrame  # per scheduler: lines, first, last, pending at the last
+    progress_gaps: pl.DataFrame  # gaps over the freeze threshold with work pending
+    progress_counts: pl.DataFrame  # progress lines per second and lane
     # records whose time lies far outside the incident (a forged or damaged stamp, a clock reset
     # to 1970): kept out of every detector, listed per source in data quality
     out_of_range: pl.DataFrame | None = None
     case: Case | None = None  # where a lean timeline fetches the text of the lines it quotes
     lean: bool = False  # routine lines left out (see the module's docstring)
-    # every line counted per minute and lane (ACTIVITY_KEYS), with the first and last time: what
-    # the figures and the own-end of each component read, whether the lines are held or not
-    activity: pl.DataFrame | None = None
-    source_gaps: pl.DataFrame | None = None  # pauses in each journal source (`gaps_in_sources`)
-    offsets: dict[str, float] | None = None  # each host's clock offset taken off, seconds
-    # found host by host, over every progress line (`forensics.detect.progress.host_progress`):
-    progress_streams: pl.DataFrame | None = None  # per scheduler: lines, first, last, pending at the last
-    progress_gaps: pl.DataFrame | None = None  # gaps over the freeze threshold with work pending
-    progress_counts: pl.DataFrame | None = None  # progress lines per second and lane
 
     def placed(self, rows: pl.DataFrame) -> pl.DataFrame:
         """Records of the case (`rows`, its columns) read onto this timeline as its own lines are:
@@ -117,27 +117,27 @@ class Timeline:
         if not read:
             read = [_read_batch(rows.select(EVENT_COLUMNS), None, self.incident, self.profile)]
         return (pl.concat(read, how="vertical_relaxed")
-                .with_columns(pl.col("ts") - pl.duration(microseconds=_offset_us(self.offsets or {}, pl.col("host"))))
+                .with_columns(pl.col("ts") - pl.duration(microseconds=_offset_us(self.offsets, pl.col("host"))))
                 .sort("ts", maintain_order=True))
 
     @property
     def first_ts(self) -> datetime | None:
         """The time of the timeline's first line."""
-        return self.activity.get_column("first").min() if self.activity is not None else None  # type: ignore[return-value]
+        return self.activity.get_column("first").min()  # type: ignore[return-value]
 
     @property
     def last_ts(self) -> datetime | None:
         """The time of the timeline's last line."""
-        return self.activity.get_column("last").max() if self.activity is not None else None  # type: ignore[return-value]
+        return self.activity.get_column("last").max()  # type: ignore[return-value]
 
     @property
     def hosts(self) -> list[str | None]:
         """The hosts with lines on the timeline (None: lines that name none)."""
-        return [] if self.activity is None else self.activity.get_column("host").unique().to_list()
+        return self.activity.get_column("host").unique().to_list()
 
     def own_end(self) -> pl.DataFrame:
         """Per host and component: the time of its last line of any kind."""
-        return (self.activity.filter(pl.col("component").is_not_null()).group_by("host", "component")  # type: ignore[union-attr]
+        return (self.activity.filter(pl.col("component").is_not_null()).group_by("host", "component")
                 .agg(pl.col("last").max().alias("own_end")))
 
     def with_messages(self, rows: pl.DataFrame) -> pl.DataFrame:
@@ -573,5 +573,5 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
                       if outside_events else pl.DataFrame())
     outside = [f for f in (outside_events, outside_stacks, outside_samples) if f.height]
     return Timeline(events, samples, stacks, case.quarantine.collect(), checks, pairs, jumps, incident, profile,
-                    case.manifest, pl.concat(outside).sort("frame", "source_file") if outside else None, case, lean,
-                    activity, gaps, offsets, streams, progress_gaps, counts)
+                    case.manifest, offsets, activity, gaps, streams, progress_gaps, counts,
+                    pl.concat(outside).sort("frame", "source_file") if outside else None, case, lean)

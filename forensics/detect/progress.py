@@ -99,7 +99,7 @@ def host_progress(events: pl.DataFrame, own_end: pl.DataFrame, profile: Profile,
 def last_progress(timeline: Timeline) -> pl.DataFrame:
     """Per component, host and scheduler tag: progress lines, first and last time, and the last line's
     running and queued requests."""
-    return timeline.progress_streams.sort("component", "host", "tag", nulls_last=True)  # type: ignore[union-attr]
+    return timeline.progress_streams.sort("component", "host", "tag", nulls_last=True)
 
 
 def freezes(timeline: Timeline) -> pl.DataFrame:
@@ -108,8 +108,7 @@ def freezes(timeline: Timeline) -> pl.DataFrame:
     after a line with work pending: component, host, from (`ts`, the last line), to (`next_ts`, the
     next one, or null when progress never came back), the pending counts, the line (`LINE`) and
     the next (`next_row`). Found host by host (`host_progress`)."""
-    gaps = timeline.progress_gaps  # type: ignore[assignment]
-    assert gaps is not None
+    gaps = timeline.progress_gaps
     this = timeline.with_messages(gaps.select(*LINE))
     after = timeline.with_messages(gaps.select(pl.col(f"next_{c}").alias(c) for c in LINE))
     next_row = pl.when(gaps.get_column("next_ts").is_not_null()).then(pl.struct(*LINE, "ts"))

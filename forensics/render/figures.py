@@ -167,10 +167,9 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     track_lanes = [f"track · {t.name}" for t in analysis.tracks]
     involved = {f.host for f in analysis.findings if f.host} | {r.host for v in analysis.verdicts for r in v.ranks}
     # every line's lane, the routine lines a lean timeline only counts included
-    logged = analysis.timeline.activity.select(lane_expr()).get_column("lane").unique().to_list() \
-        if analysis.timeline.activity is not None else events.get_column("lane").unique().to_list()
+    logged = analysis.timeline.activity.select(lane_expr()).get_column("lane").unique().to_list()
     lanes = ([f"mark · {mark.label}" for mark in marks] + track_lanes + _lane_order(logged + stack_lanes, involved))
-    progress_counts = analysis.timeline.progress_counts.with_columns(lane_expr())  # type: ignore[union-attr]
+    progress_counts = analysis.timeline.progress_counts.with_columns(lane_expr())
     logging = set(progress_counts.get_column("lane").unique().to_list())
     quiet = {lane for lane in lanes if lane not in logging and " · TP" in lane
              and any(other.rsplit(" · ", 1)[0] == lane.rsplit(" · ", 1)[0] for other in logging)}
@@ -224,7 +223,7 @@ def overview_figure(analysis: Analysis, redact: Redact | None = None) -> go.Figu
     """The incident at a glance, for the report's first screen: a bar per component that logs
     progress, green while it did and red while it was frozen, under the key times."""
     axis = axis_for(analysis)
-    counts = analysis.timeline.progress_counts.filter(pl.col("component").is_not_null())  # type: ignore[union-attr]
+    counts = analysis.timeline.progress_counts.filter(pl.col("component").is_not_null())
     spans = (counts.group_by("component").agg(pl.col("first").min(), pl.col("last").max()).sort("component"))
     freezes = {f.component: f for f in analysis.findings if f.kind == "frozen" and f.at}
     bars: list[tuple[str, str, datetime, datetime]] = []  # component, state, from, to

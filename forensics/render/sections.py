@@ -334,7 +334,7 @@ class ReportSession:
     def log_volume(self) -> Figure:
         """Log lines per minute per host and component."""
         a = self.analysis
-        counts = (a.timeline.activity.group_by(  # type: ignore[union-attr]
+        counts = (a.timeline.activity.group_by(
             "minute", pl.concat_str([pl.col("host").fill_null("?"), pl.col("component").fill_null("other")],
                                     separator=" · ").alias("where")).agg(pl.col("lines").sum().alias("len"))
                   .sort("minute", "where"))
@@ -451,5 +451,4 @@ def source_gaps(analysis: Analysis) -> pl.DataFrame:
     instance."""
     samples = (analysis.timeline.samples.select("ts", pl.format("{} (scrapes)", pl.col("instance").cast(pl.String))
                                                 .alias("source")).unique().collect())
-    events = analysis.timeline.source_gaps
-    return pl.concat([g for g in (events, gaps_in_sources(samples)) if g is not None]).sort("from", "source")
+    return pl.concat([analysis.timeline.source_gaps, gaps_in_sources(samples)]).sort("from", "source")
