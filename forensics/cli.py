@@ -33,11 +33,15 @@ def _default_case(bundle: Path) -> Path:
     return cache / f"{resolved.name}-{key}" / "case"
 
 
+# what each kind of task is part of, for its progress bar
+PHASES = {"inputs": "ingest: inputs", "partitions": "ingest: host folders", "hosts": "timeline: hosts"}
+
+
 def _progress(items: Iterable[Any], what: str) -> Iterable[Any]:
-    """A progress bar on stderr over ingest's tasks (`forensics.cluster.Progress`)."""
+    """A progress bar on stderr over a run's tasks (`forensics.cluster.Progress`)."""
     from tqdm import tqdm
 
-    return tqdm(items, desc=f"ingest {what}", unit=what[:-1], file=sys.stderr)
+    return tqdm(items, desc=PHASES.get(what, what), unit="task", file=sys.stderr)
 
 
 def _ingest(bundle: Path, case_dir: Path) -> None:
