@@ -42,7 +42,7 @@ import polars as pl
 
 from forensics import cluster
 from forensics.case import Case
-from forensics.detect.progress import host_progress
+from forensics.detect.progress import LINE, count_progress, host_progress, progress_of
 from forensics.cluster import Progress, Runner
 from forensics.incident import Incident
 from forensics.logs import read_lines
@@ -312,22 +312,29 @@ def _outside(frame: pl.DataFrame, window: tuple[datetime, datetime] | None, name
 def _kept_text(column: pl.Series) -> pl.Series:
     """`column` (text, mostly null) copied out: polars' strings are views into the buffers they
     were cut from, so the few kept would otherwise hold every batch's text in memory."""
+    if column.is_empty():
+        return column
     rows = column.is_not_null().arg_true()
     kept = pl.Series(column.name, column.gather(rows).to_list(), dtype=pl.String)
     empty = pl.Series(column.name, [None], dtype=pl.String).extend_constant(None, column.len() - 1)
-    return empty.scatter(rows, kept) if column.len() else column
+    return empty.scatter(rows, kept)
 
 
-def _lean(events: pl.DataFrame, profile: Profile) -> pl.DataFrame:
-    """A batch of read lines as a lean timeline holds them (see the module's docstring)."""
-    notable = pl.col("progress").is_null() & (
+def _notable() -> pl.Expr:
+    """The lines worth a finding, whose text a lean timeline keeps (see the module's docstring)."""
+    return (pl.col("progress").is_null() & (
         (pl.col("priority") <= 5) | pl.col("event").is_not_null() | pl.col("message_id").is_not_null()
         | pl.col("health_ok") | pl.col("ready") | pl.col("http_status").is_not_null()
         | pl.col("rid_sent").is_not_null() | pl.col("rid_received").is_not_null()
-        | pl.col("message").str.contains(NOTABLE_TEXT))
+        | pl.col("message").str.contains(NOTABLE_TEXT))).fill_null(False)
+
+
+def _lean(events: pl.DataFrame, profile: Profile) -> pl.DataFrame:
+    """Read lines as a lean timeline holds them: text on notable lines only, few-valued columns as
+    categories, narrow numbers, the profile's other fields left out (see the module's docstring)."""
     fields = set(profile.logs.fields) - {*LEAN_FIELDS, *profile.logs.working_when}
-    lean = events.filter(pl.col("progress").is_not_null() | notable.fill_null(False)).with_columns(
-        pl.when(notable.fill_null(False)).then(pl.col("message")).alias("message"),
+    lean = events.with_columns(
+        pl.when(_notable()).then(pl.col("message")).alias("message"),
         *(pl.col(c).cast(pl.Categorical) for c in LEAN_CATEGORIES if c in events.columns),
         *(pl.col(c).cast(pl.Int16) for c in LEAN_RANKS if c in events.columns),
         # request counts, exact in 32 bits; a pid is below 2^22 on Linux
@@ -416,12 +423,13 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
               window: tuple[datetime, datetime] | None, lean: bool) -> HostRead:
     """One host's `events` read onto its timeline (a task: `forensics.cluster` runs one per host
     folder, in this process or on a Dask worker). Lean: batch by batch, keeping only the lines worth
-    a finding (see the module's docstring); the rest are counted in `activity`."""
+    a finding (see the module's docstring); the rest are counted in `activity`, and of the progress
+    lines only their numbers are held until the gaps are found."""
     scan = scan_partition(Path(case_dir), "events", host, extras).select(EVENT_COLUMNS)
     total = scan.select(pl.len()).collect().item()
     step = LEAN_BATCH_ROWS if lean else max(total, 1)
     zone = incident.clock(host).time_zone.key
-    kept, counted, skews, clocks, sources, outsides = [], [], [], [], [], []
+    kept, counted, skews, clocks, sources, outsides, progress, per_second = [], [], [], [], [], [], [], []
     # Slices, not the streaming engine's batches: it reads ahead (about 1 GB in flight at 10 M).
     # An empty folder is read once too: its empty frames have the columns.
     for offset in range(0, max(total, 1), step):
@@ -430,41 +438,59 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
         read = _read_batch(batch, host, incident, profile)
         counted.append(_activity(read))
         skews.append(_skew(read, zone))
-        clocks.append(read.select(pl.col("_at").alias("_row"), "host", "_BOOT_ID", "__REALTIME_TIMESTAMP",
-                                  "__MONOTONIC_TIMESTAMP"))
+        # the boot as a category: a text column cut from the batch would hold all of the batch's text
+        clocks.append(read.select(pl.col("_at").alias("_row"), pl.col("_BOOT_ID").cast(pl.Categorical),
+                                  "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP"))
         sources.append(read.select(pl.format("{} {}", pl.col("source_file"), pl.col("unit").fill_null("?"))
                                    .cast(pl.Categorical).alias("source"), "ts"))
-        read = read.drop("_at")
-        kept.append(_lean(read, profile) if lean else read)
+        progress.append(progress_of(read, profile))
+        per_second.append(count_progress(read, ACTIVITY_KEYS))
+        kept.append(_lean(read.filter(_notable()), profile) if lean else read)
     skew = pl.concat(skews)
     stats = (pl.DataFrame({"host": [host], "line_minus_journal_s": [skew.median()],
                            "spread_s": [skew.quantile(0.95) - skew.quantile(0.05) if skew.len() else None],
                            "lines": [skew.len()]}, schema={"host": pl.String, "line_minus_journal_s": pl.Float64,
                                                             "spread_s": pl.Float64, "lines": pl.UInt32})
              if skew.len() else pl.DataFrame())
-    events = pl.concat(kept, how="vertical_relaxed")
-    jumps = _host_jumps(scan, pl.concat(clocks))
+    jumps = _host_jumps(scan, pl.concat(clocks).with_columns(pl.lit(host, pl.String).alias("host")), step)
     activity = (pl.concat(counted).group_by("minute", *ACTIVITY_KEYS)
                 .agg(pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max()))
     own_end = (activity.filter(pl.col("component").is_not_null()).group_by("host", "component")
                .agg(pl.col("last").max().alias("own_end")))
-    streams, progress_gaps, counts, either_side = host_progress(events, own_end, profile, ACTIVITY_KEYS)
-    if lean:  # of the progress lines, those either side of a gap and each scheduler's first and last
-        events = events.filter(pl.col("progress").is_null()
-                               | pl.int_range(pl.len(), dtype=pl.UInt32).is_in(either_side.implode()))
+    streams, gaps, either_side = host_progress(pl.concat(progress), own_end, profile)
+    events = pl.concat(kept, how="vertical_relaxed")
+    if lean:  # the progress lines either side of a gap, and each scheduler's first and last, read again
+        wanted = _rows_at(scan, either_side, step)
+        events = pl.concat([events, _lean(_read_batch(wanted, host, incident, profile), profile)],
+                           how="vertical_relaxed").sort("_at")
+    lines = events.select("_at", *LINE)
+    gaps = (gaps.join(lines, on="_at", how="left", maintain_order="left")
+            .join(lines.rename({c: f"next_{c}" for c in LINE}), left_on="_next_at", right_on="_at", how="left",
+                  maintain_order="left").drop("_at", "_next_at"))
+    counts = (pl.concat(per_second).group_by("second", *ACTIVITY_KEYS)
+              .agg(pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max()))
     outside = pl.concat([o for o in outsides if o.height]) if any(o.height for o in outsides) else pl.DataFrame()
-    return HostRead(events, activity, stats, jumps, gaps_in_sources(pl.concat(sources)), outside, streams,
-                    progress_gaps, counts)
+    return HostRead(events.drop("_at"), activity, stats, jumps, gaps_in_sources(pl.concat(sources)), outside,
+                    streams, gaps, counts)
 
 
-def _host_jumps(scan: pl.LazyFrame, clocks: pl.DataFrame) -> pl.DataFrame:
+def _rows_at(scan: pl.LazyFrame, places: pl.Series, step: int) -> pl.DataFrame:
+    """The records of a host folder at `places` (`_at`: their place in it), read slice by slice of
+    `step` records: only the slices that hold one are read, never the whole folder at once."""
+    places = places.cast(pl.UInt32).sort()
+    slices = (places // step).unique().sort().to_list()
+    found = [scan.slice(n * step, step).collect().with_row_index("_at", n * step)
+             .filter(pl.col("_at").is_in(places.implode())) for n in slices]
+    return pl.concat(found) if found else scan.head(0).collect().with_row_index("_at")
+
+
+def _host_jumps(scan: pl.LazyFrame, clocks: pl.DataFrame, step: int) -> pl.DataFrame:
     """`clock_jumps` of one host's folder, found on its clock columns alone (`_row`: a record's
     place in the folder); the few records either side of a step are read back from the folder."""
     found = _step_places(clocks)
     if found.is_empty():
         return pl.DataFrame(schema=JUMPS_SCHEMA)
-    wanted = pl.concat([found.get_column("_row"), found.get_column("_before")]).unique().implode()
-    rows = scan.with_row_index("_at").filter(pl.col("_at").is_in(wanted)).collect()
+    rows = _rows_at(scan, pl.concat([found.get_column("_row"), found.get_column("_before")]).unique(), step)
 
     def at(places: pl.Series) -> pl.DataFrame:
         return places.rename("_at").to_frame().join(rows, on="_at", how="left", maintain_order="left")

@@ -57,43 +57,52 @@ def progress_lines(timeline: Timeline, *columns: str) -> pl.DataFrame:
     return timeline.events.lazy().filter(_working(timeline.profile)).sort("ts", maintain_order=True).select(keep).collect()
 
 
-def host_progress(events: pl.DataFrame, own_end: pl.DataFrame, profile: Profile, lanes: Sequence[str]
-                  ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.Series]:
-    """Of one host's lines (all of them; a task of `forensics.align.read_host`): per scheduler
-    (`STREAM`) its progress lines, first and last time and the running and queued requests of its
-    last line; the gaps in it over FREEZE_GAP_S after a line with work pending, with the lines
-    either side (`LINE`, and `next_*`); progress lines per second and lane (`lanes`), first and
-    last; and the rows that a lean timeline keeps of the progress lines (either side of a gap, each
-    scheduler's first and last)."""
-    rows = events.with_row_index("_row")
-    work = rows.filter(_working(profile)).sort("ts", maintain_order=True)
+PENDING = ("running_req", "queue_req", "inflight_req")  # a progress line's counts of work pending
+
+
+def progress_of(read: pl.DataFrame, profile: Profile) -> pl.DataFrame:
+    """A read batch's progress lines, narrow — place (`_at`), time, scheduler, kind, the pending
+    counts and the profile's `working_when` numbers: what `host_progress` needs of every progress
+    line (text as categories, so that nothing holds the batch's text)."""
+    numbers = [c for c in dict.fromkeys((*PENDING, *profile.logs.working_when)) if c in read.columns]
+    return read.filter(pl.col("progress").is_not_null()).select(
+        "_at", "ts", *(pl.col(c).cast(pl.Categorical) for c in (*STREAM, "progress")), *numbers)
+
+
+def count_progress(read: pl.DataFrame, lanes: Sequence[str]) -> pl.DataFrame:
+    """A read batch's progress lines per second and lane (`lanes`), with the first and last time."""
+    return (read.filter(pl.col("progress").is_not_null())
+            .group_by(pl.col("ts").dt.truncate("1s").alias("second"),
+                      *(pl.col(c).cast(pl.Int64 if c.startswith("line_") else pl.String) for c in lanes))
+            .agg(pl.len().alias("lines"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")))
+
+
+def host_progress(lines: pl.DataFrame, own_end: pl.DataFrame, profile: Profile
+                  ) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
+    """Of one host's progress lines (`progress_of`, all of them; a task of
+    `forensics.align.read_host`): per scheduler (`STREAM`) its lines, first and last time and the
+    running and queued requests of its last line; the gaps over FREEZE_GAP_S after a line with work
+    pending, each with the places (`_at`, `_next_at`) of the lines either side; and the places of
+    the lines a lean timeline keeps (either side of a gap, each scheduler's first and last)."""
+    work = lines.filter(_working(profile)).sort("ts", maintain_order=True)
     streams = (work.group_by(STREAM).agg(pl.len().alias("lines"), pl.col("ts").first().alias("first"),
                                          pl.col("ts").last().alias("last"), pl.col("running_req").last(),
-                                         pl.col("queue_req").last(), pl.col("_row").first().alias("_first_row"),
-                                         pl.col("_row").last().alias("_last_row")))
-    pending = (pl.col("running_req").fill_null(0) > 0) | (pl.col("queue_req").fill_null(0) > 0)
-    if "inflight_req" in work.columns:
-        pending = pending | (pl.col("inflight_req").fill_null(0) > 0)
+                                         pl.col("queue_req").last(), pl.col("_at").first().alias("_first_at"),
+                                         pl.col("_at").last().alias("_last_at")))
+    pending = pl.any_horizontal(pl.col(c).fill_null(0) > 0 for c in PENDING if c in work.columns)
     # With no later progress line the gap runs to the scheduler's own last line: a log that simply
     # ends is not a freeze.
     gaps = (work.join(own_end.cast({"host": work.schema["host"], "component": work.schema["component"]}),
                       on=["host", "component"], how="left", nulls_equal=True)
             .with_columns(pl.col("ts").shift(-1).over(STREAM).alias("next_ts"),
-                          pl.col("_row").shift(-1).over(STREAM).alias("_next_row"))
+                          pl.col("_at").shift(-1).over(STREAM).alias("_next_at"))
             .with_columns(((pl.coalesce("next_ts", "own_end") - pl.col("ts")).dt.total_microseconds() / 1e6)
                           .alias("gap_s"))
-            .filter((pl.col("gap_s") > FREEZE_GAP_S) & pending).sort("ts", maintain_order=True))
-    after = rows.select(*LINE)[gaps.get_column("_next_row").fill_null(0)]
-    gaps = gaps.select(*STREAM, "ts", "progress", "running_req", "queue_req", "next_ts", "gap_s", "_row", "_next_row",
-                       *LINE).with_columns(
-        pl.when(pl.col("_next_row").is_not_null()).then(after.get_column(c)).alias(f"next_{c}") for c in LINE)
-    counts = (rows.filter(pl.col("progress").is_not_null())
-              .group_by(pl.col("ts").dt.truncate("1s").alias("second"),
-                        *(pl.col(c).cast(pl.Int64 if c.startswith("line_") else pl.String) for c in lanes))
-              .agg(pl.len().alias("lines"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")))
-    kept = pl.concat([gaps.get_column("_row"), gaps.get_column("_next_row").drop_nulls(),
-                      streams.get_column("_first_row"), streams.get_column("_last_row")]).unique()
-    return streams.drop("_first_row", "_last_row"), gaps.drop("_row", "_next_row"), counts, kept
+            .filter((pl.col("gap_s") > FREEZE_GAP_S) & pending).sort("ts", maintain_order=True)
+            .select(*STREAM, "ts", "progress", "running_req", "queue_req", "next_ts", "gap_s", "_at", "_next_at"))
+    either_side = pl.concat([gaps.get_column("_at"), gaps.get_column("_next_at").drop_nulls(),
+                             streams.get_column("_first_at"), streams.get_column("_last_at")]).unique()
+    return streams.drop("_first_at", "_last_at"), gaps, either_side
 
 
 def last_progress(timeline: Timeline) -> pl.DataFrame:
