@@ -206,8 +206,16 @@ def test_the_display_zone_changes_the_words_not_the_data(reference: Analysis, tm
         analyze(REFERENCE, tmp_path / "case", display_zone="Mars/Base")
 
 
-def test_a_wall_clock_step_is_found_with_the_monotonic_clock(tmp_path: Path) -> None:
+@pytest.mark.parametrize("lean", [False, True])
+def test_a_wall_clock_step_is_found_with_the_monotonic_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             lean: bool) -> None:
+    """Also on a lean timeline read two records at a time: the step lies between two batches, and
+    the records either side (routine lines, no text held) are read back from the case."""
+    import forensics.align as align
     from tests.conftest import export_entry
+    if lean:
+        monkeypatch.setattr(align, "LEAN_ABOVE", -1)
+        monkeypatch.setattr(align, "LEAN_BATCH_ROWS", 2)
     boot, base = "b" * 32, 1781818000_000000
     records = []
     for n, (real_s, mono_s) in enumerate([(0, 100), (1, 101), (3602, 102), (3603, 103)]):  # +3600 s step
@@ -220,6 +228,8 @@ def test_a_wall_clock_step_is_found_with_the_monotonic_clock(tmp_path: Path) -> 
     (jump,) = [f for f in result.findings if f.kind == "clock_jump"]
     assert jump.host == "gpu-node-07" and "stepped +3600.000 s" in jump.text
     assert jump.evidence[0].excerpt == "line 2"
+    assert result.timeline.lean is lean
+    assert result.timeline.jumps.select("message_before", "message").row(0) == ("line 1", "line 2")
 
 
 def test_a_log_that_simply_ends_is_not_a_freeze(tmp_path: Path) -> None:

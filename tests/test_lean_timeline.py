@@ -46,6 +46,9 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _analysis(bundle: Path, case: Path, lean: bool, monkeypatch: pytest.MonkeyPatch) -> Analysis:
     monkeypatch.setattr(align, "LEAN_ABOVE", -1 if lean else 10**12)
+    # lean: batches of a prime size, so that each host is read in many, and gaps, clock steps and
+    # counts cross batch ends the way they do in a big case
+    monkeypatch.setattr(align, "LEAN_BATCH_ROWS", 997 if lean else align.LEAN_BATCH_ROWS)
     result = analyze(bundle, case)
     assert result.timeline.lean is lean
     return result
