@@ -256,8 +256,10 @@ class ReportSession:
         return self.timeline()
 
     def frames(self, backend: str = "polars") -> dict[str, Any]:
-        """The analysis' frames to dig in: the case's `events` (with the profile's reading of each
-        line), `samples`, `stacks`, `quarantine`, and `findings`; as pandas with `backend="pandas"`."""
+        """The analysis' frames to dig in: the timeline's `events` (the case's, with the profile's
+        reading of each line; a big case's lean timeline holds only the lines worth a finding, and
+        its case all of them), `samples`, `stacks`, `quarantine`, and `findings`; as pandas with
+        `backend="pandas"`."""
         t = self.analysis.timeline
         frames: dict[str, Any] = {"events": t.events, "samples": t.samples.collect(), "stacks": t.stacks,
                                   "quarantine": t.quarantine, "findings": self.analysis.findings_frame()}
