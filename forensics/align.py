@@ -117,7 +117,7 @@ class Timeline:
         if not read:
             read = [_read_batch(rows.select(EVENT_COLUMNS), None, self.incident, self.profile)]
         return (pl.concat(read, how="vertical_relaxed")
-                .with_columns(pl.col("ts") - pl.duration(microseconds=_offset_us(self.offsets, pl.col("host"))))
+                .with_columns(_true_time(self.offsets))
                 .sort("ts", maintain_order=True))
 
     @property
@@ -218,6 +218,8 @@ def _steps(clocks: pl.DataFrame) -> pl.DataFrame:
             .select("_row", "_before", (pl.col("_step") / 1e6).alias("jump_s")).collect())
 
 
+# a host's log-line stamps minus journald's times: median, 5th-95th percentile spread, lines compared
+SKEW_SCHEMA = {"host": pl.String, "line_minus_journal_s": pl.Float64, "spread_s": pl.Float64, "lines": pl.UInt32}
 JUMPS_SCHEMA = {"host": pl.String, "_BOOT_ID": pl.String, "before": pl.Datetime("us", "UTC"),
                 "after": pl.Datetime("us", "UTC"), "jump_s": pl.Float64, "message_before": pl.String,
                 "message": pl.String, "source_file": pl.String, "source_offset": pl.Int64, "source_line": pl.Int64}
@@ -379,7 +381,7 @@ class HostRead:
 
     events: pl.DataFrame  # every line read with the profile (lean: only the notable and progress lines)
     activity: pl.DataFrame  # lines per minute and lane (ACTIVITY_KEYS), with the first and last time
-    skew: pl.DataFrame  # host, line_minus_journal_s (median), spread_s, lines: one row, or none
+    skew: pl.DataFrame  # SKEW_SCHEMA: one row, or none
     jumps: pl.DataFrame  # wall-clock steps (see `clock_jumps`)
     gaps: pl.DataFrame  # pauses per source file and unit (see `gaps_in_sources`)
     outside: pl.DataFrame  # records outside the plausible window, per source file
@@ -447,11 +449,9 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
         per_second.append(count_progress(read, ACTIVITY_KEYS))
         kept.append(_lean(read.filter(_notable()), profile) if lean else read)
     skew = pl.concat(skews)
-    stats = (pl.DataFrame({"host": [host], "line_minus_journal_s": [skew.median()],
-                           "spread_s": [skew.quantile(0.95) - skew.quantile(0.05) if skew.len() else None],
-                           "lines": [skew.len()]}, schema={"host": pl.String, "line_minus_journal_s": pl.Float64,
-                                                            "spread_s": pl.Float64, "lines": pl.UInt32})
-             if skew.len() else pl.DataFrame())
+    stats = pl.DataFrame({"host": [host], "line_minus_journal_s": [skew.median()],
+                          "spread_s": [skew.quantile(0.95) - skew.quantile(0.05)], "lines": [skew.len()]},
+                         schema=SKEW_SCHEMA) if skew.len() else pl.DataFrame(schema=SKEW_SCHEMA)
     jumps = _host_jumps(scan, pl.concat(clocks).with_columns(pl.lit(host, pl.String).alias("host")), step)
     activity = (pl.concat(counted).group_by("minute", *ACTIVITY_KEYS)
                 .agg(pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max()))
@@ -514,12 +514,17 @@ def _partitions(case: Case) -> list[str | None]:
     return list(case.manifest.get("layout", {}).get("partitions", {}).get("events", []))
 
 
+def _true_time(offsets: dict[str, float], column: str = "ts") -> pl.Expr:
+    """A time `column` with each row's host clock offset taken off."""
+    return (pl.col(column) - pl.duration(microseconds=_offset_us(offsets, pl.col("host").cast(pl.String))))\
+        .alias(column)
+
+
 def _shifted(frame: pl.DataFrame, offsets: dict[str, float], *columns: str) -> pl.DataFrame:
     """`frame` with its time `columns` taken off each row's host clock offset."""
     if frame.is_empty() or not any(offsets.values()):
         return frame
-    shift = pl.duration(microseconds=_offset_us(offsets, pl.col("host").cast(pl.String)))
-    return frame.with_columns((pl.col(c) - shift).alias(c) for c in columns)
+    return frame.with_columns(_true_time(offsets, c) for c in columns)
 
 
 def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool | None = None,
@@ -550,8 +555,7 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
     pairs = request_pairs(events)
     placed = estimate_offsets(pairs, sorted(h for h in hosts if h is not None), incident)
     offsets = {host: seconds for host, (seconds, _) in placed.items()}
-    events = events.with_columns((pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host"))))
-                                 .alias("ts"))
+    events = events.with_columns(_true_time(offsets))
     if events.get_column("ts").is_sorted():  # say so: every detector's sort by time is then free
         events = events.with_columns(pl.col("ts").set_sorted())
     events = events.with_columns(_line_ts(events, incident, offsets)).drop("line_local")
@@ -562,15 +566,14 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
     gaps = pl.concat([_shifted(part.gaps.with_columns(
         (pl.col("source") + f" on {host}") if several and host is not None else pl.col("source"),
         pl.lit(host, pl.String).alias("host")), offsets, "from", "to").drop("host")
-        for part, host in zip(parts, hosts or [None])]).sort("from")
+        for part, host in zip(parts, hosts)]).sort("from")
     jumps = _shifted(pl.concat([part.jumps for part in parts]), offsets, "before", "after").sort("after")
     streams = _shifted(pl.concat([part.progress_streams for part in parts], how="vertical_relaxed"), offsets,
                        "first", "last")
     progress_gaps = _shifted(pl.concat([part.progress_gaps for part in parts], how="vertical_relaxed"), offsets,
                              "ts", "next_ts").sort("ts", maintain_order=True)
     counts = _shifted(pl.concat([part.progress_counts for part in parts]), offsets, "second", "first", "last")
-    samples = case.samples.with_columns(
-        (pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host").cast(pl.String)))).alias("ts"))
+    samples = case.samples.with_columns(_true_time(offsets))
     outside_samples = pl.DataFrame()
     if window is not None:
         inside = pl.col("ts").is_between(*window) | pl.col("ts").is_null()
@@ -579,12 +582,8 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
                                 pl.col("ts").max().alias("latest"))
                            .with_columns(pl.lit("samples").alias("frame")).collect())
         samples = samples.filter(inside)
-    stacks, outside_stacks = _outside(case.stacks.with_columns(
-        (pl.col("ts") - pl.duration(microseconds=_offset_us(offsets, pl.col("host")))).alias("ts")).collect(),
-        window, "stacks")
-    skews = [part.skew for part in parts if part.skew.height]
-    checks = ((pl.concat(skews) if skews else pl.DataFrame(schema={"host": pl.String, "line_minus_journal_s": pl.Float64,
-                                                                    "spread_s": pl.Float64, "lines": pl.UInt32}))
+    stacks, outside_stacks = _outside(case.stacks.with_columns(_true_time(offsets)).collect(), window, "stacks")
+    checks = (pl.concat([part.skew for part in parts])
               .with_columns(pl.col("host").replace_strict(offsets, default=0.0, return_dtype=pl.Float64)
                             .alias("offset_applied_s"),
                             pl.col("host").replace_strict({h: how for h, (_, how) in placed.items()}, default=None,
