@@ -36,7 +36,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import polars as pl
 
@@ -47,6 +46,7 @@ from forensics.cluster import Progress, Runner
 from forensics.incident import Incident
 from forensics.logs import read_lines
 from forensics.profiles import Profile
+from forensics.places import location, place_text
 from forensics.store import scan_partition
 
 STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
@@ -427,7 +427,7 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
     folder, in this process or on a Dask worker). Lean: batch by batch, keeping only the lines worth
     a finding (see the module's docstring); the rest are counted in `activity`, and of the progress
     lines only their numbers are held until the gaps are found."""
-    scan = scan_partition(Path(case_dir), "events", host, extras).select(EVENT_COLUMNS)
+    scan = scan_partition(location(case_dir), "events", host, extras).select(EVENT_COLUMNS)
     total = scan.select(pl.len()).collect().item()
     step = LEAN_BATCH_ROWS if lean else max(total, 1)
     zone = incident.clock(host).time_zone.key
@@ -540,7 +540,7 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
     chosen = run or cluster.runner()
     try:
         chosen.check_paths([case.path])
-        parts: list[HostRead] = chosen.map(read_host, [(str(case.path), host, extras, incident, profile, window, lean)
+        parts: list[HostRead] = chosen.map(read_host, [(place_text(case.path), host, extras, incident, profile, window, lean)
                                                        for host in hosts], "hosts", progress)
     finally:
         if run is None:

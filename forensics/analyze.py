@@ -20,6 +20,7 @@ import polars as pl
 
 from forensics.align import Timeline, build_timeline
 from forensics.case import Case, ingest, load_case
+from forensics.places import location
 from forensics.cluster import Progress
 from forensics.detect import (
     DISPLAY_ZONE,
@@ -277,7 +278,7 @@ def profile_for(case: Case) -> tuple[Profile, str]:
 
 def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
              on_progress: Progress | None) -> Analysis:
-    case_dir = Path(case_dir) if case_dir else Path("exports") / bundle.resolve().name / "case"
+    case_dir = location(case_dir) if case_dir else Path("exports") / bundle.resolve().name / "case"
     ingest(bundle, case_dir, on_progress)
     case = load_case(case_dir)
     chosen = None

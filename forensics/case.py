@@ -16,7 +16,13 @@ bundle; the inputs, then the host folders, are tasks that run in this process or
 cluster (`forensics.cluster`).
 Re-ingesting a bundle rewrites the case whole (written aside, then swapped in under a lock), so
 running it twice gives the same case. A case folder carries `.forensics-case`; no other folder is
-ever replaced, nor the bundle, a folder above it or one inside it. Records seen in the same
+ever replaced, nor the bundle, a folder above it or one inside it.
+
+A case may lie in an object store instead (`--case s3://bucket/cases/NAME`, any fsspec URL): it is
+built beside its place (`.NAME.partial-*`), then copied in with its manifest last. The manifest is
+what makes a case there — the old one's goes first — so a reader never takes half a case for a
+whole one, and a build that fails leaves the old case as it was. Object stores have no locks: one
+writer at a time per case URL. Records seen in the same
 journal through two inputs (overlapping exports: the same `__CURSOR`) are kept once and counted
 as duplicates of the later input.
 """
@@ -45,6 +51,7 @@ from forensics.incident import MANIFEST, load_incident
 from forensics import cluster
 from forensics.cluster import Progress, Runner
 from forensics.schema import EXCERPT_CHARS, QUARANTINE_SCHEMA, SCHEMAS, empty, validate
+from forensics.places import Place, is_remote, location, place_text
 from forensics.store import (PARTITION, PARTS, columns_of, finish_partition, partition_name, scan_frame, write_empty,
                              write_part)
 
@@ -95,7 +102,7 @@ def to_pandas(frame: pl.DataFrame | pl.LazyFrame) -> Any:
 class Case:
     """An opened case: lazy frames and the manifest."""
 
-    path: Path
+    path: Place
     events: pl.LazyFrame
     samples: pl.LazyFrame
     stacks: pl.LazyFrame
@@ -258,7 +265,7 @@ def _refuse_hosts(rows: pl.DataFrame, name: str, seen: set[str | None], relative
     return rows.filter(~bad), quarantine
 
 
-def _remove_parts(staging: Path, index: int) -> None:
+def _remove_parts(staging: Place, index: int) -> None:
     """Every part one input wrote (it failed part way: the case keeps none of it)."""
     for part in [*staging.glob(f"*/*/part-{index:06d}-*.parquet"), *staging.glob(f"*/part-{index:06d}-*.parquet")]:
         part.unlink()
@@ -269,7 +276,7 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
     `staging`: the input's manifest entry, and what the case needs to know of its rows (frame,
     hosts, extra columns, rows, py-spy dumps, first and last time). The unit of work that runs in
     this process or on a Dask worker; run twice, it writes the same files."""
-    folder, path, source = Path(staging), Path(bundle) / relative, sources.get(source_name)
+    folder, path, source = location(staging), Path(bundle) / relative, sources.get(source_name)
     entry: dict[str, Any] = {"path": relative, "format": source.name, "sha256": _sha256(path)}
     facts: dict[str, Any] = {"entry": entry, "frame": None, "hosts": set(), "extras": set(), "rows": 0, "dumps": 0,
                              "first": None, "last": None}
@@ -333,7 +340,7 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
     return facts
 
 
-def build_case(bundle: Path, staging: Path, progress: Progress | None = None, run: Runner | None = None
+def build_case(bundle: Path, staging: Place, progress: Progress | None = None, run: Runner | None = None
                ) -> dict[str, Any]:
     """Every input of `bundle` read into the case folder `staging` (input by input, then host
     folder by host folder; see `forensics.store`); returns the manifest (not yet written)."""
@@ -341,13 +348,13 @@ def build_case(bundle: Path, staging: Path, progress: Progress | None = None, ru
     found, skipped = discover(bundle, load_incident(bundle).inputs)
     root = bundle.absolute()
     run.check_paths([root, staging])
-    calls = [(str(root), str(path.relative_to(bundle)), source.name, str(staging), index)
+    calls = [(str(root), str(path.relative_to(bundle)), source.name, place_text(staging), index)
              for index, (path, source) in enumerate(found)]
     read = run.map(ingest_input, calls, "inputs", progress)
     extras = sorted(set().union(*(f["extras"] for f in read if f["frame"] == "events")))
     partitions = {name: sorted({h for f in read if f["frame"] == name for h in f["hosts"]}, key=lambda h: (h is None, h))
                   for name in SCHEMAS}
-    finishing = [(str(staging / name / partition_name(host)), name, extras if name == "events" else [])
+    finishing = [(place_text(staging / name / partition_name(host)), name, extras if name == "events" else [])
                  for name, hosts in partitions.items() for host in hosts]
     duplicates: dict[str, int] = {}
     for dropped in run.map(finish_partition, finishing, "partitions", progress):
@@ -387,7 +394,7 @@ def build_case(bundle: Path, staging: Path, progress: Progress | None = None, ru
     }
 
 
-def ingest(bundle: str | Path, case_dir: str | Path, progress: Progress | None = None,
+def ingest(bundle: str | Path, case_dir: str | Place, progress: Progress | None = None,
            run: Runner | None = None) -> dict[str, Any]:
     """Read every input of `bundle` into a case at `case_dir` (replaced whole, never half-written);
     returns the manifest. The work runs on `run` (default: this process, or the Dask cluster
@@ -445,10 +452,32 @@ def _refuse_bundle_overlap(target: Path, given: str | Path, bundle: str | Path |
                         f"give a folder outside it")
 
 
-def check_case_target(case_dir: str | Path, bundle: str | Path | None = None) -> Path:
+def _check_remote_target(case: Place, given: str | Place) -> Place:
+    """`case` (in an object store), or CaseError when a case may not be written there: a bucket's
+    root, an object of that name, or a prefix holding objects that are not a case of ours."""
+    if not case.path.strip("/").count("/"):
+        raise CaseError(f"{given}: a case needs a prefix of its own inside the bucket "
+                        f"(e.g. {place_text(case).rstrip('/')}/cases/NAME), not the bucket itself")
+    try:
+        if case.is_file():
+            raise CaseError(f"{given}: an object of that name exists; refusing to replace it with a case")
+        held = _objects(case)
+    except (OSError, PermissionError) as error:
+        raise CaseError(f"{given}: cannot be listed ({error}); check the store's address and credentials "
+                        "(for S3: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)") from None
+    if held and not (case / CASE_MARKER).is_file():
+        raise CaseError(f"{given}: holds {len(held)} objects and is not a forensics case (no {CASE_MARKER}); "
+                        f"refusing to replace it — give a new or empty prefix, or remove it yourself")
+    return case
+
+
+def check_case_target(case_dir: str | Place, bundle: str | Path | None = None) -> Place:
     """`case_dir` resolved, or CaseError when writing a case there would destroy something: the
     bundle itself or a folder above it, a file, or a folder holding anything that is not a case of
-    ours. (A case inside the bundle is allowed: reading the bundle passes over it.)"""
+    ours. (A case inside the bundle is allowed: reading the bundle passes over it.) A URL is
+    checked in its object store the same way (`_check_remote_target`)."""
+    if is_remote(place := location(case_dir)):
+        return _check_remote_target(place, case_dir)
     case = Path(case_dir).expanduser().resolve()
     _refuse_bundle_overlap(case, case_dir, bundle, "a case")
     if case.exists() or case.is_symlink():
@@ -493,12 +522,55 @@ def case_lock(case_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _objects(place: Place) -> list[str]:
+    """The objects under `place` in its object store, by full key (not the empty "folders" some
+    stores keep, such as SeaweedFS's filer)."""
+    found = place.fs.find(place.path, withdirs=False, detail=True)
+    return sorted(name for name, info in found.items() if info.get("type") == "file")
+
+
+def _remove_tree(place: Place) -> None:
+    """Every object under `place` in its object store (nothing if there are none)."""
+    if objects := _objects(place):
+        place.fs.rm(objects)
+
+
 @contextmanager
-def staged_case(case_dir: str | Path, bundle: str | Path | None = None) -> Iterator[Path]:
+def _staged_remote_case(case: Place, given: str | Place) -> Iterator[Place]:
+    """`staged_case` in an object store: built under `.NAME.partial-*` beside the case, then copied
+    in object by object (a server-side copy) with the manifest last, after the old case's manifest
+    and objects are gone; the manifest is what makes a case (`load_case` refuses a prefix
+    without one), so no reader takes half a case for a whole one."""
+    _check_remote_target(case, given)
+    for leftover in case.parent.glob(f".{case.name}.partial-*"):  # what a killed writer left
+        _remove_tree(leftover)
+    staging = case.parent / f".{case.name}.partial-{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        (staging / CASE_MARKER).write_text("a forensics case: `forensics ingest` may replace this prefix whole\n")
+        yield staging
+        fs, manifest = case.fs, case / "manifest.json"
+        if manifest.exists():
+            manifest.unlink()  # from here on the old case is no case
+        _remove_tree(case)
+        built = [name for name in _objects(staging) if not name.endswith("/manifest.json")]
+        into = [f"{case.path}/{name[len(staging.path):].lstrip('/')}" for name in built]
+        fs.copy(built, into)
+        fs.copy((staging / "manifest.json").path, manifest.path)
+    finally:
+        _remove_tree(staging)
+
+
+@contextmanager
+def staged_case(case_dir: str | Place, bundle: str | Path | None = None) -> Iterator[Place]:
     """A folder to build the case in, swapped in place of `case_dir` when the block ends without
     error (removed otherwise). Built beside it and swapped under a lock, so a reader never sees
     half a case and two writers never mix theirs; what a killed writer left aside is removed by
-    the next one. Refuses (CaseError) any place `check_case_target` refuses."""
+    the next one. Refuses (CaseError) any place `check_case_target` refuses. In an object store:
+    `_staged_remote_case`."""
+    if is_remote(place := location(case_dir)):
+        with _staged_remote_case(place, case_dir) as staging:
+            yield staging
+        return
     case_dir = Path(case_dir).expanduser()
     with case_lock(case_dir.resolve()):
         case_dir = check_case_target(case_dir, bundle)
@@ -523,12 +595,12 @@ def staged_case(case_dir: str | Path, bundle: str | Path | None = None) -> Itera
 
 
 @overload
-def load_case(path: str | Path, backend: Literal["polars"] = "polars") -> Case: ...
+def load_case(path: str | Place, backend: Literal["polars"] = "polars") -> Case: ...
 @overload
-def load_case(path: str | Path, backend: Literal["pandas"]) -> dict[str, Any]: ...
+def load_case(path: str | Place, backend: Literal["pandas"]) -> dict[str, Any]: ...
 
 
-def load_case(path: str | Path, backend: str = "polars") -> Case | dict[str, Any]:
+def load_case(path: str | Place, backend: str = "polars") -> Case | dict[str, Any]:
     """Open a case folder: lazy `events`, `samples`, `stacks` and `quarantine` frames plus the
     manifest. With `backend="pandas"`: a dict of those four frames as pandas DataFrames (read
     whole: for big cases, `load_case(path).to_pandas(frame, columns, where)` reads less)."""
@@ -537,9 +609,12 @@ def load_case(path: str | Path, backend: str = "polars") -> Case | dict[str, Any
         return {name: case.to_pandas(name) for name in FRAMES}
     if backend != "polars":
         raise CaseError(f"backend must be polars or pandas, not {backend!r}")
-    path = Path(path)
+    path = location(path)
     manifest_path = path / "manifest.json"
     if not manifest_path.is_file():
+        if (path / CASE_MARKER).is_file():
+            raise CaseError(f"{path}: an ingest into this case did not finish (no manifest.json); run "
+                            f"`forensics ingest BUNDLE --case {path}` again")
         raise CaseError(f"{path}: not a case (no manifest.json); "
                         f"create one with `forensics ingest BUNDLE --case {path}`")
     manifest = json.loads(manifest_path.read_text())

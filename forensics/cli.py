@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from forensics.bundle import open_bundle
 from forensics.errors import ForensicsError
+from forensics.places import is_url
 
 # The data stack (polars, numpy, pyarrow) is imported where a command needs it, not here: `--help`
 # and argument errors answer at once.
@@ -33,6 +34,12 @@ def _default_case(bundle: Path) -> Path:
     return cache / f"{resolved.name}-{key}" / "case"
 
 
+def _case_place(text: str) -> Path | str:
+    """A `--case` as given: a folder, or kept as text when it is a URL (`s3://bucket/cases/x`:
+    a Path would fold its `//`)."""
+    return text if is_url(text) else Path(text)
+
+
 # what each kind of task is part of, for its progress bar
 PHASES = {"inputs": "ingest: inputs", "partitions": "ingest: host folders", "hosts": "timeline: hosts"}
 
@@ -44,7 +51,7 @@ def _progress(items: Iterable[Any], what: str) -> Iterable[Any]:
     return tqdm(items, desc=PHASES.get(what, what), unit="task", file=sys.stderr)
 
 
-def _ingest(bundle: Path, case_dir: Path) -> None:
+def _ingest(bundle: Path, case_dir: Path | str) -> None:
     """Ingest with a progress bar, saying where the case goes first."""
     from forensics.case import check_case_target, ingest
 
@@ -53,7 +60,7 @@ def _ingest(bundle: Path, case_dir: Path) -> None:
     ingest(bundle, case_dir, progress=_progress)
 
 
-def print_summary(case_dir: Path, out: TextIO | None = None) -> None:
+def print_summary(case_dir: Path | str, out: TextIO | None = None) -> None:
     """Print what a case holds: inputs, records seen = parsed + quarantined, hosts and units."""
     import polars as pl
 
@@ -88,8 +95,10 @@ def print_summary(case_dir: Path, out: TextIO | None = None) -> None:
             print(reasons, file=out)
 
 
-def _case_for(path: Path) -> Path:
-    """A case folder as given, or the default case of a bundle, ingested now."""
+def _case_for(path: Path | str) -> Path | str:
+    """A case folder or URL as given, or the default case of a bundle, ingested now."""
+    if isinstance(path, str):
+        return path
     if (path / "manifest.json").is_file():
         return path
     case_dir = _default_case(path)
@@ -98,7 +107,7 @@ def _case_for(path: Path) -> Path:
     return case_dir
 
 
-def print_stacks(case_dir: Path, profile: str, expected: dict[str, int], every_round: bool,
+def print_stacks(case_dir: Path | str, profile: str, expected: dict[str, int], every_round: bool,
                  groups_by_pid: dict[int, str] | None = None, out: TextIO | None = None) -> None:
     """Print each group's stack verdict with its explanation and the phase of every rank."""
     out = out or sys.stdout
@@ -179,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_report = sub.add_parser("report", help="render a bundle's incident report with papermill into exports/")
     p_report.add_argument("bundle", type=Path)
     p_report.add_argument("--out", type=Path, help="output folder (default: exports/<bundle name>)")
+    p_report.add_argument("--case", type=_case_place, help="put the case here instead of OUT/case: a folder or an "
+                                                          "object-store URL such as s3://bucket/cases/x")
     p_report.add_argument("--screens", action="store_true", help="also write PNG pictures of the report's first "
                                                                "screen and timeline into screens/ (headless Chromium)")
     _report_options(p_report)
@@ -187,15 +198,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                          help="bundle folders, folders of bundles, or globs matching either")
     p_batch.add_argument("--out", type=Path, default=Path("exports"), help="output folder (default: exports)")
     p_batch.add_argument("--workers", type=int, default=2, help="bundles rendered at once (default: 2)")
+    p_batch.add_argument("--cases", metavar="FOLDER_OR_URL", help="put each bundle's case under this folder or "
+                                                                 "object-store URL (default: in its output folder)")
     _report_options(p_batch)
     p_ingest = sub.add_parser("ingest", help="read a bundle's inputs into a case (Parquet) and print its summary")
     p_ingest.add_argument("bundle", type=Path)
-    p_ingest.add_argument("--case", type=Path, help="case folder (default: ~/.cache/forensics/<bundle>-<id>/case)")
+    p_ingest.add_argument("--case", type=_case_place, help="case folder or object-store URL such as s3://bucket/cases/x "
+                                                           "(default: ~/.cache/forensics/<bundle>-<id>/case)")
     _dask_option(p_ingest)
     p_summary = sub.add_parser("summary", help="print what a case holds")
-    p_summary.add_argument("case", type=Path)
+    p_summary.add_argument("case", type=_case_place, help="a case folder or URL")
     p_stacks = sub.add_parser("stacks", help="judge the py-spy dumps of a bundle or case: TP desync and friends")
-    p_stacks.add_argument("path", type=Path, help="a bundle folder (ingested first) or a case folder")
+    p_stacks.add_argument("path", type=_case_place, help="a bundle folder (ingested first), or a case folder or URL")
     p_stacks.add_argument("--profile", default="sglang", help="profile name or .toml path (default: sglang)")
     p_stacks.add_argument("--expect", action="append", default=[], metavar="GROUP=RANKS",
                           help="how many ranks a group has, when the highest may be missing (e.g. decode=4)")
@@ -212,7 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_pull.add_argument("--bundle", type=Path, default=Path("."), help="bundle folder (default: .)")
     p_an = sub.add_parser("analyze", help="findings, symptom tracks and key times of a bundle")
     p_an.add_argument("bundle", type=Path)
-    p_an.add_argument("--case", type=Path, help="case folder (default: ~/.cache/forensics/<bundle>-<id>/case)")
+    p_an.add_argument("--case", type=_case_place, help="case folder or object-store URL such as s3://bucket/cases/x "
+                                                      "(default: ~/.cache/forensics/<bundle>-<id>/case)")
     p_an.add_argument("--json", action="store_true", help="print summary.json instead of text")
     p_an.add_argument("--profile", default="", help="profile name or .toml path (default: chosen from the evidence)")
     p_an.add_argument("--display-tz", default="UTC", help="time zone the text writes times in (default: UTC)")
@@ -318,13 +333,14 @@ def _run(args: argparse.Namespace) -> int:
         os.environ["FORENSICS_LIBRARY"] = str(args.library.resolve())
     if args.command == "report":
         from forensics.report import render
-        rendered = render(args.bundle, args.out, args.display_tz, args.profile, args.redact, screens=args.screens)
+        rendered = render(args.bundle, args.out, args.display_tz, args.profile, args.redact, screens=args.screens,
+                          case=args.case)
         for name, path in rendered.files.items():
             print(f"{name:<14} {path}")
     elif args.command == "batch":
         from forensics.report import batch
         rows = batch([str(b) for b in args.bundles], args.out, args.workers, args.display_tz, args.profile,
-                     args.redact)
+                     args.redact, cases=args.cases)
         failed = [r for r in rows if r.get("error")]
         print(f"{len(rows) - len(failed)} rendered, {len(failed)} failed; index: {args.out / 'index.html'}")
         for row in failed:

@@ -4,8 +4,9 @@ The default is this process, two tasks at a time (the parsers and Parquet writer
 With a scheduler address — `--dask tcp://HOST:8786` on the command line, or `FORENSICS_DASK` in the
 environment — the same tasks run on an existing Dask distributed cluster instead, each on whichever
 worker is free. The tasks read the bundle and write the case by path, so the bundle and the case's
-folder must be at the same path on every worker (a shared or network file system); that is checked
-before any work is sent. A task whose worker dies is given to another worker by Dask; a task that
+folder must be at the same path on every worker (a shared or network file system), or the case in
+an object store every worker reaches (`s3://…`, with the store's settings in each worker's
+environment); that is checked before any work is sent. A task whose worker dies is given to another worker by Dask; a task that
 cannot be done stops the run with an error naming it, and the case being built is never swapped in.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from forensics.errors import CaseError
+from forensics.places import is_remote, location, place_text
 
 DASK_ENV = "FORENSICS_DASK"
 LOCAL_TASKS = 2  # this machine's cores; more threads only add memory
@@ -47,7 +49,7 @@ class Runner(Protocol):
     def map(self, function: Callable[..., Any], calls: Sequence[tuple[Any, ...]], what: str,
             progress: Progress | None = None) -> list[Any]: ...
 
-    def check_paths(self, paths: Sequence[Path]) -> None: ...
+    def check_paths(self, paths: Sequence[Any]) -> None: ...
 
     def close(self) -> None: ...
 
@@ -71,7 +73,7 @@ class Local:
                 raise
             return [future.result() for future in futures]
 
-    def check_paths(self, paths: Sequence[Path]) -> None:
+    def check_paths(self, paths: Sequence[Any]) -> None:
         """Nothing to check: this process is the one that found them."""
 
     def close(self) -> None:
@@ -79,8 +81,8 @@ class Local:
 
 
 def _visible(paths: Sequence[str]) -> list[str]:
-    """Which of `paths` this worker cannot see (run on each worker)."""
-    return [path for path in paths if not os.path.exists(path)]
+    """Which of `paths` (folders or URLs) this worker cannot see (run on each worker)."""
+    return [path for path in paths if not location(path).exists()]
 
 
 class Dask:
@@ -99,9 +101,9 @@ class Dask:
             raise CaseError(f"--dask {address}: no Dask scheduler answers there ({error}); start one with "
                             "`dask scheduler` and workers with `dask worker ADDRESS`") from None
 
-    def check_paths(self, paths: Sequence[Path]) -> None:
+    def check_paths(self, paths: Sequence[Any]) -> None:
         """CaseError naming each worker that cannot see one of `paths` (they must be shared)."""
-        wanted = [str(Path(p).resolve()) for p in paths]
+        wanted = [place_text(p) if is_remote(p) else str(Path(p).resolve()) for p in paths]
         missing = {worker: gone for worker, gone in self.client.run(_visible, wanted).items() if gone}
         if not self.client.scheduler_info().get("workers"):
             raise CaseError(f"{self.where} has no workers: start some with `dask worker ADDRESS`")
@@ -109,7 +111,7 @@ class Dask:
             worker, gone = next(iter(missing.items()))
             raise CaseError(f"{len(missing)} Dask worker(s) cannot see {', '.join(gone)} (e.g. {worker}): the "
                             "bundle and the case folder must be at the same path on every worker (a shared file "
-                            "system)")
+                            "system), and a case in an object store reachable with the same settings")
 
     def map(self, function: Callable[..., Any], calls: Sequence[tuple[Any, ...]], what: str,
             progress: Progress | None = None) -> list[Any]:

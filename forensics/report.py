@@ -133,9 +133,12 @@ def to_html(executed: Path, output: Path) -> Path:
 
 
 def render(bundle: str | Path, out: str | Path | None = None, display_tz: str = "UTC", profile: str = "",
-           redact: str = "timeline", progress: bool = True, screens: bool = False) -> Rendered:
+           redact: str = "timeline", progress: bool = True, screens: bool = False,
+           case: str | Path | None = None) -> Rendered:
     """Render the incident report of `bundle` into `out` (default exports/<bundle name>); with
     `screens`, PNG pictures of its first screen and timeline too (`screens/`, headless Chromium).
+    The case goes in `out/case`, or at `case` (a folder, or an object-store URL such as
+    `s3://bucket/cases/x`).
 
     The outputs are made in a folder beside `out` and swapped in as a set when every one is
     written, under a lock on `out`: an interrupted, failed or out-of-space run leaves the previous
@@ -149,7 +152,7 @@ def render(bundle: str | Path, out: str | Path | None = None, display_tz: str = 
             shutil.rmtree(leftover, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
         try:
-            files = _render_into(bundle, staging, display_tz, profile, redact, progress)
+            files = _render_into(bundle, staging, display_tz, profile, redact, progress, case)
             if screens:
                 from forensics.render.screens import SCREENS_DIR, take
                 take(files["report.html"], staging / SCREENS_DIR)
@@ -168,12 +171,12 @@ def render(bundle: str | Path, out: str | Path | None = None, display_tz: str = 
 
 
 def _render_into(bundle: Path, folder: Path, display_tz: str, profile: str, redact: str,
-                 progress: bool) -> dict[str, Path]:
+                 progress: bool, case: str | Path | None = None) -> dict[str, Path]:
     """Run the report notebook into `folder` and convert it; the files written, by name."""
     (folder / OUTPUT_MARKER).write_text("forensics report outputs: `forensics report` rewrites the files it made\n")
     executed = execute(notebook_path(), folder / MAIN_NOTEBOOK,
                        {"bundle": str(bundle), "out_dir": str(folder), "display_tz": display_tz,
-                        "profile": profile, "redact": redact}, progress)
+                        "profile": profile, "redact": redact, "case": str(case or "")}, progress)
     files = {"notebook": executed, "report.html": to_html(executed, folder / "report.html")}
     for name in ("timeline.html", "postmortem.md", "summary.json"):
         path = folder / name
@@ -237,12 +240,13 @@ def _out_names(bundles: Sequence[Path]) -> list[str]:
     return names
 
 
-def _render_one(bundle: Path, out: Path, display_tz: str, profile: str, redact: str) -> dict[str, Any]:
+def _render_one(bundle: Path, out: Path, display_tz: str, profile: str, redact: str,
+                case: str | None = None) -> dict[str, Any]:
     """One batch job (in a worker process): the index row, with the error instead when it failed."""
     # relative to where batch ran: the index may be shared, the machine's folder layout need not be
     row: dict[str, Any] = {"bundle": os.path.relpath(bundle), "out": out.name}
     try:
-        rendered = render(bundle, out, display_tz, profile, redact, progress=False)
+        rendered = render(bundle, out, display_tz, profile, redact, progress=False, case=case)
     except Exception as error:  # noqa: BLE001 - a batch goes on past any failing bundle and records why
         row["error"] = str(error) if isinstance(error, ForensicsError) else (
             f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}")
@@ -266,9 +270,11 @@ def _seconds(value: float | None) -> str | None:
 
 
 def batch(patterns: Iterable[str], out: str | Path = "exports", workers: int = 2, display_tz: str = "UTC",
-          profile: str = "", redact: str = "timeline", progress: bool = True) -> list[dict[str, Any]]:
+          profile: str = "", redact: str = "timeline", progress: bool = True,
+          cases: str | None = None) -> list[dict[str, Any]]:
     """Render every bundle matched by `patterns` with `workers` processes; write out/index.html
-    and out/index.json; return the index rows (failed bundles carry `error`)."""
+    and out/index.json; return the index rows (failed bundles carry `error`). Each bundle's case
+    goes in its output folder, or under `cases` (a folder or an object-store URL) by the same name."""
     from tqdm import tqdm
 
     from forensics.render.html import index_page
@@ -281,7 +287,8 @@ def batch(patterns: Iterable[str], out: str | Path = "exports", workers: int = 2
     names = _out_names(bundles)
     rows: dict[int, dict[str, Any]] = {}
     with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = {pool.submit(_render_one, b, (out_root / n).resolve(), display_tz, profile, redact): i
+        futures = {pool.submit(_render_one, b, (out_root / n).resolve(), display_tz, profile, redact,
+                               f"{cases.rstrip('/')}/{n}" if cases else None): i
                    for i, (b, n) in enumerate(zip(bundles, names, strict=True))}
         with tqdm(total=len(futures), desc="reports", unit="bundle", disable=not progress) as bar:
             for future in as_completed(futures):

@@ -12,19 +12,26 @@ hosts' folders as it reads them (`write_part`); `finish_partition` then makes ea
 file with the frame's full set of columns, dropping records that reached the case twice (they
 come from the same journal, so they meet in the same host folder). Every write goes to a hidden
 name first and is renamed into place, so a writer killed mid-file leaves no part a reader takes.
+
+A case may also lie in an object store, named by an fsspec URL (`s3://bucket/cases/x`; see
+`forensics.places`): the same layout, read by polars' own cloud reader and written through fsspec. An
+object appears whole or not at all when its upload ends, so parts are written in place there.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import quote
 
 import polars as pl
 
+from forensics.places import Place, is_remote, location, place_text
 from forensics.schema import SCHEMAS
+
 
 PARTITION = "host"
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -43,8 +50,15 @@ def partition_name(host: str | None) -> str:
     return f"{PARTITION}={NULL_PARTITION if host is None else quote(host, safe='')}"
 
 
-def _write(frame: pl.DataFrame | pl.LazyFrame, path: Path) -> None:
-    """`frame` as Parquet at `path`, written under a hidden name and renamed into place."""
+def _write(frame: pl.DataFrame | pl.LazyFrame, path: Place) -> None:
+    """`frame` as Parquet at `path`, written under a hidden name and renamed into place (in an
+    object store: written aside on local disk and uploaded, which makes it appear whole)."""
+    if is_remote(path):
+        with tempfile.TemporaryDirectory(prefix="forensics-upload-") as aside:
+            local = Path(aside) / path.name
+            _write(frame, local)
+            path.fs.put_file(str(local), path.path)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     hidden = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     if isinstance(frame, pl.LazyFrame):
@@ -54,7 +68,7 @@ def _write(frame: pl.DataFrame | pl.LazyFrame, path: Path) -> None:
     os.replace(hidden, path)
 
 
-def write_part(folder: Path, name: str, rows: pl.DataFrame, tag: str) -> list[str | None]:
+def write_part(folder: Place, name: str, rows: pl.DataFrame, tag: str) -> list[str | None]:
     """Write `rows` of frame `name` into the case folder being built, each host's rows to its
     partition as `part-TAG.parquet`; the hosts written to."""
     if rows.is_empty():
@@ -75,7 +89,7 @@ def write_part(folder: Path, name: str, rows: pl.DataFrame, tag: str) -> list[st
     return hosts
 
 
-def write_empty(folder: Path, name: str, schema: Mapping[str, pl.DataType]) -> None:
+def write_empty(folder: Place, name: str, schema: Mapping[str, pl.DataType]) -> None:
     """A frame with no rows as a dataset readers can still open: one file of its columns (in the
     partition of no host for the partitioned frames)."""
     empty = pl.DataFrame(schema={k: v for k, v in schema.items() if name not in SCHEMAS or k != PARTITION})
@@ -91,22 +105,28 @@ def columns_of(name: str, extras: list[str]) -> dict[str, pl.DataType]:
     return schema
 
 
-def scan_frame(folder: Path, name: str, extras: list[str] | None = None) -> pl.LazyFrame:
+def _scan(files: Place, **options: object) -> pl.LazyFrame:
+    """Parquet files named by `files` (a glob), lazily: a local path, or a URL that polars' own
+    cloud reader takes (it reads the same AWS_* settings as fsspec)."""
+    return pl.scan_parquet(files if not is_remote(files) else place_text(files), **options)  # type: ignore[arg-type]
+
+
+def scan_frame(folder: Place, name: str, extras: list[str] | None = None) -> pl.LazyFrame:
     """A frame of the case at `folder`, lazily, in the canonical column order, `host` included."""
     if name not in SCHEMAS:
-        return pl.scan_parquet(folder / name / PARTS)
+        return _scan(folder / name / PARTS)
     schema = columns_of(name, extras or [])
     stored = {k: v for k, v in schema.items() if k != PARTITION}
-    scan = pl.scan_parquet(folder / name / "*" / PARTS, hive_partitioning=True, hive_schema={PARTITION: pl.String},
+    scan = _scan(folder / name / "*" / PARTS, hive_partitioning=True, hive_schema={PARTITION: pl.String},
                            schema=stored, missing_columns="insert")
     return scan.select(pl.col(PARTITION).cast(schema[PARTITION]) if c == PARTITION else pl.col(c) for c in schema)
 
 
-def scan_partition(folder: Path, name: str, host: str | None, extras: list[str] | None = None) -> pl.LazyFrame:
+def scan_partition(folder: Place, name: str, host: str | None, extras: list[str] | None = None) -> pl.LazyFrame:
     """One host's rows of a frame of the case at `folder`, lazily, as `scan_frame` gives them."""
     schema = columns_of(name, extras or [])
     stored = {k: v for k, v in schema.items() if k != PARTITION}
-    scan = pl.scan_parquet(folder / name / partition_name(host) / PARTS, schema=stored, missing_columns="insert")
+    scan = _scan(folder / name / partition_name(host) / PARTS, schema=stored, missing_columns="insert")
     return scan.select(pl.lit(host, schema[PARTITION]).alias(PARTITION) if c == PARTITION else pl.col(c)
                        for c in schema)
 
@@ -146,34 +166,51 @@ def repeated_records(scan: pl.LazyFrame, columns: Mapping[str, pl.DataType]) -> 
     return pl.concat(found).unique("_row") if found else NO_REPEATS.clear()
 
 
-def finish_partition(partition: str | Path, name: str, extras: list[str]) -> dict[str, int]:
+def _replace(source: Place, target: Place) -> None:
+    """Move `source` to `target`, replacing it (a rename here; a copy and delete in an object store)."""
+    if is_remote(source):
+        source.fs.mv(source.path, target.path)
+    else:
+        os.replace(source, target)
+
+
+def _write_text(path: Place, text: str) -> None:
+    """`text` at `path`, appearing whole (written aside and renamed; an object store's upload is whole)."""
+    if is_remote(path):
+        path.write_text(text)
+        return
+    hidden = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    hidden.write_text(text)
+    os.replace(hidden, path)
+
+
+def finish_partition(partition: str | Place, name: str, extras: list[str]) -> dict[str, int]:
     """Make one host folder of a frame a single file with every column of the frame (what another
     host's folder has and this one lacks, as nulls), without repeated journal records; how many
     were dropped per input (by its path in the bundle). Safe to run again after being killed at
     any point (a Dask worker that died is retried on another)."""
-    partition = Path(partition)
+    partition = location(partition)
     whole, counts = partition / "part-0.parquet.whole", partition / ".dropped.json"
     if whole.exists() and not counts.exists():  # killed before its counts were kept: start again
         whole.unlink()
     if not counts.exists():
-        parts = sorted(partition.glob(PARTS))  # part-INPUT-PIECE: input order, then file order
+        parts = sorted(partition.glob(PARTS), key=str)  # part-INPUT-PIECE: input order, then file order
         schema = {k: v for k, v in columns_of(name, extras).items() if k != PARTITION}
-        scan = pl.scan_parquet(parts, schema=schema, missing_columns="insert").with_row_index("_row")
+        files = parts if not is_remote(partition) else [place_text(p) for p in parts]
+        scan = pl.scan_parquet(files, schema=schema, missing_columns="insert").with_row_index("_row")
         repeats = repeated_records(scan, schema) if name == "events" else None
         if (repeats is None or repeats.is_empty()) and len(parts) == 1 \
-                and dict(pl.read_parquet_schema(parts[0])) == schema:  # any column order
+                and dict(_scan(parts[0]).collect_schema()) == schema:  # any column order
             return {}  # already one whole file
         dropped = dict(repeats.group_by("source_file").len().iter_rows()) if repeats is not None else {}
         if repeats is not None and repeats.height:
             scan = scan.filter(~pl.col("_row").is_in(repeats.get_column("_row").implode()))
         _write(scan.drop("_row"), whole)
-        hidden = counts.with_name(f".tmp-{os.getpid()}-{counts.name}")
-        hidden.write_text(json.dumps(dropped))
-        os.replace(hidden, counts)
+        _write_text(counts, json.dumps(dropped))
     if whole.exists():  # written whole: the parts it replaces go
         for part in partition.glob(PARTS):
             part.unlink()
-        os.replace(whole, partition / "part-0.parquet")
+        _replace(whole, partition / "part-0.parquet")
     dropped = json.loads(counts.read_text())
     counts.unlink()
     return dropped

@@ -138,15 +138,15 @@ class ReportSession:
 
     @classmethod
     def open(cls, bundle: str | Path, out_dir: str | Path = "", display_tz: str = "UTC", profile: str = "",
-             redact: str = "timeline") -> ReportSession:
-        """Analyze `bundle` (its case under `out_dir/case`); outputs go to `out_dir`
-        (default exports/<bundle name>)."""
+             redact: str = "timeline", case: str | Path = "") -> ReportSession:
+        """Analyze `bundle` (its case under `out_dir/case`, or at `case`: a folder or an object-store
+        URL); outputs go to `out_dir` (default exports/<bundle name>)."""
         if redact not in REDACT_MODES:
             raise ForensicsError(f"redact must be one of {', '.join(REDACT_MODES)}, not {redact!r}")
         bundle = Path(bundle)
         out = check_output_target(Path(out_dir) if out_dir else Path("exports") / bundle.resolve().name, bundle,
                                   OUTPUTS)
-        analysis = analyze(bundle, out / "case", load_profile(profile) if profile else None, display_tz)
+        analysis = analyze(bundle, case or out / "case", load_profile(profile) if profile else None, display_tz)
         session = cls(analysis, out, redact)
         if redact == "all":
             session._report_redactor = session.redactor()
