@@ -9,6 +9,7 @@ from bench import (
     cli_startup,
     fleet_scale,
     journal_ingest,
+    object_store,
     prom_parse,
     pyspy_parse,
     report_render,
@@ -18,7 +19,8 @@ from bench import (
 BENCHMARKS = {"journal_ingest": journal_ingest.main, "pyspy_parse": pyspy_parse.main,
               "prom_parse": prom_parse.main, "analyze_reference": analyze_reference.main,
               "report_render": report_render.main, "cli_startup": cli_startup.main,
-              "watch_capture": watch_capture.main, "fleet_scale": fleet_scale.main}
+              "watch_capture": watch_capture.main, "fleet_scale": fleet_scale.main,
+              "object_store": object_store.main}
 
 
 def main(argv: list[str]) -> int:

@@ -68,6 +68,8 @@ def follow_links_outside() -> bool:  # noqa: N802 - reads like the setting it is
     return os.environ.get(FOLLOW_LINKS_ENV, "") == "1"
 
 
+# s3fs reads a file under 100 MiB whole before sending it: a few at a time keep memory bounded
+UPLOADS_AT_ONCE = 4
 CASE_MARKER = ".forensics-case"  # in every case folder: the only folders a new case may replace
 OUTPUT_MARKER = ".forensics-report"  # in every report folder: the only folders a report writes into
 
@@ -405,7 +407,7 @@ def ingest(bundle: str | Path, case_dir: str | Place, progress: Progress | None 
         raise CaseError(f"{bundle}: not a directory (a bundle is a folder of evidence files, or a tarball of one)")
     chosen = run or cluster.runner()
     try:
-        with staged_case(case_dir, bundle) as staging:
+        with staged_case(case_dir, bundle, build_here=isinstance(chosen, cluster.Local)) as staging:
             manifest = build_case(bundle, staging, progress, chosen)
             (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     finally:
@@ -535,40 +537,64 @@ def _remove_tree(place: Place) -> None:
         place.fs.rm(objects)
 
 
+def _local_staging_prefix(case: Place) -> str:
+    """The name a local build of the case at URL `case` starts with (in the temporary folder), so
+    the next ingest of that URL finds and removes what a killed writer left."""
+    return f"forensics-case-{hashlib.sha1(place_text(case).encode()).hexdigest()[:12]}-"
+
+
 @contextmanager
-def _staged_remote_case(case: Place, given: str | Place) -> Iterator[Place]:
-    """`staged_case` in an object store: built under `.NAME.partial-*` beside the case, then copied
-    in object by object (a server-side copy) with the manifest last, after the old case's manifest
-    and objects are gone; the manifest is what makes a case (`load_case` refuses a prefix
-    without one), so no reader takes half a case for a whole one."""
+def _staged_remote_case(case: Place, given: str | Place, build_here: bool) -> Iterator[Place]:
+    """`staged_case` in an object store. Built in this machine's temporary folder (`build_here`:
+    one upload of the finished case) or, when other machines write parts of it, under
+    `.NAME.partial-*` beside the case in the store (then copied server side). Either way it goes
+    in object by object with the manifest last, after the old case's manifest and objects are
+    gone; the manifest is what makes a case (`load_case` refuses a prefix without one), so no
+    reader takes half a case for a whole one."""
     _check_remote_target(case, given)
     for leftover in case.parent.glob(f".{case.name}.partial-*"):  # what a killed writer left
         _remove_tree(leftover)
-    staging = case.parent / f".{case.name}.partial-{os.getpid()}-{os.urandom(4).hex()}"
+    for leftover in Path(tempfile.gettempdir()).glob(f"{_local_staging_prefix(case)}*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    fs, manifest = case.fs, case / "manifest.json"
+    if build_here:
+        staging: Place = Path(tempfile.mkdtemp(prefix=_local_staging_prefix(case)))
+        for name in FRAMES:
+            staging.joinpath(name).mkdir()
+    else:
+        staging = case.parent / f".{case.name}.partial-{os.getpid()}-{os.urandom(4).hex()}"
     try:
         (staging / CASE_MARKER).write_text("a forensics case: `forensics ingest` may replace this prefix whole\n")
         yield staging
-        fs, manifest = case.fs, case / "manifest.json"
         if manifest.exists():
             manifest.unlink()  # from here on the old case is no case
         _remove_tree(case)
-        built = [name for name in _objects(staging) if not name.endswith("/manifest.json")]
-        into = [f"{case.path}/{name[len(staging.path):].lstrip('/')}" for name in built]
-        fs.copy(built, into)
-        fs.copy((staging / "manifest.json").path, manifest.path)
+        if build_here:
+            built = sorted(str(p) for p in staging.rglob("*") if p.is_file() and p.name != "manifest.json")
+            fs.put(built, [f"{case.path}/{Path(name).relative_to(staging).as_posix()}" for name in built],
+                   batch_size=UPLOADS_AT_ONCE)
+            fs.put_file(str(staging / "manifest.json"), manifest.path)
+        else:
+            built = [name for name in _objects(staging) if not name.endswith("/manifest.json")]
+            fs.copy(built, [f"{case.path}/{name[len(staging.path):].lstrip('/')}" for name in built])
+            fs.copy((staging / "manifest.json").path, manifest.path)
     finally:
-        _remove_tree(staging)
+        if build_here:
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            _remove_tree(staging)
 
 
 @contextmanager
-def staged_case(case_dir: str | Place, bundle: str | Path | None = None) -> Iterator[Place]:
+def staged_case(case_dir: str | Place, bundle: str | Path | None = None, build_here: bool = True
+                ) -> Iterator[Place]:
     """A folder to build the case in, swapped in place of `case_dir` when the block ends without
     error (removed otherwise). Built beside it and swapped under a lock, so a reader never sees
     half a case and two writers never mix theirs; what a killed writer left aside is removed by
     the next one. Refuses (CaseError) any place `check_case_target` refuses. In an object store:
-    `_staged_remote_case`."""
+    `_staged_remote_case` (`build_here` False when workers elsewhere write parts of it)."""
     if is_remote(place := location(case_dir)):
-        with _staged_remote_case(place, case_dir) as staging:
+        with _staged_remote_case(place, case_dir, build_here) as staging:
             yield staging
         return
     case_dir = Path(case_dir).expanduser()

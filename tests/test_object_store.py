@@ -6,10 +6,13 @@ opens as a whole one."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +39,17 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     process's environment (so Dask workers started after it inherit them), and an s3fs client."""
     with seaweedfs_s3(tmp_path_factory.mktemp("seaweedfs"), BUCKET) as fs:
         yield fs
+
+
+@pytest.fixture(scope="module")
+def dask_cluster(store: Any) -> Iterator[str]:
+    """A real LocalCluster of two worker processes, started after the store so that they reach it
+    with the same settings; its scheduler's address."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      silence_logs=50) as cluster:
+        yield cluster.scheduler_address
 
 
 @pytest.fixture(scope="module")
@@ -77,26 +91,23 @@ def _findings(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_analysis_of_an_object_store_case_finds_the_same_here_and_on_dask(store: Any, fleet: Path,
-                                                                          tmp_path: Path) -> None:
+                                                                          dask_cluster: str, tmp_path: Path) -> None:
     """Ingest and the timeline's host tasks read and write the case in the store, in this process
-    and on a real LocalCluster whose workers reach it with the same settings."""
-    from distributed import LocalCluster
+    (built on local disk, then uploaded) and on a real LocalCluster whose workers write its parts
+    into the store themselves."""
+    from forensics.align import build_timeline
 
     local = analyze(fleet, tmp_path / "local")
     here = analyze(fleet, f"s3://{BUCKET}/analysed-here")
     assert _findings(here.summary()) == _findings(local.summary())
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=50) as cluster:
-        from forensics.align import build_timeline
-
-        run = Dask(cluster.scheduler_address)
-        try:
-            ingest(fleet, f"s3://{BUCKET}/analysed-on-dask", run=run)
-            _same_case(tmp_path / "local", f"s3://{BUCKET}/analysed-on-dask")
-            case = load_case(f"s3://{BUCKET}/analysed-on-dask")
-            timeline = build_timeline(case, local.timeline.incident, local.timeline.profile, run=run)
-        finally:
-            run.close()
+    run = Dask(dask_cluster)
+    try:
+        ingest(fleet, f"s3://{BUCKET}/analysed-on-dask", run=run)
+        _same_case(tmp_path / "local", f"s3://{BUCKET}/analysed-on-dask")
+        case = load_case(f"s3://{BUCKET}/analysed-on-dask")
+        timeline = build_timeline(case, local.timeline.incident, local.timeline.profile, run=run)
+    finally:
+        run.close()
     for frame in ("events", "activity", "progress_streams", "progress_gaps", "progress_counts", "source_gaps"):
         mine, theirs = getattr(local.timeline, frame), getattr(timeline, frame)
         assert theirs.sort(theirs.columns).equals(mine.sort(mine.columns)), frame
@@ -146,7 +157,8 @@ def test_places_a_case_may_not_go_are_refused(store: Any) -> None:
         load_case(f"s3://{BUCKET}/nothing-here")
 
 
-def test_a_build_that_fails_leaves_the_old_case_as_it_was(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_build_that_fails_leaves_the_old_case_as_it_was(store: Any, monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
     import forensics.case as case_module
 
     url = f"s3://{BUCKET}/kept"
@@ -159,51 +171,73 @@ def test_a_build_that_fails_leaves_the_old_case_as_it_was(store: Any, monkeypatc
         raise CaseError("the build failed on purpose")
 
     monkeypatch.setattr(case_module, "build_case", failing)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the case is built before its upload
     with pytest.raises(CaseError, match="on purpose"):
         ingest(REFERENCE, url)
+    assert not list(tmp_path.iterdir())
     assert _objects(store, f"{BUCKET}/kept") == before
     assert load_case(url).manifest["totals"]["events"] > 0
     assert not [k for k in _objects(store, BUCKET) if ".kept.partial-" in k]
 
 
-def test_a_swap_cut_short_leaves_no_case_that_opens(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("where", ["here", "on dask"])
+def test_a_swap_cut_short_leaves_no_case_that_opens(store: Any, dask_cluster: str, monkeypatch: pytest.MonkeyPatch,
+                                                    where: str) -> None:
     """The copy of a built case into its place fails half way (the store refuses, the network
     drops): the old case is gone, the new one not whole, and the place opens as neither — the
-    manifest is copied last. The next ingest writes the whole case."""
+    manifest goes in last. Built here, the case is uploaded (`_put_file`); built by Dask workers,
+    it is copied server side from its staging prefix (`_cp_file`). The next ingest writes the
+    whole case."""
     import s3fs
 
-    url = f"s3://{BUCKET}/cut-short"
+    url = f"s3://{BUCKET}/cut-short-{where.replace(' ', '-')}"
     ingest(REFERENCE, url)
-    real_copy = s3fs.S3FileSystem._cp_file  # one object's server-side copy (fsspec's async core)
-    copied: list[str] = []
+    method = "_put_file" if where == "here" else "_cp_file"  # one object's upload or copy (fsspec's async core)
+    real = getattr(s3fs.S3FileSystem, method)
+    sent: list[str] = []
+    done: list[str] = []
 
     async def half(self: Any, source: str, target: str, *args: Any, **kwargs: Any) -> Any:
-        if len(copied) >= 3:
+        if len(sent) >= 3:  # the objects go concurrently: the first three land, then the store fails
+            while len(done) < 3:
+                await asyncio.sleep(0.01)
             raise OSError("the store stopped answering half way through the copy")
-        copied.append(target)
-        return await real_copy(self, source, target, *args, **kwargs)
+        sent.append(target)
+        answer = await real(self, source, target, *args, **kwargs)
+        done.append(target)
+        return answer
 
-    monkeypatch.setattr(s3fs.S3FileSystem, "_cp_file", half)
-    with pytest.raises(OSError, match="half way"):
-        ingest(REFERENCE, url)
+    monkeypatch.setattr(s3fs.S3FileSystem, method, half)
+    run = Dask(dask_cluster) if where == "on dask" else None
+    try:
+        with pytest.raises(OSError, match="half way"):
+            ingest(REFERENCE, url, run=run)
+    finally:
+        if run is not None:
+            run.close()
     monkeypatch.undo()
-    assert _objects(store, f"{BUCKET}/cut-short")  # some of the new case is there ...
+    assert len(done) == 3 and _objects(store, url[len("s3://"):])  # some of the new case is there ...
     with pytest.raises(CaseError, match="did not finish|not a case"):  # ... and it does not open
         load_case(url)
     ingest(REFERENCE, url)
     assert load_case(url).manifest["totals"]["events"] > 0
-    assert not [k for k in _objects(store, BUCKET) if ".cut-short.partial-" in k]
+    assert not [k for k in _objects(store, BUCKET) if ".cut-short" in k and ".partial-" in k]
 
 
-def test_a_writer_killed_mid_ingest_leaves_no_case_that_opens(store: Any, fleet: Path, tmp_path: Path) -> None:
-    """`forensics ingest` SIGKILLed once its first parts are in the store: the place holds no case
-    that opens (the manifest comes last); the next ingest removes what the dead one left and
-    writes the whole case."""
+def test_a_writer_killed_mid_ingest_leaves_no_case_that_opens(store: Any, fleet: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`forensics ingest` SIGKILLed once its first parts are written (on local disk, in its
+    temporary folder): the place holds no case that opens; the next ingest removes what the dead
+    one left (there, and a staging prefix a killed Dask run leaves in the store) and writes the
+    whole case."""
     url = f"s3://{BUCKET}/killed"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     writer = subprocess.Popen([sys.executable, "-m", "forensics.cli", "ingest", str(fleet), "--case", url],
+                              env={**os.environ, "TMPDIR": str(scratch)},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while not [k for k in _objects(store, BUCKET) if ".killed.partial-" in k and k.endswith(".parquet")]:
+    while not list(scratch.glob("forensics-case-*/*/*/*.parquet")):
         assert writer.poll() is None, "the ingest ended before any part was seen"
         assert time.monotonic() < deadline
         time.sleep(0.01)
@@ -211,10 +245,14 @@ def test_a_writer_killed_mid_ingest_leaves_no_case_that_opens(store: Any, fleet:
     writer.wait()
     with pytest.raises(CaseError, match="not a case|did not finish"):
         load_case(url)
+    store.pipe(f"{BUCKET}/.killed.partial-1-dead/events/host=a/part-0.parquet", b"left by a killed Dask run")
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     ingest(fleet, url)
+    monkeypatch.undo()
     ingest(fleet, tmp_path / "local")
     _same_case(tmp_path / "local", url)
     assert not [k for k in _objects(store, BUCKET) if ".killed.partial-" in k]
+    assert not list(scratch.iterdir())
 
 
 def test_the_command_line_takes_a_case_url(store: Any) -> None:
