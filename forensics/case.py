@@ -407,7 +407,7 @@ def ingest(bundle: str | Path, case_dir: str | Place, progress: Progress | None 
         raise CaseError(f"{bundle}: not a directory (a bundle is a folder of evidence files, or a tarball of one)")
     chosen = run or cluster.runner()
     try:
-        with staged_case(case_dir, bundle, build_here=isinstance(chosen, cluster.Local)) as staging:
+        with staged_case(case_dir, bundle, isinstance(chosen, cluster.Local), progress) as staging:
             manifest = build_case(bundle, staging, progress, chosen)
             (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     finally:
@@ -537,6 +537,11 @@ def _remove_tree(place: Place) -> None:
         place.fs.rm(objects)
 
 
+def _upload(fs: Any, local: str, key: str) -> None:
+    """One file of a case built here, put into its object store."""
+    fs.put_file(local, key)
+
+
 def _local_staging_prefix(case: Place) -> str:
     """The name a local build of the case at URL `case` starts with (in the temporary folder), so
     the next ingest of that URL finds and removes what a killed writer left."""
@@ -544,10 +549,12 @@ def _local_staging_prefix(case: Place) -> str:
 
 
 @contextmanager
-def _staged_remote_case(case: Place, given: str | Place, build_here: bool) -> Iterator[Place]:
+def _staged_remote_case(case: Place, given: str | Place, build_here: bool, progress: Progress | None
+                        ) -> Iterator[Place]:
     """`staged_case` in an object store. Built in this machine's temporary folder (`build_here`:
-    one upload of the finished case) or, when other machines write parts of it, under
-    `.NAME.partial-*` beside the case in the store (then copied server side). Either way it goes
+    one upload of the finished case, its objects counted on `progress`) or, when other machines
+    write parts of it, under `.NAME.partial-*` beside the case in the store (then copied server
+    side). Either way it goes
     in object by object with the manifest last, after the old case's manifest and objects are
     gone; the manifest is what makes a case (`load_case` refuses a prefix without one), so no
     reader takes half a case for a whole one."""
@@ -570,9 +577,9 @@ def _staged_remote_case(case: Place, given: str | Place, build_here: bool) -> It
             manifest.unlink()  # from here on the old case is no case
         _remove_tree(case)
         if build_here:
-            built = sorted(str(p) for p in staging.rglob("*") if p.is_file() and p.name != "manifest.json")
-            fs.put(built, [f"{case.path}/{Path(name).relative_to(staging).as_posix()}" for name in built],
-                   batch_size=UPLOADS_AT_ONCE)
+            built = sorted(p for p in staging.rglob("*") if p.is_file() and p.name != "manifest.json")
+            uploads = [(fs, str(p), f"{case.path}/{p.relative_to(staging).as_posix()}") for p in built]
+            cluster.Local(UPLOADS_AT_ONCE).map(_upload, uploads, "objects uploaded", progress)
             fs.put_file(str(staging / "manifest.json"), manifest.path)
         else:
             built = [name for name in _objects(staging) if not name.endswith("/manifest.json")]
@@ -586,15 +593,15 @@ def _staged_remote_case(case: Place, given: str | Place, build_here: bool) -> It
 
 
 @contextmanager
-def staged_case(case_dir: str | Place, bundle: str | Path | None = None, build_here: bool = True
-                ) -> Iterator[Place]:
+def staged_case(case_dir: str | Place, bundle: str | Path | None = None, build_here: bool = True,
+                progress: Progress | None = None) -> Iterator[Place]:
     """A folder to build the case in, swapped in place of `case_dir` when the block ends without
     error (removed otherwise). Built beside it and swapped under a lock, so a reader never sees
     half a case and two writers never mix theirs; what a killed writer left aside is removed by
     the next one. Refuses (CaseError) any place `check_case_target` refuses. In an object store:
     `_staged_remote_case` (`build_here` False when workers elsewhere write parts of it)."""
     if is_remote(place := location(case_dir)):
-        with _staged_remote_case(place, case_dir, build_here) as staging:
+        with _staged_remote_case(place, case_dir, build_here, progress) as staging:
             yield staging
         return
     case_dir = Path(case_dir).expanduser()

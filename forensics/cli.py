@@ -41,7 +41,8 @@ def _case_place(text: str) -> Path | str:
 
 
 # what each kind of task is part of, for its progress bar
-PHASES = {"inputs": "ingest: inputs", "partitions": "ingest: host folders", "hosts": "timeline: hosts"}
+PHASES = {"inputs": "ingest: inputs", "partitions": "ingest: host folders", "objects uploaded": "ingest: upload",
+          "hosts": "timeline: hosts"}
 
 
 def _progress(items: Iterable[Any], what: str) -> Iterable[Any]:

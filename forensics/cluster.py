@@ -55,13 +55,17 @@ class Runner(Protocol):
 
 
 class Local:
-    """Tasks in this process, LOCAL_TASKS at a time."""
+    """Tasks in this process, `tasks` at a time (threads: for work that releases the GIL, such as
+    polars' and the network's)."""
 
     where = "this process"
 
+    def __init__(self, tasks: int = LOCAL_TASKS) -> None:
+        self.tasks = tasks
+
     def map(self, function: Callable[..., Any], calls: Sequence[tuple[Any, ...]], what: str,
             progress: Progress | None = None) -> list[Any]:
-        with ThreadPoolExecutor(max_workers=LOCAL_TASKS, thread_name_prefix="forensics-task") as pool:
+        with ThreadPoolExecutor(max_workers=self.tasks, thread_name_prefix="forensics-task") as pool:
             futures = [pool.submit(function, *call) for call in calls]
             try:
                 done = _Counted(as_completed(futures), len(futures))

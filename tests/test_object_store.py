@@ -208,6 +208,7 @@ def test_a_swap_cut_short_leaves_no_case_that_opens(store: Any, dask_cluster: st
         return answer
 
     monkeypatch.setattr(s3fs.S3FileSystem, method, half)
+    s3fs.S3FileSystem.clear_instance_cache()  # a cached instance keeps sync wrappers of the real methods
     run = Dask(dask_cluster) if where == "on dask" else None
     try:
         with pytest.raises(OSError, match="half way"):
@@ -216,6 +217,7 @@ def test_a_swap_cut_short_leaves_no_case_that_opens(store: Any, dask_cluster: st
         if run is not None:
             run.close()
     monkeypatch.undo()
+    s3fs.S3FileSystem.clear_instance_cache()
     assert len(done) == 3 and _objects(store, url[len("s3://"):])  # some of the new case is there ...
     with pytest.raises(CaseError, match="did not finish|not a case"):  # ... and it does not open
         load_case(url)
@@ -258,7 +260,10 @@ def test_a_writer_killed_mid_ingest_leaves_no_case_that_opens(store: Any, fleet:
 def test_the_command_line_takes_a_case_url(store: Any) -> None:
     url = f"s3://{BUCKET}/from-the-command-line"
     command = [sys.executable, "-m", "forensics.cli"]
-    subprocess.run([*command, "ingest", str(REFERENCE), "--case", url], capture_output=True, check=True)
+    ingested = subprocess.run([*command, "ingest", str(REFERENCE), "--case", url], capture_output=True, text=True,
+                              check=True)
+    objects = len(_objects(store, url[len("s3://"):]))
+    assert "ingest: upload: 100%|" in ingested.stderr and f"| {objects - 1}/{objects - 1} " in ingested.stderr
     summary = subprocess.run([*command, "summary", url], capture_output=True, text=True, check=True).stdout
     assert f"case {url}" in summary and "gpu-node-00" in summary
     answer = subprocess.run([*command, "analyze", str(REFERENCE), "--case", url, "--json"], capture_output=True,
