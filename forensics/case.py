@@ -19,12 +19,14 @@ running it twice gives the same case. A case folder carries `.forensics-case`; n
 ever replaced, nor the bundle, a folder above it or one inside it.
 
 A case may lie in an object store instead (`--case s3://bucket/cases/NAME`, any fsspec URL): it is
-built beside its place (`.NAME.partial-*`), then copied in with its manifest last. The manifest is
-what makes a case there — the old one's goes first — so a reader never takes half a case for a
-whole one, and a build that fails leaves the old case as it was. Object stores have no locks: one
-writer at a time per case URL. Records seen in the same
-journal through two inputs (overlapping exports: the same `__CURSOR`) are kept once and counted
-as duplicates of the later input.
+built on local disk (or by Dask workers beside its place, `.NAME.partial-*`), then put in with its
+manifest last. The manifest is what makes a case there — the old one's goes first — so a reader
+never takes half a case for a whole one, and a build that fails leaves the old case as it was. A
+second writer of the same URL is stopped by a lock object beside the case
+(`forensics.places.writer_lock`).
+
+Records seen in the same journal through two inputs (overlapping exports: the same `__CURSOR`)
+are kept once and counted as duplicates of the later input.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from forensics.incident import MANIFEST, load_incident
 from forensics import cluster
 from forensics.cluster import Progress, Runner
 from forensics.schema import EXCERPT_CHARS, QUARANTINE_SCHEMA, SCHEMAS, empty, validate
-from forensics.places import Place, is_remote, location, place_text
+from forensics.places import Place, is_remote, location, place_text, writer_lock
 from forensics.store import (PARTITION, PARTS, columns_of, finish_partition, partition_name, scan_frame, write_empty,
                              write_part)
 
@@ -549,16 +551,14 @@ def _local_staging_prefix(case: Place) -> str:
 
 
 @contextmanager
-def _staged_remote_case(case: Place, given: str | Place, build_here: bool, progress: Progress | None
-                        ) -> Iterator[Place]:
+def _staged_remote_case(case: Place, build_here: bool, progress: Progress | None) -> Iterator[Place]:
     """`staged_case` in an object store. Built in this machine's temporary folder (`build_here`:
     one upload of the finished case, its objects counted on `progress`) or, when other machines
     write parts of it, under `.NAME.partial-*` beside the case in the store (then copied server
-    side). Either way it goes
-    in object by object with the manifest last, after the old case's manifest and objects are
-    gone; the manifest is what makes a case (`load_case` refuses a prefix without one), so no
-    reader takes half a case for a whole one."""
-    _check_remote_target(case, given)
+    side). Either way it goes in object by object with the manifest last, after the old case's
+    manifest and objects are gone; the manifest is what makes a case (`load_case` refuses a
+    prefix without one), so no reader takes half a case for a whole one. The caller holds the
+    case's `writer_lock`, so what is removed first was left by a writer that died."""
     for leftover in case.parent.glob(f".{case.name}.partial-*"):  # what a killed writer left
         _remove_tree(leftover)
     for leftover in Path(tempfile.gettempdir()).glob(f"{_local_staging_prefix(case)}*"):
@@ -599,9 +599,11 @@ def staged_case(case_dir: str | Place, bundle: str | Path | None = None, build_h
     error (removed otherwise). Built beside it and swapped under a lock, so a reader never sees
     half a case and two writers never mix theirs; what a killed writer left aside is removed by
     the next one. Refuses (CaseError) any place `check_case_target` refuses. In an object store:
-    `_staged_remote_case` (`build_here` False when workers elsewhere write parts of it)."""
+    `_staged_remote_case` under its `writer_lock` (`build_here` False when workers elsewhere
+    write parts of it); there a second writer is refused rather than kept waiting."""
     if is_remote(place := location(case_dir)):
-        with _staged_remote_case(place, case_dir, build_here, progress) as staging:
+        _check_remote_target(place, case_dir)
+        with writer_lock(place), _staged_remote_case(place, build_here, progress) as staging:
             yield staging
         return
     case_dir = Path(case_dir).expanduser()

@@ -3,13 +3,19 @@
 `location` turns what a user gave (`/srv/cases/x`, `file:///srv/cases/x`, `s3://bucket/cases/x`)
 into one path object the store works with: a `pathlib.Path`, or a `upath.UPath` on the URL's
 fsspec file system. Kept free of the data stack so the command line can tell the two apart
-before importing it.
+before importing it. `writer_lock` keeps a second writer off a case in an object store.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 from urllib.parse import urlsplit
 
 from forensics.errors import CaseError
@@ -50,10 +56,73 @@ def location(where: str | Path | Place) -> Place:
 
 
 def is_remote(place: Place) -> bool:
-    """Whether `place` is in an object store (no renames, no locks: see `forensics.case`)."""
+    """Whether `place` is in an object store (no renames, no file locks: see `forensics.case`)."""
     return not isinstance(place, Path)
 
 
 def place_text(place: Place) -> str:
     """`place` as readers name it: a local path, or the URL."""
     return str(place)
+
+
+def _holder(lock: Place) -> dict[str, Any] | None:
+    """Who holds `lock` (what its writer put in it), or None when it is gone or unreadable."""
+    try:
+        said = json.loads(lock.read_text())
+    except (OSError, ValueError):
+        return None
+    return said if isinstance(said, dict) else None
+
+
+def _dead_here(holder: dict[str, Any]) -> bool:
+    """Whether `holder` was a process of this machine that no longer runs."""
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return False
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
+@contextmanager
+def writer_lock(place: Place) -> Iterator[None]:
+    """One writer at a time for the case at `place` in an object store: a lock object
+    `.NAME.lock` beside it, written only if absent (fsspec's `mode="create"`: S3's conditional
+    If-None-Match write), read back to be sure it is ours (a store that ignores the condition
+    lets the last of two racers win: the other sees that and stops), and removed at the end.
+    A lock whose writer was a process of this machine that is gone is taken over; one held by a
+    live process, or by another machine, stops the writer with a CaseError naming it and the
+    object to remove once that writer is known dead (nothing here can tell from afar)."""
+    lock = place.parent / f".{place.name}.lock"
+    mine = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                       "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       "token": os.urandom(8).hex()})
+    for attempt in range(3):  # a dead writer's lock taken over, or one that vanished meanwhile
+        try:
+            lock.fs.pipe_file(lock.path, mine.encode(), mode="create")
+        except OSError as error:  # FileExistsError, or the store's failed precondition
+            holder = _holder(lock)
+            if holder is None and lock.exists():
+                raise CaseError(f"{place_text(lock)}: a lock object that is not forensics' own ({error}); "
+                                f"remove it if no ingest is writing {place_text(place)}") from None
+            if holder is not None and not _dead_here(holder):
+                raise CaseError(f"{place_text(place)}: another ingest is writing this case (host {holder.get('host')}, "
+                                f"pid {holder.get('pid')}, since {holder.get('since')}); wait for it, or if it "
+                                f"died, remove {place_text(lock)}") from None
+            if holder is not None:
+                lock.unlink(missing_ok=True)
+            continue
+        if _holder(lock) != json.loads(mine):
+            raise CaseError(f"{place_text(place)}: another ingest took this case's lock at the same moment "
+                            f"({place_text(lock)}); run again once it has finished")
+        break
+    else:
+        raise CaseError(f"{place_text(lock)}: could not take this case's lock; check the store")
+    try:
+        yield
+    finally:
+        if _holder(lock) == json.loads(mine):
+            lock.unlink(missing_ok=True)

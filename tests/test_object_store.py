@@ -247,14 +247,46 @@ def test_a_writer_killed_mid_ingest_leaves_no_case_that_opens(store: Any, fleet:
     writer.wait()
     with pytest.raises(CaseError, match="not a case|did not finish"):
         load_case(url)
+    assert json.loads(store.cat_file(f"{BUCKET}/.killed.lock"))["pid"] == writer.pid  # its lock stays behind
     store.pipe(f"{BUCKET}/.killed.partial-1-dead/events/host=a/part-0.parquet", b"left by a killed Dask run")
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     ingest(fleet, url)
     monkeypatch.undo()
     ingest(fleet, tmp_path / "local")
     _same_case(tmp_path / "local", url)
-    assert not [k for k in _objects(store, BUCKET) if ".killed.partial-" in k]
+    assert not [k for k in _objects(store, BUCKET) if ".killed.partial-" in k or k.endswith(".killed.lock")]
     assert not list(scratch.iterdir())
+
+
+def test_a_second_writer_of_a_case_is_refused(store: Any, fleet: Path) -> None:
+    """While one ingest writes a case (here: its lock held by this live process), a second one of
+    the same URL stops before touching anything, naming the writer and the lock object; so does
+    one whose lock was left by another machine (which nothing here can tell is dead), until that
+    object is removed. The lock is a conditional write the store refuses, not a check then a
+    write."""
+    from forensics.places import location, writer_lock
+
+    url = f"s3://{BUCKET}/two-writers"
+    ingest(REFERENCE, url)
+    before = _objects(store, url[len("s3://"):])
+    with writer_lock(location(url)):
+        refusal = (rf"another ingest is writing this case \(host .*, pid {os.getpid()}, since .*\); wait for it, "
+                   rf"or if it died, remove s3://{BUCKET}/\.two-writers\.lock")
+        with pytest.raises(CaseError, match=refusal):
+            ingest(fleet, url)
+        with pytest.raises(CaseError, match="another ingest is writing"):  # the lock is not the builder's
+            with writer_lock(location(url)):
+                pass
+    assert _objects(store, url[len("s3://"):]) == before and not store.exists(f"{BUCKET}/.two-writers.lock")
+    assert load_case(url).manifest["bundle"] == REFERENCE.name  # the first writer's case, untouched
+
+    elsewhere = {"host": "gpu-node-99.other", "pid": 4242, "since": "2026-12-04T02:00:00+00:00", "token": "0"}
+    store.pipe_file(f"{BUCKET}/.two-writers.lock", json.dumps(elsewhere).encode())
+    with pytest.raises(CaseError, match=r"host gpu-node-99\.other, pid 4242, since 2026-12-04T02:00:00"):
+        ingest(fleet, url)
+    store.rm_file(f"{BUCKET}/.two-writers.lock")
+    ingest(fleet, url)
+    assert load_case(url).manifest["bundle"] == fleet.name and not store.exists(f"{BUCKET}/.two-writers.lock")
 
 
 def test_the_command_line_takes_a_case_url(store: Any) -> None:
