@@ -319,3 +319,13 @@ def test_batch_reports_keep_their_cases_in_the_store(store: Any, fleet: Path, tm
         assert summary["key_times"]["started"].startswith("2026-06-18T21:34:47")
         case = load_case(f"{prefix}/{row['out']}")
         assert case.manifest["bundle"] == Path(row["bundle"]).name and case.manifest["totals"]["events"] > 0
+
+
+@pytest.mark.parametrize("bucket", ["ab", "Cases", "-cases", "cases_2"])
+def test_the_lab_store_refuses_a_bucket_name_s3_would_refuse(tmp_path: Path, bucket: str) -> None:
+    """Every request names the bucket, so a bad name looks like a server not up yet: refused before
+    a server starts (none is left running, nothing is written)."""
+    with pytest.raises(ValueError, match=rf"'{bucket}' is not an S3 bucket name"):
+        with seaweedfs_s3(tmp_path / "seaweedfs", bucket):
+            pass
+    assert not (tmp_path / "seaweedfs").exists()

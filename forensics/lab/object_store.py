@@ -6,6 +6,7 @@ that reach it (fsspec's s3fs and polars' cloud reader both read them).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -18,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 START_TIMEOUT_S = 90
+# S3's bucket naming rules; a name outside them is refused by every request, which looks like a
+# server that is not up yet, so it is checked before anything starts.
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 
 def _ports(count: int) -> list[int]:
@@ -50,7 +54,10 @@ def weed() -> str:
 def seaweedfs_s3(folder: Path, bucket: str) -> Iterator[Any]:
     """SeaweedFS serving S3 from `folder` with `bucket` made, this process's environment set to
     reach it (restored at the end; child processes started meanwhile inherit it); yields an
-    s3fs file system on it."""
+    s3fs file system on it. A bucket name S3 would refuse raises ValueError at once."""
+    if not BUCKET_NAME.fullmatch(bucket):
+        raise ValueError(f"{bucket!r} is not an S3 bucket name: 3-63 characters of a-z, 0-9, '.' and '-', "
+                         "starting and ending with a letter or digit")
     master, volume, filer, s3 = _ports(4)
     argv = [weed(), "server", f"-dir={folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-master.port={master}",
             f"-volume.port={volume}", f"-filer.port={filer}", "-s3", f"-s3.port={s3}",
@@ -73,9 +80,10 @@ def seaweedfs_s3(folder: Path, bucket: str) -> Iterator[Any]:
                 fs = s3fs.S3FileSystem(use_listings_cache=False, skip_instance_cache=True)
                 fs.mkdir(bucket)
                 break
-            except Exception:  # noqa: BLE001 - not up yet: every kind of refusal until the deadline
+            except Exception as refusal:  # noqa: BLE001 - not up yet: every kind of refusal until the deadline
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"SeaweedFS did not start: {(folder / 'weed.log').read_text()[-2000:]}")
+                    raise RuntimeError(f"SeaweedFS did not start (last refusal: {refusal!r}): "
+                                       f"{(folder / 'weed.log').read_text()[-2000:]}") from None
                 time.sleep(0.5)
         yield fs
     finally:
