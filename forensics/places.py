@@ -83,7 +83,7 @@ def _dead_here(holder: dict[str, Any]) -> bool:
     except ProcessLookupError:
         return True
     except PermissionError:  # alive, another user's
-        return False
+        pass
     return False
 
 
@@ -97,12 +97,11 @@ def writer_lock(place: Place) -> Iterator[None]:
     live process, or by another machine, stops the writer with a CaseError naming it and the
     object to remove once that writer is known dead (nothing here can tell from afar)."""
     lock = place.parent / f".{place.name}.lock"
-    mine = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                       "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       "token": os.urandom(8).hex()})
-    for attempt in range(3):  # a dead writer's lock taken over, or one that vanished meanwhile
+    mine = {"host": socket.gethostname(), "pid": os.getpid(),
+            "since": datetime.now(timezone.utc).isoformat(timespec="seconds"), "token": os.urandom(8).hex()}
+    for _ in range(3):  # a dead writer's lock taken over, or one that vanished meanwhile
         try:
-            lock.fs.pipe_file(lock.path, mine.encode(), mode="create")
+            lock.fs.pipe_file(lock.path, json.dumps(mine).encode(), mode="create")
         except OSError as error:  # FileExistsError, or the store's failed precondition
             holder = _holder(lock)
             if holder is None and lock.exists():
@@ -115,7 +114,7 @@ def writer_lock(place: Place) -> Iterator[None]:
             if holder is not None:
                 lock.unlink(missing_ok=True)
             continue
-        if _holder(lock) != json.loads(mine):
+        if _holder(lock) != mine:
             raise CaseError(f"{place_text(place)}: another ingest took this case's lock at the same moment "
                             f"({place_text(lock)}); run again once it has finished")
         break
@@ -124,5 +123,5 @@ def writer_lock(place: Place) -> Iterator[None]:
     try:
         yield
     finally:
-        if _holder(lock) == json.loads(mine):
+        if _holder(lock) == mine:
             lock.unlink(missing_ok=True)
