@@ -21,6 +21,7 @@ bundle in the layout the suite reads, with capture headers:
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -89,6 +90,7 @@ def _run(argv: list[str], timeout: float = STEP_TIMEOUT_S) -> subprocess.Complet
 
 def collect(plan: Plan) -> Collection:
     """Collect into `plan.out` (created; an existing non-empty folder is refused)."""
+    checked(plan)
     out = plan.out
     if out.exists() and any(out.iterdir()):
         raise CollectError(f"{out}: exists and is not empty; collect writes a new bundle")
@@ -137,13 +139,9 @@ def _journal(plan: Plan, done: Collection) -> None:
 
 
 def _url(endpoint: str) -> tuple[str, str, int | None]:
-    """(URL, host, port) of a metrics endpoint given as `PORT`, `host:port` or a URL, after an
-    optional `GROUP=` (the component it belongs to, for incident.toml)."""
-    endpoint = endpoint.split("=", 1)[-1]
-    text = endpoint if "://" in endpoint else f"http://{endpoint if ':' in endpoint else 'localhost:' + endpoint}"
-    parsed = urllib.request.urlparse(text)
-    path = parsed.path or "/metrics"
-    return f"{parsed.scheme}://{parsed.netloc}{path}", parsed.hostname or "localhost", parsed.port
+    """(URL, host, port) of a metrics endpoint (see `endpoint_parts`)."""
+    _, url, host, port = endpoint_parts(endpoint)
+    return url, host, port
 
 
 def _scrapes(plan: Plan, done: Collection) -> None:
@@ -224,25 +222,149 @@ def default_titles() -> list[str]:
     return [load_profile(name).stacks.process_title.pattern for name in available()]
 
 
+# What a plan's values may look like: they end up in a script run as root on the wedged host, so
+# each is checked by type and shape here and quoted by `sh_quote` there, with no other way in.
+UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@\\-]{1,255}")  # systemd.unit(5): ASCII letters, digits, ":-_.\\", "@"
+GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+HOST_NAME = re.compile(r"[A-Za-z0-9_.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]")
+URL_PATH = re.compile(r"/[A-Za-z0-9_.~/%-]*")
+TIME_SPEC = re.compile(r"[A-Za-z0-9 :.+@-]{1,64}")  # journalctl --since/--until: dates, "-1h", "yesterday"
+PID_MAX = 4_194_304  # the kernel's largest pid_max
+LIMITS = {"scrapes": (1, 100), "rounds": (1, 50), "scrape_interval_s": (0.0, 600.0), "round_interval_s": (0.0, 600.0)}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def endpoint_parts(endpoint: str) -> tuple[str | None, str, str, int]:
+    """(group, URL, host, port) of a metrics endpoint written `[GROUP=]PORT`, `[GROUP=]HOST:PORT`
+    or `[GROUP=]http(s)://HOST[:PORT][/PATH]`; ValueError says what is wrong with it."""
+    group, _, target = endpoint.rpartition("=") if "=" in endpoint.split("://", 1)[0] else ("", "", endpoint)
+    if group and not GROUP_NAME.fullmatch(group):
+        raise ValueError(f"group {_shown(group)} is not letters, digits, '_', '.' or '-'")
+    scheme = "http"
+    if "://" in target:
+        scheme, _, target = target.partition("://")
+        if scheme not in ("http", "https"):
+            raise ValueError(f"scheme {_shown(scheme)}: only http and https are scraped")
+    where, slash, path = target.partition("/")
+    path = slash + path if slash else "/metrics"
+    if not URL_PATH.fullmatch(path):
+        raise ValueError(f"path {_shown(path)} holds characters a metrics path does not")
+    host, colon, port_text = where.rpartition(":") if not where.endswith("]") else (where, "", "")
+    if not colon:
+        host, port_text = ("localhost", where) if where.isdigit() else (where, "443" if scheme == "https" else "80")
+    if not HOST_NAME.fullmatch(host) or host.startswith("-"):
+        raise ValueError(f"host {_shown(host)} is not a host name or address")
+    if not (port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536):
+        raise ValueError(f"port {_shown(port_text)} is not a number from 1 to 65535")
+    port = int(port_text)
+    return group or None, f"{scheme}://{host}:{port}{path}", host.strip("[]"), port
+
+
+def plan_problems(plan: Plan) -> list[str]:
+    """Every way the plan's values break their types and shapes, each with the field it is in;
+    empty when the plan is safe to collect with and to write into a script."""
+    problems: list[str] = []
+
+    def strings(name: str, values: Any, shape: re.Pattern[str] | None, what: str) -> None:
+        if not isinstance(values, list):
+            problems.append(f"{name}: expected a list (each {what}), found {type(values).__name__} {_shown(values)}")
+            return
+        for n, value in enumerate(values):
+            if not isinstance(value, str):
+                problems.append(f"{name}[{n}]: expected {what}, found {type(value).__name__} {_shown(value)}")
+            elif shape is not None and (not shape.fullmatch(value) or value.startswith("-")):
+                problems.append(f"{name}[{n}]: {_shown(value)} is not {what}")
+
+    strings("units", plan.units, UNIT_NAME, "a systemd unit name")
+    strings("titles", plan.titles, None, "a process-title pattern")
+    for n, title in enumerate(plan.titles if isinstance(plan.titles, list) else []):
+        if isinstance(title, str):
+            if not title or len(title) > 200 or not title.isprintable():
+                problems.append(f"titles[{n}]: {_shown(title)} is not a printable pattern of 1 to 200 characters")
+            else:
+                try:
+                    re.compile(title)
+                except re.error as error:
+                    problems.append(f"titles[{n}]: {_shown(title)} is not a regular expression ({error})")
+    strings("endpoints", plan.endpoints, None, "an endpoint ([GROUP=]HOST:PORT or an http(s) URL)")
+    for n, endpoint in enumerate(plan.endpoints if isinstance(plan.endpoints, list) else []):
+        if isinstance(endpoint, str):
+            try:
+                endpoint_parts(endpoint)
+            except ValueError as error:
+                problems.append(f"endpoints[{n}]: {_shown(endpoint)}: {error}")
+    if not isinstance(plan.pids, dict):
+        problems.append(f"pids: expected a table of GROUP = [PID, …], found {type(plan.pids).__name__}")
+    else:
+        for group, members in plan.pids.items():
+            if not isinstance(group, str) or not GROUP_NAME.fullmatch(group):
+                problems.append(f"pids.{_shown(group)}: a group is letters, digits, '_', '.' or '-'")
+            if not isinstance(members, list):
+                problems.append(f"pids.{group}: expected a list of process ids, found {type(members).__name__}")
+                continue
+            for n, pid in enumerate(members):
+                if not _is_int(pid) or not 0 < pid <= PID_MAX:
+                    problems.append(f"pids.{group}[{n}]: expected a process id (1 to {PID_MAX}), found {_shown(pid)}")
+    for name, (low, high) in LIMITS.items():
+        value = getattr(plan, name)
+        whole = name in ("scrapes", "rounds")
+        fits = _is_int(value) if whole else (_is_int(value) or isinstance(value, float))
+        if not fits or not math.isfinite(value) or not low <= value <= high:
+            problems.append(f"{name}: expected {'a whole number' if whole else 'a number of seconds'} from {low:g} "
+                            f"to {high:g}, found {_shown(value)}")
+    for name in ("since", "until"):
+        value = getattr(plan, name)
+        if value is None and name == "until":
+            continue
+        if not isinstance(value, str) or not TIME_SPEC.fullmatch(value):
+            problems.append(f"{name}: expected a journalctl time (\"-1h\", \"2026-06-18 21:30\"), found {_shown(value)}")
+    if plan.journal is not None:
+        text = str(plan.journal)
+        if not isinstance(plan.journal, (str, Path)) or not text.isprintable() or text.startswith("-"):
+            problems.append(f"journal: expected the path of a journal folder or file, found {_shown(plan.journal)}")
+    if not isinstance(plan.native, bool):
+        problems.append(f"native: expected true or false, found {_shown(plan.native)}")
+    if not isinstance(plan.host, str) or not HOST_NAME.fullmatch(plan.host):
+        problems.append(f"host: {_shown(plan.host)} is not a host name")
+    return problems
+
+
+def checked(plan: Plan, where: str = "collect") -> Plan:
+    """The plan, after `plan_problems` found nothing; else a CollectError listing every problem."""
+    _refuse(where, plan_problems(plan))
+    return plan
+
+
+def _refuse(where: object, problems: list[str]) -> None:
+    if problems:
+        raise CollectError(f"{where}: {len(problems)} problem{'s' if len(problems) > 1 else ''}: "
+                           + "; ".join(problems))
+
+
 def plan_from_toml(path: Path, out: Path) -> Plan:
     """A plan from a small TOML file whose keys are `Plan`'s fields (units, endpoints, titles,
-    pids = {decode = [1, 2]}, rounds, …); an unknown key or a wrong type is named."""
+    pids = {decode = [1, 2]}, rounds, …); unknown keys and wrong types are all named, with their path."""
     import tomllib
 
     try:
         data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise CollectError(f"{path}: {error}") from None
     known = {f for f in Plan.__dataclass_fields__ if f not in ("out",)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise CollectError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    if "journal" in data:
-        data["journal"] = Path(data["journal"])
-    try:
-        return Plan(out, **data)
-    except TypeError as error:
-        raise CollectError(f"{path}: {error}") from None
+    problems = [f"{key}: unknown key (known: {', '.join(sorted(known))})" for key in sorted(set(data) - known)]
+    plan = Plan(out, **{key: value for key, value in data.items() if key in known})
+    if isinstance(plan.journal, str):
+        plan.journal = Path(plan.journal)
+    _refuse(path, problems + plan_problems(plan))
+    return plan
 
 
 def _stacks(plan: Plan, groups: dict[int, str | None], done: Collection) -> None:
@@ -362,20 +484,28 @@ def _incident(plan: Plan, groups: dict[int, str | None], started: datetime, done
     done.written.append("incident.toml")
 
 
+def sh_quote(value: str | int | float) -> str:
+    """The one way a value enters the generated script: a single-quoted sh word (a `'` inside is
+    closed, escaped and reopened), so no character of it is ever read by the shell."""
+    text = value if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else str(value)
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
 def script(plan: Plan) -> str:
     """A POSIX `sh` script doing what `collect` does with `journalctl`, `curl`, `py-spy`, `tar`
     only, for a host where nothing can be installed; it writes the bundle as a tar stream to its
-    standard output: `forensics collect --script … | ssh root@host sh > bundle.tar`."""
-    def q(text: str) -> str:
-        return "'" + text.replace("'", "'\\''") + "'"
-
+    standard output: `forensics collect --script … | ssh root@host sh > bundle.tar`. The plan is
+    checked first (`plan_problems`) and every value in the text is quoted by `sh_quote`."""
+    checked(plan, "collect --script")
+    q = sh_quote
     units = " ".join(f"-u {q(u)}" for u in plan.units)
-    journal = (f"--directory {q(str(plan.journal))}" if plan.journal and plan.journal.is_dir()
+    journal = (f"--directory {q(str(plan.journal))}" if plan.journal and Path(plan.journal).is_dir()
                else f"--file {q(str(plan.journal))}" if plan.journal else "")
     until = f"--until {q(plan.until)}" if plan.until else ""
     titles = "|".join(plan.titles) or "sglang::|VLLM::|vllm"
     pids = " ".join(f"{group}={pid}" for group, members in plan.pids.items() for pid in members)
-    endpoints = " ".join(q(e) for e in plan.endpoints)
+    endpoints = " ".join(q(f"{url} {port}") for _, url, _, port in map(endpoint_parts, plan.endpoints))
+    native = " --native" if plan.native else ""
     return f"""#!/bin/sh
 # Written by `forensics collect --script`: collects an incident bundle on this host, read-only,
 # every step bounded in time, and writes it to standard output as a tar stream.
@@ -386,23 +516,23 @@ now() {{ date -u +%Y-%m-%dT%H:%M:%S.000Z; }}
 missing() {{ printf '%s\\t%s\\n' "$1" "$2" >> "$OUT/could-not-collect.tsv"; }}
 mkdir -p "$OUT/journal" "$OUT/stacks"
 if command -v journalctl >/dev/null 2>&1; then
-  timeout 120 journalctl -o export --no-pager --since {q(plan.since)} {until} {journal} {units} \
+  timeout 120 journalctl -o export --no-pager --since {q(plan.since)} {until} {journal} {units} \\
     > "$OUT/journal/$HOST.export" 2>"$OUT/journal.err" || missing journal "$(tail -n 1 "$OUT/journal.err")"
   [ -s "$OUT/journal/$HOST.export" ] || {{ rm -f "$OUT/journal/$HOST.export"; missing journal "no entries"; }}
   rm -f "$OUT/journal.err"
 else
   missing journal "journalctl not found"
 fi
+SCRAPES={q(plan.scrapes)}
+SCRAPE_INTERVAL={q(plan.scrape_interval_s)}
 for endpoint in {endpoints}; do
-  target=${{endpoint#*=}}
-  case "$target" in *://*) url=$target ;; *:*) url="http://$target/metrics" ;; *) url="http://localhost:$target/metrics" ;; esac
-  port=$(printf '%s' "$url" | sed -n 's|.*://[^/:]*:\\([0-9]*\\).*|\\1|p')
-  dir="$OUT/metrics/${{HOST}}_${{port:-80}}"; mkdir -p "$dir"
+  url=${{endpoint% *}}; port=${{endpoint##* }}
+  dir="$OUT/metrics/${{HOST}}_$port"; mkdir -p "$dir"
   i=0
-  while [ "$i" -lt {plan.scrapes} ]; do
-    [ "$i" -gt 0 ] && sleep {plan.scrape_interval_s:g}
+  while [ "$i" -lt "$SCRAPES" ]; do
+    [ "$i" -gt 0 ] && sleep "$SCRAPE_INTERVAL"
     at=$(now)
-    if body=$(curl -fsS --max-time 10 "$url" 2>&1); then
+    if body=$(curl -fsS --max-time 10 --max-filesize 67108864 --proto =http,https --max-redirs 0 -- "$url" 2>&1); then
       printf '# capture ts=%s host=%s port=%s\\n%s\\n' "$at" "$HOST" "$port" "$body" >> "$dir/scrapes.prom"
     else
       missing "metrics $url" "$body"
@@ -411,18 +541,20 @@ for endpoint in {endpoints}; do
   done
   [ -s "$dir/scrapes.prom" ] || rm -rf "$dir"
 done
-PIDS="{pids}"  # GROUP=PID given outright, then =PID for every process whose title matches
-for pid in $(pgrep -f {q(titles)} 2>/dev/null); do [ "$pid" = "$$" ] || PIDS="$PIDS =$pid"; done
+PIDS={q(pids)}  # GROUP=PID given outright, then =PID for every process whose title matches
+for pid in $(pgrep -f -- {q(titles)} 2>/dev/null); do [ "$pid" = "$$" ] || PIDS="$PIDS =$pid"; done
+ROUNDS={q(plan.rounds)}
+ROUND_INTERVAL={q(plan.round_interval_s)}
 if command -v py-spy >/dev/null 2>&1; then
   round=1
-  while [ "$round" -le {plan.rounds} ]; do
-    [ "$round" -gt 1 ] && sleep {plan.round_interval_s:g}
+  while [ "$round" -le "$ROUNDS" ]; do
+    [ "$round" -gt 1 ] && sleep "$ROUND_INTERVAL"
     for item in $PIDS; do
       group=${{item%%=*}}; pid=${{item#*=}}
       title=$(tr '\\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -d' ' -f1)
-      printf '# capture ts=%s host=%s pid=%s%s title=%s\\n' "$(now)" "$HOST" "$pid" \
+      printf '# capture ts=%s host=%s pid=%s%s title=%s\\n' "$(now)" "$HOST" "$pid" \\
         "${{group:+ group=$group}}" "${{title:-?}}" >> "$OUT/stacks/round-$round.txt"
-      timeout 30 py-spy dump --pid "$pid"{" --native" if plan.native else ""} >> "$OUT/stacks/round-$round.txt" 2>&1 \
+      timeout 30 py-spy dump --pid "$pid"{native} >> "$OUT/stacks/round-$round.txt" 2>&1 \\
         || missing "stacks of pid $pid" "py-spy failed (see the dump)"
     done
     round=$((round + 1))
