@@ -9,5 +9,5 @@ FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 
 setup(ext_modules=[
     Extension("forensics.sources._export_scan", sources=["forensics/sources/_export_scan.c"], extra_compile_args=FLAGS),
-    Extension("forensics._label_numbers", sources=["forensics/_label_numbers.c"], extra_compile_args=FLAGS),
+    Extension("forensics.timeline._label_numbers", sources=["forensics/timeline/_label_numbers.c"], extra_compile_args=FLAGS),
 ])

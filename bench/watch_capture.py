@@ -11,10 +11,10 @@ import threading
 import time
 from pathlib import Path
 
-from forensics.collect import Plan
+from forensics.capture.collect import Plan
 from forensics.lab.sglang_metrics import SGLangMetrics
 from forensics.lab.tp_desync import TpDesyncLab
-from forensics.watch import Watch, watch
+from forensics.capture.watch import Watch, watch
 
 AFTER_S, POLL_S = 10.0, 2.0
 PERSON_NOTICED_S, PERSON_STACKS_S = 223.0, 333.0  # the reference incident: 21:34:47 → 21:38:30, → 21:40:20

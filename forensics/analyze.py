@@ -18,10 +18,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
 
-from forensics.align import Timeline, build_timeline
-from forensics.case import Case, ingest, load_case
-from forensics.places import location
-from forensics.cluster import Progress
+from forensics.timeline.align import Timeline, build_timeline
+from forensics.case.build import Case, ingest, load_case
+from forensics.case.places import location
+from forensics.case.cluster import Progress
 from forensics.detect import (
     DISPLAY_ZONE,
     Evidence,
@@ -40,7 +40,7 @@ from forensics.detect.keytimes import HANG_VERDICTS, KeyTimes, annotation_track,
 from forensics.detect.stacks import Verdict, latest
 from forensics.detect.tracks import Track, links, tracks
 from forensics.errors import ForensicsError
-from forensics.incident import load_incident
+from forensics.case.incident import load_incident
 from forensics.profiles import Profile, choose_profile
 
 
@@ -136,7 +136,7 @@ class Analysis:
         from forensics.detect.alert import alert_rule
 
         if not hasattr(self, "_alert"):
-            self._alert = alert_rule(self)
+            self._alert = alert_rule(self.timeline, self.findings)
         return self._alert
 
     def signature(self) -> dict[str, Any] | None:

@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from forensics.bundle import open_bundle
+from forensics.case.bundle import open_bundle
 from forensics.errors import ForensicsError
-from forensics.places import is_url
+from forensics.case.places import is_url
 
 # The data stack (polars, numpy, pyarrow) is imported where a command needs it, not here: `--help`
 # and argument errors answer at once.
@@ -46,7 +46,7 @@ PHASES = {"inputs": "ingest: inputs", "partitions": "ingest: host folders", "obj
 
 
 def _progress(items: Iterable[Any], what: str) -> Iterable[Any]:
-    """A progress bar on stderr over a run's tasks (`forensics.cluster.Progress`)."""
+    """A progress bar on stderr over a run's tasks (`forensics.case.cluster.Progress`)."""
     from tqdm import tqdm
 
     return tqdm(items, desc=PHASES.get(what, what), unit="task", file=sys.stderr)
@@ -54,7 +54,7 @@ def _progress(items: Iterable[Any], what: str) -> Iterable[Any]:
 
 def _ingest(bundle: Path, case_dir: Path | str) -> None:
     """Ingest with a progress bar, saying where the case goes first."""
-    from forensics.case import check_case_target, ingest
+    from forensics.case.build import check_case_target, ingest
 
     check_case_target(case_dir, bundle)  # a refusal is the only line printed
     print(f"case: {case_dir}", file=sys.stderr)
@@ -65,7 +65,7 @@ def print_summary(case_dir: Path | str, out: TextIO | None = None) -> None:
     """Print what a case holds: inputs, records seen = parsed + quarantined, hosts and units."""
     import polars as pl
 
-    from forensics.case import host_unit_summary, instance_summary, load_case
+    from forensics.case.build import host_unit_summary, instance_summary, load_case
 
     out = out or sys.stdout
     case = load_case(case_dir)
@@ -112,7 +112,7 @@ def print_stacks(case_dir: Path | str, profile: str, expected: dict[str, int], e
                  groups_by_pid: dict[int, str] | None = None, out: TextIO | None = None) -> None:
     """Print each group's stack verdict with its explanation and the phase of every rank."""
     out = out or sys.stdout
-    from forensics.case import load_case
+    from forensics.case.build import load_case
     from forensics.detect.stacks import judge, latest
     from forensics.profiles import load_profile
 
@@ -323,7 +323,7 @@ def _run(args: argparse.Namespace) -> int:
     if getattr(args, "dask", ""):
         import os
 
-        from forensics.cluster import DASK_ENV
+        from forensics.case.cluster import DASK_ENV
 
         # read where each case is ingested, in this process and in report notebooks' kernels
         os.environ[DASK_ENV] = args.dask
@@ -353,8 +353,8 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         print_summary(case_dir)
     elif args.command == "watch":
-        from forensics.collect import Plan
-        from forensics.watch import Watch, watch
+        from forensics.capture.collect import Plan
+        from forensics.capture.watch import Watch, watch
 
         plan = Plan(args.out, units=args.unit, journal=args.journal, endpoints=args.metrics, scrapes=2,
                     scrape_interval_s=1.0, titles=args.title, pids=_pid_groups(args.pids), rounds=args.rounds,
@@ -363,9 +363,9 @@ def _run(args: argparse.Namespace) -> int:
                                   then=args.then, once=not args.forever)):
             print(bundle)
     elif args.command == "collect":
-        from forensics.collect import Plan, collect, script
+        from forensics.capture.collect import Plan, collect, script
 
-        from forensics.collect import plan_from_toml
+        from forensics.capture.collect import plan_from_toml
 
         plan = plan_from_toml(args.config, args.out) if args.config else Plan(args.out)
         given = {"units": args.unit, "until": args.until, "journal": args.journal, "endpoints": args.metrics,
@@ -392,7 +392,7 @@ def _run(args: argparse.Namespace) -> int:
         expected, by_pid = _expected(args.expect), _groups(args.group)  # bad flags fail before work
         print_stacks(_case_for(args.path), args.profile, expected, args.all_rounds, by_pid)
     elif args.command == "pull":
-        from forensics.pull import pull
+        from forensics.capture.pull import pull
         files = pull(args.url, _utc(args.start), _utc(args.end), queries=args.query, metrics=args.metric,
                      step=args.step, bundle=args.bundle)
         for path in files:

@@ -24,14 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forensics.case import OUTPUT_MARKER, case_lock, check_output_target
+from forensics.case.build import OUTPUT_MARKER, case_lock, check_output_target
 from forensics.errors import ForensicsError
+from forensics.render import DEEP_DIVES, MAIN_NOTEBOOK, OUTPUTS  # noqa: F401 - also read from here
 
 NOTEBOOKS = Path(os.environ.get("FORENSICS_NOTEBOOKS", Path(__file__).resolve().parents[1] / "notebooks"))
-MAIN_NOTEBOOK = "incident_report.ipynb"
-DEEP_DIVES = ("logs.ipynb", "metrics.ipynb", "stacks.ipynb")
-OUTPUTS = (MAIN_NOTEBOOK, "report.html", "timeline.html", "postmortem.md", "summary.json", "alerts.yml",
-           "alerts.test.yml", "screens", *DEEP_DIVES)
 TEMPLATES = Path(__file__).resolve().parent / "render" / "templates"
 BUNDLE_MARKERS = ("incident.toml", "journal", "metrics", "stacks")
 RECORD_TAG = "record"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.align import clock_jumps
+from forensics.timeline.align import clock_jumps
 
 
 def test_a_step_is_found_within_a_boot_and_never_between_boots_or_hosts() -> None:

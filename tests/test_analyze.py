@@ -19,7 +19,7 @@ from forensics.detect import Finding
 from forensics.detect.errors import fold_tracebacks
 from forensics.detect.keytimes import key_times
 from forensics.errors import ForensicsError
-from forensics.incident import ManifestError, load_incident
+from forensics.case.incident import ManifestError, load_incident
 from forensics.lab.reference import write_reference
 from tests.conftest import REPO
 
@@ -211,7 +211,7 @@ def test_a_wall_clock_step_is_found_with_the_monotonic_clock(tmp_path: Path, mon
                                                              lean: bool) -> None:
     """Also on a lean timeline read two records at a time: the step lies between two batches, and
     the records either side (routine lines, no text held) are read back from the case."""
-    import forensics.align as align
+    import forensics.timeline.align as align
     from tests.conftest import export_entry
     if lean:
         monkeypatch.setattr(align, "LEAN_ABOVE", -1)
@@ -239,11 +239,11 @@ def test_a_log_that_simply_ends_is_not_a_freeze(tmp_path: Path) -> None:
 
 
 def test_templates_new_in_the_incident_window(tmp_path: Path) -> None:
-    from forensics.align import build_timeline
+    from forensics.timeline.align import build_timeline
     from forensics.case import ingest as ingest_case
     from forensics.case import load_case
     from forensics.detect import errors
-    from forensics.incident import load_incident
+    from forensics.case.incident import load_incident
     from forensics.profiles import load_profile
     from tests.conftest import export_entry
     base = 1781818000_000000

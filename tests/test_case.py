@@ -14,7 +14,7 @@ from polars.testing import assert_frame_equal
 
 from forensics import CaseError, ingest, load_case, sources
 from forensics.case import MANIFEST_VERSION
-from forensics.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, schema_problems
+from forensics.formats.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, schema_problems
 from tests.conftest import REPO, export_entry, journalctl, to_journal
 
 SAMPLE = REPO / "data" / "incidents" / "sample-sglang"

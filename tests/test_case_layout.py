@@ -13,10 +13,10 @@ import pandas as pd
 import polars as pl
 import pytest
 
-from forensics import case as case_module
+from forensics.case import build as case_module
 from forensics.case import ingest, load_case
-from forensics.schema import EVENTS_SCHEMA
-from forensics.store import finish_partition, partition_name
+from forensics.formats.schema import EVENTS_SCHEMA
+from forensics.case.store import finish_partition, partition_name
 from tests.conftest import REPO, export_entry
 
 REFERENCE = REPO / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"

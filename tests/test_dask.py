@@ -22,7 +22,7 @@ from distributed import Client, LocalCluster
 
 from forensics.analyze import analyze
 from forensics.case import FRAMES, ingest, load_case
-from forensics.cluster import DASK_ENV, Dask
+from forensics.case.cluster import DASK_ENV, Dask
 from forensics.errors import CaseError
 from forensics.lab.reference import write_reference
 from tests.conftest import REPO

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 CRASHES = REPO / "tests" / "fuzz" / "crashes"
 SECONDS = int(os.environ.get("FORENSICS_FUZZ_SECONDS", "40"))
 SOURCES = {"_export_scan": REPO / "forensics" / "sources" / "_export_scan.c",
-           "_label_numbers": REPO / "forensics" / "_label_numbers.c"}
+           "_label_numbers": REPO / "forensics" / "timeline" / "_label_numbers.c"}
 
 
 @pytest.fixture(scope="module")

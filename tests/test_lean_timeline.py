@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import forensics.align as align
+import forensics.timeline.align as align
 from forensics.analyze import Analysis, analyze, report_text
 from forensics.lab.reference import write_reference
 from forensics.render import figures

@@ -1,4 +1,4 @@
-"""Progress lines' numbers read in one pass (`forensics.logs.label_numbers`): the reading rules a
+"""Progress lines' numbers read in one pass (`forensics.timeline.logs.label_numbers`): the reading rules a
 profile author relies on, checked against the regular expressions they replace on generated lines."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 import polars as pl
 import pytest
 
-from forensics.logs import label_numbers, read_lines
+from forensics.timeline.logs import label_numbers, read_lines
 from forensics.profiles import load_profile
 
 FIELDS = {"running": ("#running-req",), "usage": ("token usage", "full token usage"), "swa": ("swa token usage",),

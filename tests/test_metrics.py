@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from forensics.metrics import (
+from forensics.timeline.metrics import (
     counter_rates,
     gauge_steps,
     histogram_quantiles,

@@ -23,7 +23,7 @@ import pytest
 
 from forensics.analyze import analyze
 from forensics.case import FRAMES, ingest, load_case
-from forensics.cluster import Dask
+from forensics.case.cluster import Dask
 from forensics.errors import CaseError
 from forensics.lab.object_store import seaweedfs_s3
 from forensics.lab.reference import write_reference
@@ -95,7 +95,7 @@ def test_analysis_of_an_object_store_case_finds_the_same_here_and_on_dask(store:
     """Ingest and the timeline's host tasks read and write the case in the store, in this process
     (built on local disk, then uploaded) and on a real LocalCluster whose workers write its parts
     into the store themselves."""
-    from forensics.align import build_timeline
+    from forensics.timeline.align import build_timeline
 
     local = analyze(fleet, tmp_path / "local")
     here = analyze(fleet, f"s3://{BUCKET}/analysed-here")
@@ -159,7 +159,7 @@ def test_places_a_case_may_not_go_are_refused(store: Any) -> None:
 
 def test_a_build_that_fails_leaves_the_old_case_as_it_was(store: Any, monkeypatch: pytest.MonkeyPatch,
                                                           tmp_path: Path) -> None:
-    import forensics.case as case_module
+    import forensics.case.build as case_module
 
     url = f"s3://{BUCKET}/kept"
     ingest(REFERENCE, url)
@@ -264,7 +264,7 @@ def test_a_second_writer_of_a_case_is_refused(store: Any, fleet: Path) -> None:
     one whose lock was left by another machine (which nothing here can tell is dead), until that
     object is removed. The lock is a conditional write the store refuses, not a check then a
     write."""
-    from forensics.places import location, writer_lock
+    from forensics.case.places import location, writer_lock
 
     url = f"s3://{BUCKET}/two-writers"
     ingest(REFERENCE, url)

@@ -68,7 +68,7 @@ def test_unknown_profile_names_the_shipped_ones() -> None:
 def test_every_log_sample_of_every_profile_reads_as_claimed(name: str) -> None:
     import polars as pl
 
-    from forensics.logs import read_lines
+    from forensics.timeline.logs import read_lines
     profile = load_profile(name)
     assert profile.logs.samples, f"{name} has no [[logs.sample]]"
     lines = pl.DataFrame({"message": [s.line for s in profile.logs.samples]})

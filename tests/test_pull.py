@@ -15,8 +15,8 @@ import pytest
 
 from forensics.case import ingest, load_case
 from forensics.lab.sglang_metrics import SGLangMetrics
-from forensics.metrics import restarts, stalled
-from forensics.pull import PullError, choose_step, pages, pull
+from forensics.timeline.metrics import restarts, stalled
+from forensics.capture.pull import PullError, choose_step, pages, pull
 from tests.conftest import free_port
 
 # bcrypt of "test", as in Prometheus's web configuration documentation
@@ -138,7 +138,7 @@ def test_pages_are_joined_into_one_series(prometheus_server, tmp_path: Path, mon
         prometheus = prometheus_server({"sglang-prefill": [f"127.0.0.1:{port}"]})
         time.sleep(3.5)
         end = datetime.now(UTC)
-        monkeypatch.setattr("forensics.pull.MAX_POINTS", 3)  # force several pages over a short window
+        monkeypatch.setattr("forensics.capture.pull.MAX_POINTS", 3)  # force several pages over a short window
         (path,) = pull(prometheus.url, end - timedelta(seconds=3), end, step=1.0, bundle=tmp_path,
                        queries=['{__name__=~"sglang[:_]num_running_reqs", tp_rank="0"}'])
     finally:

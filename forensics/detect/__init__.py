@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 import polars as pl
 
-from forensics.schema import EXCERPT_CHARS, UTC_US
+from forensics.formats.schema import EXCERPT_CHARS, UTC_US
 
 EVIDENCE = pl.Struct({"frame": pl.String, "source": pl.String, "line": pl.Int64, "offset": pl.Int64,
                       "at": UTC_US, "excerpt": pl.String})

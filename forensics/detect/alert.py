@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from forensics.formats.promtext import name_key
-from forensics.metrics import named
+from forensics.timeline.metrics import named
 
-if TYPE_CHECKING:  # the analysis imports this module
-    from forensics.analyze import Analysis
+from forensics.detect import Finding
+from forensics.timeline.align import Timeline
 
 ALERT = "EngineStalledWithRequestsPending"
 WINDOW = timedelta(minutes=1)
@@ -76,37 +76,37 @@ def _promql(span: timedelta) -> str:
     return f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
 
 
-def _present(analysis: Analysis, names: tuple[str, ...]) -> list[str]:
+def _present(timeline: Timeline, names: tuple[str, ...]) -> list[str]:
     """The names of `names` the bundle has, spelt as the bundle spells them (`:` or `_`)."""
-    found = (analysis.timeline.samples.filter(named(list(names))).select(pl.col("name").cast(pl.String).unique())
+    found = (timeline.samples.filter(named(list(names))).select(pl.col("name").cast(pl.String).unique())
              .collect().get_column("name").to_list())
     return sorted(found, key=lambda n: [name_key(m) for m in names].index(name_key(n)))
 
 
-def alert_rule(analysis: Analysis) -> AlertRule | None:
+def alert_rule(timeline: Timeline, findings: list[Finding]) -> AlertRule | None:
     """The progress alert for this incident, or None when it had no silent hang or freeze, or the
     bundle lacks the profile's progress or pending metrics."""
-    if not any(f.kind in ("silent_hang", "frozen") for f in analysis.findings):
+    if not any(f.kind in ("silent_hang", "frozen") for f in findings):
         return None
-    metrics = analysis.timeline.profile.metrics
-    progress, pending = _present(analysis, metrics.progress), _present(analysis, metrics.pending)
+    metrics = timeline.profile.metrics
+    progress, pending = _present(timeline, metrics.progress), _present(timeline, metrics.pending)
     if not progress or not pending:
         return None
-    fires_at, instance = would_fire(analysis, progress, pending)
+    fires_at, instance = would_fire(timeline, progress, pending)
     return AlertRule(progress, pending, fires_at, instance)
 
 
-def _per_scrape(analysis: Analysis, names: list[str], how: pl.Expr) -> pl.DataFrame:
-    samples = analysis.timeline.samples.filter(named(names))
+def _per_scrape(timeline: Timeline, names: list[str], how: pl.Expr) -> pl.DataFrame:
+    samples = timeline.samples.filter(named(names))
     return (samples.group_by(pl.col("instance").cast(pl.String), "ts").agg(how.alias("value"))
             .sort("instance", "ts").collect())
 
 
-def would_fire(analysis: Analysis, progress: list[str], pending: list[str]) -> tuple[datetime | None, str | None]:
+def would_fire(timeline: Timeline, progress: list[str], pending: list[str]) -> tuple[datetime | None, str | None]:
     """When the rule would first fire on the incident's samples (evaluated at every scrape), and
     for which instance."""
-    work = _per_scrape(analysis, progress, pl.col("value").sum())
-    waiting = _per_scrape(analysis, pending, pl.col("value").max()).rename({"value": "pending"})
+    work = _per_scrape(timeline, progress, pl.col("value").sum())
+    waiting = _per_scrape(timeline, pending, pl.col("value").max()).rename({"value": "pending"})
     if work.is_empty() or waiting.is_empty():
         return None, None
     window = f"{int(WINDOW.total_seconds())}s"
@@ -133,13 +133,13 @@ def would_fire(analysis: Analysis, progress: list[str], pending: list[str]) -> t
     return first["ts"], first["instance"]
 
 
-def promtool_test(analysis: Analysis, rule: AlertRule, rule_file: str, step_s: int = 10) -> str:
+def promtool_test(timeline: Timeline, rule: AlertRule, rule_file: str, step_s: int = 10) -> str:
     """A `promtool test rules` file replaying the incident's progress and pending series at a
     `step_s` grid from the first sample, checking the alert fires at `rule.fires_at` for its
     instance and not one step before."""
     if rule.fires_at is None or rule.instance is None:
         raise ValueError("the rule never fires on this incident's samples: nothing to test")
-    samples = (analysis.timeline.samples.filter(named(rule.progress + rule.pending))
+    samples = (timeline.samples.filter(named(rule.progress + rule.pending))
                .select("ts", pl.col("instance").cast(pl.String), pl.col("name").cast(pl.String), "labels", "value")
                .collect().sort("ts"))
     start = samples.get_column("ts").min()

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from forensics.align import Timeline
+from forensics.timeline.align import Timeline
 from forensics.detect import Finding, clock, earliest, event_evidence, latest_time
 
 # Masks applied in order: what varies between two lines of the same template.

@@ -14,10 +14,10 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from forensics.align import Timeline
+from forensics.timeline.align import Timeline
 from forensics.detect import Evidence, Finding, clock
 from forensics.detect.stacks import Verdict, latest
-from forensics.metrics import label, named
+from forensics.timeline.metrics import label, named
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 XID = "DCGM_FI_DEV_XID_ERRORS"

@@ -19,10 +19,10 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from forensics.align import Timeline
+from forensics.timeline.align import Timeline
 from forensics.detect import span
 from forensics.detect.keytimes import KeyTimes
-from forensics.metrics import counter_rates, named
+from forensics.timeline.metrics import counter_rates, named
 
 FAILURE_KINDS = {"request_timeout": "requests timed out", "request_aborted": "requests aborted",
                  "engine_dead": "engine deaths"}

@@ -12,7 +12,7 @@ from datetime import datetime
 
 import polars as pl
 
-from forensics.align import Timeline
+from forensics.timeline.align import Timeline
 from forensics.detect import Evidence, Finding, clock
 
 ORDER = ("started", "detected", "mitigated", "resolved")

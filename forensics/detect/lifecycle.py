@@ -14,7 +14,7 @@ from datetime import datetime
 
 import polars as pl
 
-from forensics.align import Timeline
+from forensics.timeline.align import Timeline
 from forensics.detect import (
     Evidence,
     Finding,
@@ -24,7 +24,7 @@ from forensics.detect import (
     latest_time,
     span,
 )
-from forensics.metrics import restarts as metric_restarts
+from forensics.timeline.metrics import restarts as metric_restarts
 
 STARTING, STARTED = "7d4958e842da4a758f6c1cdc7b36dcc5", "39f53479d3a045ac8e11786248231fbf"
 STOPPING, STOPPED = "de5b426a63be47a7b6ac3eaac82e2f6f", "9d1aaa27d60140bd96365438aad20286"

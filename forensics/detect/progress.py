@@ -2,7 +2,7 @@
 
 A component froze when its progress lines (SGLang's `Prefill batch` / `Decode batch`) stop for
 longer than `FREEZE_GAP_S` while its last line still counted running or queued requests. The
-metrics say the same or not: their stalled windows (`forensics.metrics.stalled`) on the
+metrics say the same or not: their stalled windows (`forensics.timeline.metrics.stalled`) on the
 component's port are checked against the freeze and the agreement or disagreement is stated.
 While frozen, a unit that stays active and health checks that answer 200 are the blind spot
 (`silent_hang`), measured until the restart or until progress resumes.
@@ -10,9 +10,7 @@ While frozen, a unit that stays active and health checks that answer 200 are the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -24,28 +22,17 @@ from forensics.detect import (
     event_evidence,
     span,
 )
-from forensics.metrics import stalled
-from forensics.profiles import Profile
+from forensics.timeline.align import Timeline
+from forensics.timeline.metrics import stalled
+from forensics.timeline.progress import (  # noqa: F401 - the detector's own names, read by its callers
+    FREEZE_GAP_S,
+    LINE,
+    PENDING,
+    STREAM,
+    working,
+)
 
-if TYPE_CHECKING:  # the timeline's own module runs `host_progress` in its host tasks
-    from forensics.align import Timeline
-
-FREEZE_GAP_S = 60.0  # SGLang logs a batch line every few seconds while it works
 TRACK = "wedge"
-
-
-STREAM = ("component", "host", "tag")  # one scheduler's progress lines: a component on a host, a rank tag
-LINE = ("source_file", "source_line", "source_offset", "message")  # where a line is, and its text
-
-
-def _working(profile: Profile) -> pl.Expr:
-    """Progress lines that show work. A stack that writes its stats line while idle (vLLM): the
-    line shows work only when one of the profile's `working_when` numbers is above zero (or none
-    could be read)."""
-    working_when = profile.logs.working_when
-    working = (pl.any_horizontal(pl.col(c).fill_null(0) > 0 for c in working_when)
-               | pl.all_horizontal(pl.col(c).is_null() for c in working_when)) if working_when else pl.lit(True)
-    return pl.col("progress").is_not_null() & working
 
 
 def progress_lines(timeline: Timeline, *columns: str) -> pl.DataFrame:
@@ -54,55 +41,7 @@ def progress_lines(timeline: Timeline, *columns: str) -> pl.DataFrame:
     last: `timeline.progress_streams` counts them all)."""
     keep = [c for c in dict.fromkeys(("ts", "component", "host", "tag", "progress", *columns))
             if c in timeline.events.columns]
-    return timeline.events.lazy().filter(_working(timeline.profile)).sort("ts", maintain_order=True).select(keep).collect()
-
-
-PENDING = ("running_req", "queue_req", "inflight_req")  # a progress line's counts of work pending
-
-
-def progress_of(read: pl.DataFrame, profile: Profile) -> pl.DataFrame:
-    """A read batch's progress lines, narrow — place (`_at`), time, scheduler, kind, the pending
-    counts and the profile's `working_when` numbers: what `host_progress` needs of every progress
-    line (text as categories, so that nothing holds the batch's text)."""
-    numbers = [c for c in dict.fromkeys((*PENDING, *profile.logs.working_when)) if c in read.columns]
-    return read.filter(pl.col("progress").is_not_null()).select(
-        "_at", "ts", *(pl.col(c).cast(pl.Categorical) for c in (*STREAM, "progress")), *numbers)
-
-
-def count_progress(read: pl.DataFrame, lanes: Sequence[str]) -> pl.DataFrame:
-    """A read batch's progress lines per second and lane (`lanes`), with the first and last time."""
-    return (read.filter(pl.col("progress").is_not_null())
-            .group_by(pl.col("ts").dt.truncate("1s").alias("second"),
-                      *(pl.col(c).cast(pl.Int64 if c.startswith("line_") else pl.String) for c in lanes))
-            .agg(pl.len().alias("lines"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")))
-
-
-def host_progress(lines: pl.DataFrame, own_end: pl.DataFrame, profile: Profile
-                  ) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
-    """Of one host's progress lines (`progress_of`, all of them; a task of
-    `forensics.align.read_host`): per scheduler (`STREAM`) its lines, first and last time and the
-    running and queued requests of its last line; the gaps over FREEZE_GAP_S after a line with work
-    pending, each with the places (`_at`, `_next_at`) of the lines either side; and the places of
-    the lines a lean timeline keeps (either side of a gap, each scheduler's first and last)."""
-    work = lines.filter(_working(profile)).sort("ts", maintain_order=True)
-    streams = (work.group_by(STREAM).agg(pl.len().alias("lines"), pl.col("ts").first().alias("first"),
-                                         pl.col("ts").last().alias("last"), pl.col("running_req").last(),
-                                         pl.col("queue_req").last(), pl.col("_at").first().alias("_first_at"),
-                                         pl.col("_at").last().alias("_last_at")))
-    pending = pl.any_horizontal(pl.col(c).fill_null(0) > 0 for c in PENDING if c in work.columns)
-    # With no later progress line the gap runs to the scheduler's own last line: a log that simply
-    # ends is not a freeze.
-    gaps = (work.join(own_end.cast({"host": work.schema["host"], "component": work.schema["component"]}),
-                      on=["host", "component"], how="left", nulls_equal=True)
-            .with_columns(pl.col("ts").shift(-1).over(STREAM).alias("next_ts"),
-                          pl.col("_at").shift(-1).over(STREAM).alias("_next_at"))
-            .with_columns(((pl.coalesce("next_ts", "own_end") - pl.col("ts")).dt.total_microseconds() / 1e6)
-                          .alias("gap_s"))
-            .filter((pl.col("gap_s") > FREEZE_GAP_S) & pending).sort("ts", maintain_order=True)
-            .select(*STREAM, "ts", "progress", "running_req", "queue_req", "next_ts", "gap_s", "_at", "_next_at"))
-    either_side = pl.concat([gaps.get_column("_at"), gaps.get_column("_next_at").drop_nulls(),
-                             streams.get_column("_first_at"), streams.get_column("_last_at")]).unique()
-    return streams.drop("_first_at", "_last_at"), gaps, either_side
+    return timeline.events.lazy().filter(working(timeline.profile)).sort("ts", maintain_order=True).select(keep).collect()
 
 
 def last_progress(timeline: Timeline) -> pl.DataFrame:

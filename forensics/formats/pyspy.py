@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from forensics.formats.capture import Capture, from_header, parse_header
-from forensics.schema import QUARANTINE_SCHEMA, STACKS_SCHEMA, empty, excerpt_text
-from forensics.sources import ParseResult
+from forensics.formats.schema import QUARANTINE_SCHEMA, STACKS_SCHEMA, empty, excerpt_text
+from forensics.formats.schema import ParseResult
 
 RANK_KINDS = ("dp", "tp", "pp", "ep")
 DATA_TYPE = "pyspy:frame"

@@ -7,3 +7,9 @@ identities with stable pseudonyms; `postmortem` drafts `postmortem.md`; `tables`
 escaped HTML tables in notebooks. The notebooks call these; nothing here runs a notebook
 (that is `forensics.report`).
 """
+
+MAIN_NOTEBOOK = "incident_report.ipynb"
+DEEP_DIVES = ("logs.ipynb", "metrics.ipynb", "stacks.ipynb")
+#: What a report folder holds (the only names a report writes or replaces there).
+OUTPUTS = (MAIN_NOTEBOOK, "report.html", "timeline.html", "postmortem.md", "summary.json", "alerts.yml",
+           "alerts.test.yml", "screens", *DEEP_DIVES)

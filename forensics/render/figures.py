@@ -29,7 +29,7 @@ from forensics.analyze import Analysis
 from forensics.detect import errors, span
 from forensics.detect.lifecycle import FAILED, RESTART_SCHEDULED, STARTED, STARTING, STOPPED, STOPPING
 from forensics.detect.stacks import Verdict
-from forensics.metrics import counter_rates, named
+from forensics.timeline.metrics import counter_rates, named
 from forensics.profiles import MetricPanel
 from forensics.render.text import Redact, hover
 

@@ -26,9 +26,9 @@ import plotly.io as pio
 import polars as pl
 from plotly.subplots import make_subplots
 
-from forensics.align import gaps_in_sources
+from forensics.timeline.align import gaps_in_sources
 from forensics.analyze import Analysis, analyze, in_display_zone, no_incident_heading, seen_before
-from forensics.case import check_output_target, instance_summary, to_pandas
+from forensics.case.build import check_output_target, instance_summary, to_pandas
 from forensics.detect import clock, errors, progress
 from forensics.detect.alert import promtool_test
 from forensics.detect.stacks import latest
@@ -37,7 +37,7 @@ from forensics.profiles import MetricPanel, load_profile
 from forensics.render import figures, html, postmortem
 from forensics.render.redact import Redactor
 from forensics.render.text import Redact, code_spans, hover, safe
-from forensics.report import OUTPUTS
+from forensics.render import OUTPUTS
 
 REDACT_MODES = ("none", "timeline", "all")
 LIBRARY_ENV = "FORENSICS_LIBRARY"  # a folder of earlier reports, for "seen before"
@@ -384,7 +384,7 @@ class ReportSession:
 
     def stalls_and_restarts(self) -> Html:
         """Windows where progress counters stood still, and restarts seen in the metrics."""
-        from forensics.metrics import restarts, stalled
+        from forensics.timeline.metrics import restarts, stalled
         a = self.analysis
         stalls = stalled(a.timeline.samples, a.timeline.profile)
         seen = restarts(a.timeline.samples, a.timeline.profile)
@@ -430,7 +430,7 @@ class ReportSession:
             (out / "alerts.yml").write_text(rule.as_yaml())
             written.append("alerts.yml")
             if rule.fires_at is not None:
-                (out / "alerts.test.yml").write_text(promtool_test(self.analysis, rule, "alerts.yml"))
+                (out / "alerts.test.yml").write_text(promtool_test(self.analysis.timeline, rule, "alerts.yml"))
                 written.append("alerts.test.yml")
         return {name: str(out / name) for name in written}
 

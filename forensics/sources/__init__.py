@@ -20,38 +20,7 @@ import polars as pl
 
 from forensics.errors import ForensicsError, WrongFormat
 from forensics.formats.rawio import read_head
-
-
-@dataclass
-class ParseResult:
-    """What a parser read from one input: canonical rows, quarantined rows and the count of records seen."""
-
-    frame: str  # which canonical frame the rows belong to, e.g. "events"
-    rows: pl.DataFrame
-    quarantine: pl.DataFrame
-    records: int  # records seen = parsed + len(quarantine), checked by `check_accounting`
-    # Records read into `rows`; None when each record is one row (a journal entry). A py-spy dump
-    # (the record) is many rows (its frames).
-    parsed_records: int | None = None
-    # Why the input could only be read in part (e.g. a compressed copy cut short): what was read
-    # before it is in `rows`, and the manifest reports this beside the counts.
-    damage: str | None = None
-    # What the reader changed or guessed to read the input (e.g. a py-spy dump pasted without its
-    # head), in words: reported beside the counts, never silently.
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def parsed(self) -> int:
-        """How many records were read into `rows`."""
-        return self.rows.height if self.parsed_records is None else self.parsed_records
-
-    def check_accounting(self, path: Path) -> None:
-        """Raise if a record vanished: seen must equal parsed + quarantined."""
-        if self.records != self.parsed + self.quarantine.height:
-            raise ForensicsError(
-                f"{path}: {self.records} records seen but {self.parsed} parsed + "
-                f"{self.quarantine.height} quarantined"
-            )
+from forensics.formats.schema import ParseResult
 
 
 @dataclass(frozen=True)
@@ -79,7 +48,7 @@ def read_in_parts(source: Source, path: Path) -> Iterator[ParseResult]:
 def combine(parts: list[ParseResult]) -> ParseResult:
     """One input's parts as one result (rows and quarantine concatenated, extra columns after the
     schema's in name order, counts added, damage and notes kept)."""
-    from forensics.schema import QUARANTINE_SCHEMA, SCHEMAS, empty
+    from forensics.formats.schema import QUARANTINE_SCHEMA, SCHEMAS, empty
 
     frame = parts[0].frame
     rows = [p.rows for p in parts if p.rows.height] or [empty(SCHEMAS[frame])]

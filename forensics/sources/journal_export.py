@@ -28,7 +28,7 @@ from forensics.formats.byteviews import SLACK, binary_views, dense_binary
 from forensics.errors import ParseError
 from forensics.formats.journal import FIELD_NAME, assemble_events, field_name_problem
 from forensics.formats.rawio import Piece, pieces
-from forensics.schema import EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD, empty
+from forensics.formats.schema import EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD, empty
 from forensics.sources import ParseResult, _export_scan, combine, register
 
 NAME = "journal_export"

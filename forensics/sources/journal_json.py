@@ -28,7 +28,7 @@ from forensics.formats.journal import (
     field_name_problem,
 )
 from forensics.formats.rawio import read_whole_lines
-from forensics.schema import EXCERPT_CHARS
+from forensics.formats.schema import EXCERPT_CHARS
 from forensics.sources import ParseResult, register
 
 NAME = "journal_json"

@@ -23,7 +23,7 @@ import polars as pl
 
 from forensics.formats import promtext
 from forensics.formats.rawio import read_all
-from forensics.schema import (
+from forensics.formats.schema import (
     EXCERPT_CHARS,
     QUARANTINE_SCHEMA,
     SAMPLES_SCHEMA,

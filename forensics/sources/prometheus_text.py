@@ -37,7 +37,7 @@ from forensics.formats.capture import (
 )
 from forensics.formats.journal import LATEST_REALTIME_US
 from forensics.formats.rawio import read_whole_lines, release
-from forensics.schema import QUARANTINE_SCHEMA, SAMPLES_SCHEMA, empty, excerpt_text
+from forensics.formats.schema import QUARANTINE_SCHEMA, SAMPLES_SCHEMA, empty, excerpt_text
 from forensics.sources import ParseResult, register
 
 NAME = "prometheus_text"

@@ -19,7 +19,7 @@ servers write them, after any wrapper is taken off:
 
 Progress bars (tqdm), blank lines, `...` elisions and a Docker time alone on its line are passed
 over and counted in the input's notes, as are lines before the first time. Times are read as
-written, without a zone; `forensics.align` places them in the host's zone (incident.toml) as it
+written, without a zone; `forensics.timeline.align` places them in the host's zone (incident.toml) as it
 does SGLang's stamps in journald. Host: a syslog line's own, else the folder under `logs/`
 (`logs/gpu-node-00/decode.log`); unit: the file's name, so `incident.toml` components can list
 `units = ["decode*.log"]` and the profile's words (`decode`) find the component.
@@ -34,7 +34,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.formats.rawio import read_whole_lines
-from forensics.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, empty, excerpt_text
+from forensics.formats.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, empty, excerpt_text
 from forensics.sources import ParseResult, register
 
 NAME = "server_log"

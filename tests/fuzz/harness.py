@@ -21,7 +21,7 @@ from pathlib import Path
 
 def load_sanitized(build: Path) -> None:
     """Put the sanitizer builds of both extensions in place of the ordinary ones."""
-    for name in ("forensics.sources._export_scan", "forensics._label_numbers"):
+    for name in ("forensics.sources._export_scan", "forensics.timeline._label_numbers"):
         path = next(build.glob(name.rsplit(".", 1)[1] + "*.so"))
         loader = importlib.machinery.ExtensionFileLoader(name, str(path))
         spec = importlib.util.spec_from_file_location(name, path, loader=loader)
@@ -47,7 +47,7 @@ FIELDS = {"running": ("#running-req",), "usage": ("token usage", "full token usa
 def label_numbers(data: bytes) -> None:
     import polars as pl
 
-    from forensics.logs import label_numbers as read
+    from forensics.timeline.logs import label_numbers as read
 
     lines = data.decode("utf-8", "replace").split("\n")
     column = pl.Series("message", lines + [None], dtype=pl.String)
@@ -69,7 +69,7 @@ def main() -> None:
     target, build = sys.argv[1], Path(sys.argv[2])
     load_sanitized(build)
     with atheris.instrument_imports():
-        import forensics.logs  # noqa: F401 - instrumented for coverage
+        import forensics.timeline.logs  # noqa: F401 - instrumented for coverage
         import forensics.sources.journal_export  # noqa: F401
     check = TARGETS[target]
     atheris.Setup([sys.argv[0], *sys.argv[3:]], check)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.incident import ManifestError, load_incident
+from forensics.case.incident import ManifestError, load_incident
 
 BAD = """
 title = 5

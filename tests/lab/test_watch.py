@@ -12,10 +12,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
 
-from forensics.collect import Plan
+from forensics.capture.collect import Plan
 from forensics.lab.sglang_metrics import SGLangMetrics
 from forensics.lab.tp_desync import TpDesyncLab
-from forensics.watch import Watch, watch
+from forensics.capture.watch import Watch, watch
 
 AFTER_S, POLL_S = 3.0, 1.0
 

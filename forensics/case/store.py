@@ -14,7 +14,7 @@ come from the same journal, so they meet in the same host folder). Every write g
 name first and is renamed into place, so a writer killed mid-file leaves no part a reader takes.
 
 A case may also lie in an object store, named by an fsspec URL (`s3://bucket/cases/x`; see
-`forensics.places`): the same layout, read by polars' own cloud reader and written through fsspec. An
+`forensics.case.places`): the same layout, read by polars' own cloud reader and written through fsspec. An
 object appears whole or not at all when its upload ends, so parts are written in place there.
 """
 
@@ -29,8 +29,8 @@ from urllib.parse import quote
 
 import polars as pl
 
-from forensics.places import Place, is_remote, location, place_text
-from forensics.schema import SCHEMAS
+from forensics.case.places import Place, is_remote, location, place_text
+from forensics.formats.schema import SCHEMAS
 
 
 PARTITION = "host"

@@ -6,7 +6,7 @@ seconds while its pending gauges are above zero. Then it runs `forensics collect
 in two rounds or more some seconds apart — and says so: a log line, and, when given, a webhook POST
 of `{"bundle": …, "instance": …, "stalled_since": …, "verdicts": …}`. It never restarts anything
 itself; `--then CMD` runs a command of yours once the evidence is safe (an automatic restart that
-loses nothing). A systemd unit to run it is in `forensics/watch.service`.
+loses nothing). A systemd unit to run it is in `forensics/capture/watch.service`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from forensics.collect import Plan, collect
+from forensics.capture.collect import Plan, collect
 from forensics.formats.promtext import name_key
 
 
@@ -79,7 +79,7 @@ def _read(url: str, progress: set[str], pending: set[str]) -> tuple[float, float
 
 def watch(w: Watch) -> list[Path]:
     """Poll until an engine hangs (or forever with `once=False`); returns the bundles captured."""
-    from forensics.collect import _url
+    from forensics.capture.collect import _url
     from forensics.profiles import load_profile
 
     profile = load_profile()
@@ -128,7 +128,7 @@ def watch(w: Watch) -> list[Path]:
 
 def _verdicts(bundle: Path) -> list[str]:
     """The stack verdicts of a captured bundle, as `group: VERDICT`."""
-    from forensics.case import read_bundle
+    from forensics.case.build import read_bundle
     from forensics.detect.stacks import judge, latest
 
     frames, _ = read_bundle(bundle)

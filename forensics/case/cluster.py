@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from forensics.errors import CaseError
-from forensics.places import is_remote, location, place_text
+from forensics.case.places import is_remote, location, place_text
 
 DASK_ENV = "FORENSICS_DASK"
 LOCAL_TASKS = 2  # this machine's cores; more threads only add memory

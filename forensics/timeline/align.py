@@ -39,15 +39,15 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from forensics import cluster
-from forensics.case import Case
-from forensics.detect.progress import LINE, count_progress, host_progress, progress_of
-from forensics.cluster import Progress, Runner
-from forensics.incident import Incident
-from forensics.logs import read_lines
+from forensics.case import cluster
+from forensics.case.build import Case
+from forensics.timeline.progress import LINE, count_progress, host_progress, progress_of
+from forensics.case.cluster import Progress, Runner
+from forensics.case.incident import Incident
+from forensics.timeline.logs import read_lines
 from forensics.profiles import Profile
-from forensics.places import location, place_text
-from forensics.store import scan_partition
+from forensics.case.places import location, place_text
+from forensics.case.store import scan_partition
 
 STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
 PLAIN_LOG = "log:line"
@@ -98,7 +98,7 @@ class Timeline:
     # the figures and the own-end of each component read, whether the lines are held or not
     activity: pl.DataFrame
     source_gaps: pl.DataFrame  # pauses in each journal source (`gaps_in_sources`)
-    # found host by host, over every progress line (`forensics.detect.progress.host_progress`):
+    # found host by host, over every progress line (`forensics.timeline.progress.host_progress`):
     progress_streams: pl.DataFrame  # per scheduler: lines, first, last, pending at the last
     progress_gaps: pl.DataFrame  # gaps over the freeze threshold with work pending
     progress_counts: pl.DataFrame  # progress lines per second and lane
@@ -385,7 +385,7 @@ class HostRead:
     jumps: pl.DataFrame  # wall-clock steps (see `clock_jumps`)
     gaps: pl.DataFrame  # pauses per source file and unit (see `gaps_in_sources`)
     outside: pl.DataFrame  # records outside the plausible window, per source file
-    progress_streams: pl.DataFrame  # per scheduler: its progress (`forensics.detect.progress.host_progress`)
+    progress_streams: pl.DataFrame  # per scheduler: its progress (`forensics.timeline.progress.host_progress`)
     progress_gaps: pl.DataFrame  # its gaps with work pending, and the lines either side
     progress_counts: pl.DataFrame  # progress lines per second and lane
 
@@ -423,7 +423,7 @@ def _skew(read: pl.DataFrame, zone: str) -> pl.Series:
 
 def read_host(case_dir: str, host: str | None, extras: list[str], incident: Incident, profile: Profile,
               window: tuple[datetime, datetime] | None, lean: bool) -> HostRead:
-    """One host's `events` read onto its timeline (a task: `forensics.cluster` runs one per host
+    """One host's `events` read onto its timeline (a task: `forensics.case.cluster` runs one per host
     folder, in this process or on a Dask worker). Lean: batch by batch, keeping only the lines worth
     a finding (see the module's docstring); the rest are counted in `activity`, and of the progress
     lines only their numbers are held until the gaps are found."""

@@ -1,11 +1,11 @@
 """The case store: an incident bundle ingested once into Parquet, reopened lazily in well under a second.
 
 Layout of a case folder (one Parquet dataset per canonical frame, named after it; the three
-frames of evidence partitioned by host, Hive style: see `forensics.store`)::
+frames of evidence partitioned by host, Hive style: see `forensics.case.store`)::
 
-    CASE/events/host=H/part-0.parquet   one row per journal record (see `forensics.schema.EVENTS_SCHEMA`)
-    CASE/samples/host=H/part-0.parquet  one row per metric sample (`forensics.schema.SAMPLES_SCHEMA`)
-    CASE/stacks/host=H/part-0.parquet   one row per py-spy stack frame (`forensics.schema.STACKS_SCHEMA`)
+    CASE/events/host=H/part-0.parquet   one row per journal record (see `forensics.formats.schema.EVENTS_SCHEMA`)
+    CASE/samples/host=H/part-0.parquet  one row per metric sample (`forensics.formats.schema.SAMPLES_SCHEMA`)
+    CASE/stacks/host=H/part-0.parquet   one row per py-spy stack frame (`forensics.formats.schema.STACKS_SCHEMA`)
     CASE/quarantine/part-*.parquet      every record that could not be read, with file, place and reason
     CASE/manifest.json                  inputs with sha256, format, records, quarantined, time span;
                                         the partitions of each frame
@@ -13,7 +13,7 @@ frames of evidence partitioned by host, Hive style: see `forensics.store`)::
 Ingest streams: each input is read in pieces (a journal export ~8 MB at a time) and every
 PART_ROWS records written to their hosts' folders as one part, so memory holds a part, not the
 bundle; the inputs, then the host folders, are tasks that run in this process or on a Dask
-cluster (`forensics.cluster`).
+cluster (`forensics.case.cluster`).
 Re-ingesting a bundle rewrites the case whole (written aside, then swapped in under a lock), so
 running it twice gives the same case. A case folder carries `.forensics-case`; no other folder is
 ever replaced, nor the bundle, a folder above it or one inside it.
@@ -23,7 +23,7 @@ built on local disk (or by Dask workers beside its place, `.NAME.partial-*`), th
 manifest last. The manifest is what makes a case there — the old one's goes first — so a reader
 never takes half a case for a whole one, and a build that fails leaves the old case as it was. A
 second writer of the same URL is stopped by a lock object beside the case
-(`forensics.places.writer_lock`).
+(`forensics.case.places.writer_lock`).
 
 Records seen in the same journal through two inputs (overlapping exports: the same `__CURSOR`)
 are kept once and counted as duplicates of the later input.
@@ -47,14 +47,14 @@ from typing import Any, Literal, overload
 import polars as pl
 
 from forensics import sources
-from forensics.bundle import TAR_SKIPPED
+from forensics.case.bundle import TAR_SKIPPED
 from forensics.errors import CaseError, ForensicsError, WrongFormat
-from forensics.incident import MANIFEST, load_incident
-from forensics import cluster
-from forensics.cluster import Progress, Runner
-from forensics.schema import EXCERPT_CHARS, QUARANTINE_SCHEMA, SCHEMAS, empty, validate
-from forensics.places import Place, is_remote, location, place_text, writer_lock
-from forensics.store import (PARTITION, PARTS, columns_of, finish_partition, partition_name, scan_frame, write_empty,
+from forensics.case.incident import MANIFEST, load_incident
+from forensics.case import cluster
+from forensics.case.cluster import Progress, Runner
+from forensics.formats.schema import EXCERPT_CHARS, QUARANTINE_SCHEMA, SCHEMAS, empty, validate
+from forensics.case.places import Place, is_remote, location, place_text, writer_lock
+from forensics.case.store import (PARTITION, PARTS, columns_of, finish_partition, partition_name, scan_frame, write_empty,
                              write_part)
 
 MANIFEST_VERSION = 4  # 4: frames partitioned by host
@@ -347,7 +347,7 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
 def build_case(bundle: Path, staging: Place, progress: Progress | None = None, run: Runner | None = None
                ) -> dict[str, Any]:
     """Every input of `bundle` read into the case folder `staging` (input by input, then host
-    folder by host folder; see `forensics.store`); returns the manifest (not yet written)."""
+    folder by host folder; see `forensics.case.store`); returns the manifest (not yet written)."""
     run = run or cluster.runner()
     found, skipped = discover(bundle, load_incident(bundle).inputs)
     root = bundle.absolute()

@@ -7,10 +7,12 @@ Until then `ts` is `__REALTIME_TIMESTAMP` read as UTC microseconds.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import polars as pl
 
-from forensics.errors import SchemaError
+from forensics.errors import ForensicsError, SchemaError
 
 UTC_US = pl.Datetime("us", time_zone="UTC")
 
@@ -177,3 +179,35 @@ def empty(schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
 #: further String columns: journal fields beyond the schema).
 SCHEMAS: Mapping[str, Mapping[str, pl.DataType]] = {"events": EVENTS_SCHEMA, "samples": SAMPLES_SCHEMA,
                                                    "stacks": STACKS_SCHEMA}
+
+
+@dataclass
+class ParseResult:
+    """What a parser read from one input: canonical rows, quarantined rows and the count of records seen."""
+
+    frame: str  # which canonical frame the rows belong to, e.g. "events"
+    rows: pl.DataFrame
+    quarantine: pl.DataFrame
+    records: int  # records seen = parsed + len(quarantine), checked by `check_accounting`
+    # Records read into `rows`; None when each record is one row (a journal entry). A py-spy dump
+    # (the record) is many rows (its frames).
+    parsed_records: int | None = None
+    # Why the input could only be read in part (e.g. a compressed copy cut short): what was read
+    # before it is in `rows`, and the manifest reports this beside the counts.
+    damage: str | None = None
+    # What the reader changed or guessed to read the input (e.g. a py-spy dump pasted without its
+    # head), in words: reported beside the counts, never silently.
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def parsed(self) -> int:
+        """How many records were read into `rows`."""
+        return self.rows.height if self.parsed_records is None else self.parsed_records
+
+    def check_accounting(self, path: Path) -> None:
+        """Raise if a record vanished: seen must equal parsed + quarantined."""
+        if self.records != self.parsed + self.quarantine.height:
+            raise ForensicsError(
+                f"{path}: {self.records} records seen but {self.parsed} parsed + "
+                f"{self.quarantine.height} quarantined"
+            )
