@@ -27,8 +27,10 @@ from forensics.detect import (
     Evidence,
     Finding,
     clock,
+    collectives,
     errors,
     event_evidence,
+    failures,
     gpu,
     findings_frame,
     lifecycle,
@@ -47,10 +49,14 @@ from forensics.profiles import Profile, choose_profile
 # Symptom kinds that speak of a cause and go into an incident's signature (counts of timeouts or
 # aborts follow the load, and would split one problem into many).
 SIGNATURE_KINDS = ("silent_hang", "kv_transfer_failure", "watchdog_timeout", "engine_dead", "cuda_error",
-                   "gpu_xid_error", "gpu_busy_while_hung", "gpu_idle_while_hung")
+                   "gpu_xid_error", "gpu_busy_while_hung", "gpu_idle_while_hung", "collective_timeout",
+                   "process_group_abort", "gpu_fallen_off_bus", "npu_device_error", "oom_kill",
+                   "cuda_oom", "crash_loop", "startup_failure", "startup_stall", "silent_death", "stuck_process",
+                   "distributed_transport_failure", "collective_verdict")
 PROFILE_SAMPLE_LINES = 20_000  # log lines looked at to choose a profile
 CHECKS_TRACK = "checks"  # findings that say what was looked at when nothing was wrong
-NOT_ANOMALIES = ("annotation", "clock_jump", "out_of_range")
+# Notes, and what is no fault: an operator's stop and what it brought with it.
+NOT_ANOMALIES = ("annotation", "clock_jump", "out_of_range", "operator_stop", "after_stop", "quiet_until_stop")
 
 
 def is_anomaly(finding: Finding) -> bool:
@@ -295,6 +301,7 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
     verdicts, stack_findings = stack_detector.findings(timeline.stacks, timeline.quarantine, profile, main)
     found += stack_findings
     found += gpu.detect(timeline, found, verdicts, main)
+    found += collectives.detect(timeline, verdicts, main)
     for note in incident.annotations:
         found.append(Finding("annotation", annotation_track(note.text, timeline), None, note.at, note.text))
     for jump in timeline.jumps.iter_rows(named=True):
@@ -312,6 +319,8 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
                                  [Evidence(row["frame"], row["source_file"], None, None, None, "outside the window")]))
     times, contradictions = key_times(timeline, found)
     found += errors.detect(timeline, times.started)
+    found += failures.detect(timeline)
+    found = failures.consequences_of_stop(found)
     found += contradictions
     if not any(is_anomaly(f) for f in found):
         # Stacks of healthy processes are a check that was made, not an incident: no track of its own.

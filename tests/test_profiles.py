@@ -82,3 +82,35 @@ def test_every_log_sample_of_every_profile_reads_as_claimed(name: str) -> None:
             assert row["tag"] == sample.tag, sample.line
         for field, value in fields.items():
             assert row[field] == pytest.approx(value), (sample.line, field)
+
+
+@pytest.mark.parametrize("stack", available())
+def test_every_layer_sample_reads_as_its_kind_under_every_stack(stack: str) -> None:
+    """The layers' line kinds (PyTorch distributed, kernel, systemd) apply whatever the stack, and
+    each of their real sample lines gets its kind and the failure mode it is evidence of."""
+    import polars as pl
+
+    from forensics.profiles import layers
+    from forensics.timeline.logs import read_lines
+
+    profile = load_profile(stack)
+    samples = [(layer, s) for layer in layers() for s in layer.samples]
+    read = read_lines(pl.DataFrame({"message": [s.line for _, s in samples]}), profile)
+    faults = {e.kind: e.fault for e in profile.logs.events if e.layer is not None}
+    for (layer, sample), row in zip(samples, read.iter_rows(named=True), strict=True):
+        assert row["event"] == sample.kind, (layer.name, sample.line)
+        assert row["track"] == profile.logs.main_track
+        assert faults[sample.kind] is not None
+
+
+def test_every_layer_kind_has_a_real_sample_and_says_its_failure_mode() -> None:
+    from forensics.profiles import layers, meaning
+
+    for layer in layers():
+        assert layer.samples, layer.name
+        sampled = {s.kind for s in layer.samples}
+        for event in layer.events:
+            assert event.kind in sampled, event.kind
+            assert event.fault is not None, event.kind
+    assert meaning("xid", 79) == "GPU has fallen off the bus: the GPU no longer answers on PCIe"
+    assert meaning("xid", 999999) is None

@@ -93,7 +93,10 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
     line = events.select("ts", "component", "event", "track", "http_status", "source_file", "source_line",
                          "source_offset", "message")
     findings = []
-    for (kind, track, component), rows in line.filter(pl.col("event").is_not_null()).sort("ts").group_by(
+    # the layers' line kinds (PyTorch distributed, kernel, systemd) have a detector of their own
+    layered = [e.kind for e in timeline.profile.logs.events if e.layer is not None]
+    for (kind, track, component), rows in line.filter(pl.col("event").is_not_null() & ~pl.col("event").is_in(layered)
+                                                      ).sort("ts").group_by(
             "event", "track", "component", maintain_order=True):
         words = next((e.text for e in timeline.profile.logs.events if e.kind == kind), kind)
         first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))

@@ -91,11 +91,23 @@ def detect(timeline: Timeline) -> list[Finding]:
     findings = []
     restarts = timeline.events.filter(pl.col("message_id") == "de5b426a63be47a7b6ac3eaac82e2f6f")  # stopping
     several_hosts = len(timeline.hosts) > 1
+    stops = (timeline.events.lazy().filter(pl.col("event") == "operator_stop").select("ts", "component", "host")
+             .collect() if "event" in timeline.events.columns else pl.DataFrame())
     for gap in freezes(timeline).iter_rows(named=True):
         component, host, at = gap["component"], gap["host"], gap["ts"]
         until = gap["next_ts"]
         pending = f"{gap['running_req'] or 0:g} running, {gap['queue_req'] or 0:g} queued"
         where = f"{component} on {host}" if several_hosts else component
+        stopped = _stopped_after(stops, component, host, at) if until is None and not gap["queue_req"] else None
+        if stopped is not None:
+            # Nothing queued, and the quiet ran until someone stopped it: a last request finishing
+            # between two batch lines (SGLang logs one every few dozen steps) looks the same.
+            findings.append(Finding("quiet_until_stop", TRACK, component, at,
+                                    f"{where} logged no batch line from {clock(at)} until it was stopped at "
+                                    f"{clock(stopped)} ({span((stopped - at).total_seconds())}); its last batch line "
+                                    f"had {pending}: a last request finishing between two batch lines looks the "
+                                    "same, so no freeze is shown.", stopped, [], host))
+            continue
         text = (f"{where} froze at {clock(at)}: last {gap['progress']} batch line ({pending}); "
                 + (f"no progress for {span((until - at).total_seconds())} until {clock(until)}."
                    if until else "no progress until the end of the data."))
@@ -109,6 +121,15 @@ def detect(timeline: Timeline) -> list[Finding]:
         findings.append(Finding("frozen", TRACK, component, at, text + agree, until, evidence, host))
         findings += _silent_hang(timeline, component, host, where, at, until, restarts)
     return findings
+
+
+def _stopped_after(stops: pl.DataFrame, component: str | None, host: str | None, at: datetime) -> datetime | None:
+    """When the component (else anything on its host) was stopped from outside after `at`."""
+    if stops.is_empty():
+        return None
+    later = stops.filter((pl.col("ts") > at) & pl.col("host").eq_missing(host))
+    own = later.filter(pl.col("component").eq_missing(component))
+    return earliest((own if own.height else later).get_column("ts"))
 
 
 def _silent_hang(timeline: Timeline, component: str, host: str | None, where: str, at: datetime,

@@ -433,6 +433,9 @@ def explain(v: Verdict) -> str:
         parts.append("Every rank waits for work: nothing reaches this engine; look upstream (router, peer engine).")
     else:
         parts.append("No rank waits on another: the stacks show work, not a hang.")
+    if v.round == 0 and not v.progress and v.verdict in (TP_DESYNC, UNIFORM_WAIT, STRAGGLER_OR_MISSING):
+        parts.append("This is one round of dumps, one snapshot: a second round a few seconds later would tell a "
+                     "hang (the same stacks again) from work passing through.")
     if v.progress:
         stuck = [by_rank[r] for r, p in v.progress.items() if p == STUCK and r in by_rank]
         moving = [by_rank[r] for r, p in v.progress.items() if p == PROGRESSING and r in by_rank]
@@ -511,4 +514,28 @@ def findings(stacks: pl.DataFrame, quarantine: pl.DataFrame | None, profile: Pro
         out.append(Finding("stack_verdict", main_track, v.group, v.at,
                            v.explanation if v in last else f"{v.group}: {v.verdict} (round {v.round + 1}).",
                            None, evidence))
+    out += _stuck(last, main_track)
     return verdicts, out
+
+
+def _stuck(last: Sequence[Verdict], main_track: str) -> list[Finding]:
+    """A process whose stack is the same in every round, outside an idle wait: a hang, even when it
+    is the only rank dumped (an idle process looks the same every round and is no hang)."""
+    out = []
+    for v in last:
+        stuck = [r for r in v.ranks if v.progress.get(r.rank) == STUCK and r.phase.phase != "idle"]
+        if not stuck:
+            continue
+        where = " / ".join(sorted({_where(r) for r in stuck}))
+        phases = sorted({r.phase.phase.replace("_", " ") for r in stuck})
+        out.append(Finding("stuck_process", main_track, v.group, v.at,
+                           f"{v.group}: {_ranks_text(stuck)} showed the same stack in all {v.round + 1} rounds of "
+                           f"dumps ({' / '.join(phases)} in {where}): {'they' if len(stuck) > 1 else 'it'} did not "
+                           "move — a hang, not work passing through."
+                           + (" A device synchronize waits on the GPU's queued work, not on a peer rank: look at the "
+                              "device (nvidia-smi, Xid lines) and at what was launched before it."
+                              if "device_sync" in {r.phase.phase for r in stuck} else ""),
+                           None, [Evidence("stacks", r.source.rsplit(" line ", 1)[0],
+                                           int(r.source.rsplit(" line ", 1)[1]), None, r.ts,
+                                           f"{r.label}: {r.phase.phase} in {r.phase.frame}"[:80]) for r in stuck[:8]]))
+    return out

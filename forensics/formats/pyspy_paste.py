@@ -43,9 +43,19 @@ _TRIGGERS = re.compile(
     r"|(?m:^[ \t]+(?:Thread|Process) \d)|(?m:^    [^\s(][^()\n]*$)|(?m:^Thread [^\n]*\n(?!    |Thread |\n|$))")
 
 
+# Frames alone, unindented, with no Thread or Process line anywhere: a stack copied out of a dump.
+FRAMES_ONLY = re.compile(r"\A\s*(?:[^\s(][^()\n]* \([^()\n]*\.py:[0-9]+\)[ \t]*\n){2,}")
+_ANY_HEAD = re.compile(r"(?m)^[ \t>]*(?:Thread|Process|Signal) (?:0[xX][0-9A-Fa-f]+|\d+)")
+
+
+def frames_only(text: str) -> bool:
+    """Whether `text` is frames pasted alone: no thread, process or signal line at all."""
+    return bool(FRAMES_ONLY.match(text)) and not _ANY_HEAD.search(text)
+
+
 def needs_normalizing(text: str) -> bool:
     """Whether `text` holds anything py-spy itself never writes (cheap: regular expressions only)."""
-    if _TRIGGERS.search(text):
+    if _TRIGGERS.search(text) or frames_only(text):
         return True
     first_thread = text.find("\nThread ") + 1 if not text.startswith("Thread ") else 0
     if first_thread < 0 or (first_thread == 0 and not text.startswith("Thread ")):
@@ -116,6 +126,12 @@ def normalize(text: str) -> Normalized:
     out: list[str] = []
     origin: list[int] = []
     notes: list[str] = []
+    inserted = None
+    if frames_only(text):  # one thread's frames copied alone: read as the main thread of one process
+        inserted = next(n for n, line in enumerate(lines) if line.strip()) + 1  # its line, counted from 1
+        lines.insert(inserted - 1, 'Thread 0: "MainThread"')
+        notes.append(f"line {inserted}: frames pasted without a thread or process line: read as the main thread "
+                     "of one process, whose pid and status the text does not give")
     in_process = False  # inside a dump that has its own Process line
     last = "none"  # what the previous meaningful line was: thread, frame, locals, other
     block: _Block | None = None  # a head-less dump being gathered
@@ -216,4 +232,6 @@ def normalize(text: str) -> Normalized:
             in_process = False
             emit("> " + line.strip(), number)
     flush()
+    if inserted is not None:  # the lines after the made-up thread line are one further down than in the text
+        origin = [n - 1 if n > inserted else n for n in origin]
     return Normalized("\n".join(out) + ("\n" if out else ""), origin, notes)

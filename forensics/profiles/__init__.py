@@ -5,6 +5,11 @@ Each `*.toml` in this folder is one profile, loaded by name (`load_profile("sgla
 device_sync, compute), which frames to skip, and which words name components; its
 `[[stacks.sample]]` entries are checked by the tests, the way lnav checks a format's samples.
 Errors name the file and the key at fault.
+
+`layers/*.toml` are layer profiles: what the layers under every serving stack print (PyTorch
+distributed, the kernel and GPU driver, systemd). Their line kinds apply to every bundle, ahead of
+the stack's own, each with the failure mode it is evidence of (`fault`); adding a failure mode is
+one `[[logs.event]]` there, with real sample lines, and one detector.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from forensics.errors import ForensicsError
 
 PHASES = ("collective", "idle", "transfer", "device_sync", "compute", "unknown")
 PROFILE_DIR = Path(__file__).parent
+LAYER_DIR = PROFILE_DIR / "layers"
+MAIN_TRACK = "main"  # a layer's line kinds written with this track go to the stack's main track
 DEFAULT_PROFILE = "sglang"
 
 
@@ -67,6 +74,10 @@ class LogEvent:
     track: str
     text: str
     annotation: str | None  # annotations whose text matches belong to this event's track
+    # The failure mode a line of this kind is evidence of ("collective timeout", "device fault", …);
+    # "" for a kind that is no fault (an operator's stop); None where the profile does not say.
+    fault: str | None = None
+    layer: str | None = None  # the layer profile it comes from, if any
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,9 @@ class LogRules:
     fields: dict[str, tuple[str, ...]]  # column -> the labels it is written with ("label: number")
     events: tuple[LogEvent, ...]
     samples: tuple[LogSample, ...]
+    # A line a starting server writes (its arguments, distributed init, weight loading): a unit
+    # with one and no ready, health or progress line never came up (`forensics.detect.failures`).
+    starting: str = "$^"
     # Fields of a progress line of which one must be above zero for the line to show work (a stack
     # that writes its stats line while idle, like vLLM); empty: every progress line shows work.
     working_when: tuple[str, ...] = ()
@@ -213,6 +227,52 @@ def _rule(path: Path, index: int, rule: dict[str, Any]) -> PhaseRule:
     )
 
 
+@dataclass(frozen=True)
+class Layer:
+    """A layer under every serving stack (PyTorch distributed, kernel and driver, systemd): its line
+    kinds, their sample lines, and tables of meanings (the kernel's Xid codes)."""
+
+    name: str
+    description: str
+    path: Path
+    events: tuple[LogEvent, ...]
+    samples: tuple[LogSample, ...]
+    meanings: dict[str, dict[str, str]]  # table -> code -> meaning, e.g. {"xid": {"79": "GPU has fallen…"}}
+
+
+_LAYERS: tuple[Layer, ...] | None = None
+
+
+def layers() -> tuple[Layer, ...]:
+    """The shipped layer profiles (read once)."""
+    global _LAYERS
+    if _LAYERS is None:
+        _LAYERS = tuple(_load_layer(path) for path in sorted(LAYER_DIR.glob("*.toml")))
+    return _LAYERS
+
+
+def meaning(table: str, code: str | int) -> str | None:
+    """What a code means in a layer's table (`meaning("xid", 79)`), or None when no layer knows it."""
+    for layer in layers():
+        found = layer.meanings.get(table, {}).get(str(code))
+        if found:
+            return found
+    return None
+
+
+def _load_layer(path: Path) -> Layer:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise ProfileError(f"{path}: {error}") from None
+    meta = _table(path, data, "layer")
+    rules = _log_rules(path, data.get("logs", {}), layer=str(meta.get("name", path.stem)))
+    meanings = {key: {str(k): str(v) for k, v in value.items()} for key, value in data.items()
+                if key not in ("layer", "logs") and isinstance(value, dict)}
+    return Layer(str(meta.get("name", path.stem)), str(meta.get("description", "")), path, rules.events,
+                 rules.samples, meanings)
+
+
 def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
     """A shipped profile by name, or a profile file by path."""
     path = Path(name_or_path)
@@ -299,8 +359,10 @@ def _fields(path: Path, fields: dict[str, Any]) -> dict[str, tuple[str, ...]]:
     return read
 
 
-def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
-    """[logs] of a profile; every pattern is compiled once here so a bad one is named."""
+def _log_rules(path: Path, logs: dict[str, Any], layer: str | None = None) -> LogRules:
+    """[logs] of a profile (or of a layer, named by `layer`); every pattern is compiled once here
+    so a bad one is named. A serving stack's line kinds come after every layer's, with the layers'
+    `main` track read as the stack's main track."""
     def pattern(key: str, value: Any, groups: tuple[str, ...] = ()) -> str:
         compiled = _pattern(path, key, value)
         missing = [g for g in groups if g not in compiled.groupindex]
@@ -312,10 +374,14 @@ def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
     events = []
     for n, event in enumerate(logs.get("event", [])):
         where = f"[[logs.event]] #{n + 1}"
+        fault = event.get("fault")
+        if fault is not None and not isinstance(fault, str):
+            raise ProfileError(f"{path}: {where} fault must be a string (the failure mode), not {fault!r}")
         events.append(LogEvent(str(_required(path, event, "kind", where)),
                                pattern(f"{where} pattern", _required(path, event, "pattern", where)),
                                str(event.get("track", event["kind"])), str(event.get("text", event["kind"])),
-                               pattern(f"{where} annotation", event["annotation"]) if "annotation" in event else None))
+                               pattern(f"{where} annotation", event["annotation"]) if "annotation" in event else None,
+                               fault, layer))
     samples = [LogSample(str(_required(path, s, "line", f"[[logs.sample]] #{n + 1}")), s.get("kind"), s.get("tag"),
                          {k: float(v) for k, v in s.get("fields", {}).items()})
                for n, s in enumerate(logs.get("sample", []))]
@@ -323,9 +389,13 @@ def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
     working = logs.get("working_when", [])
     if not isinstance(working, list) or any(w not in fields for w in working):
         raise ProfileError(f"{path}: [logs] working_when must list [logs.fields] names, not {working!r}")
+    main_track = str(logs.get("main_track", "main"))
+    if layer is None:  # a serving stack: every layer's line kinds first, on this stack's main track
+        events = [LogEvent(e.kind, e.pattern, main_track if e.track == MAIN_TRACK else e.track, e.text, e.annotation,
+                           e.fault, e.layer) for lay in layers() for e in lay.events] + events
     return LogRules(
         working_when=tuple(working),
-        main_track=str(logs.get("main_track", "main")),
+        main_track=main_track,
         prefix=pattern("[logs] prefix", logs.get("prefix", r"^(?P<stamp>)(?P<tag>)"), ("stamp", "tag")),
         progress=pattern("[logs] progress", logs.get("progress", "$^")),
         request_sent=pattern("[logs] request_sent", logs.get("request_sent", "(?P<rid>$^)"), ("rid",)),
@@ -334,5 +404,6 @@ def _log_rules(path: Path, logs: dict[str, Any]) -> LogRules:
                        ("method", "path", "status")),
         health_ok=pattern("[logs] health_ok", logs.get("health_ok", "$^")),
         ready=pattern("[logs] ready", logs.get("ready", "$^")),
+        starting=pattern("[logs] starting", logs.get("starting", "$^")),
         fields=fields,
         events=tuple(events), samples=tuple(samples))

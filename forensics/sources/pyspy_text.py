@@ -31,7 +31,7 @@ import polars as pl
 from forensics.formats import pyspy
 from forensics.formats.capture import HEADER_PREFIX, Capture, from_path
 from forensics.formats.pyspy import DumpContext, capture_of, subject_of
-from forensics.formats.pyspy_paste import HEADERLESS_TITLE, NO_PID, needs_normalizing, normalize
+from forensics.formats.pyspy_paste import HEADERLESS_TITLE, NO_PID, frames_only, needs_normalizing, normalize
 from forensics.formats.rawio import read_whole_lines
 from forensics.sources import ParseResult, register
 
@@ -63,17 +63,19 @@ _PYSPY_START = r"^(?:Process \d|Python v|Thread |    |Signal \d)"
 _SNIFF = re.compile(rb"(?m)^[ \t>]*(?:Process \d+: .*\n[ \t>]*(?:Python v|Parent|Thread )|Signal \d+: .*\n"
                     rb"Process \d+: |Thread (?:0[xX][0-9A-Fa-f]+|\d+) \((?:idle|active|active\+gil|gil)\))")
 _ANSI_BYTES = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
-_SNIFF_FAILED = re.compile(rb"(?m)^" + re.escape(HEADER_PREFIX.encode()) + rb".*\n(?:.*\n)*?Error: ")
+_SNIFF_FAILED = re.compile(rb"(?m)^(?:" + re.escape(HEADER_PREFIX.encode()) + rb"|Process \d+: |(?:sudo )?py-spy dump .*"
+                           rb"--pid \d+).*\n(?:.*\n)*?Error: ")
 
 
 def sniff(head: bytes, path: Path) -> bool:
     """py-spy text: a `Process N:` header followed by `Python v` (or, pasted, a thread line), a
     core dump's `Signal N:`, a thread line with py-spy's status words (indented or quoted too),
-    or a capture header followed by py-spy's `Error:`; colour codes are looked through."""
+    or a capture header followed by py-spy's `Error:`, or frames alone (`broadcast (torch/…/x.py:12)` lines
+    with no thread line); colour codes are looked through."""
     if path.is_dir():
         return False
     head = _ANSI_BYTES.sub(b"", head) if b"\x1b[" in head else head
-    return bool(_SNIFF.search(head) or _SNIFF_FAILED.search(head))
+    return bool(_SNIFF.search(head) or _SNIFF_FAILED.search(head) or frames_only(head.decode("utf-8", "replace")))
 
 
 KINDS = pl.Enum(["frame", "process", "python", "parent", "signal", "thread", "locals_kind", "local", "error",

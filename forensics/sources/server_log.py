@@ -14,6 +14,9 @@ servers write them, after any wrapper is taken off:
   (month and day only: the year is the one of the file's latest full date, else of its
   modification time, and the note says which); ISO times at the start of a line; syslog's
   `Jun 18 21:34:47 host ident[pid]: …` (`journalctl` without `-o`);
+- glog stamps of PyTorch's C++ side (`E710 18:00:32.421467 1234 ProcessGroupNCCL.cpp:632] …`: the
+  level letter, the month unpadded and the day, no year: read as vLLM's), behind torch's own `[rank3]:` prefix,
+  whose rank is kept (`LOG_RANK`);
 - uvicorn's `INFO:     10.0.0.7:51234 - "GET /health …" 200` lines carry no time: each is a record
   timed by the record before it (`LOG_TIME_SOURCE` says so).
 
@@ -46,25 +49,35 @@ _ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
 _DOCKER = r"^(?P<docker>[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z?)(?: |$)"
 _KUBE = r"^\[(?:pod|deployment|statefulset|job)/[^\]]+\] "
 _PROCESS = r"^\(([^()]*)\) "
+_TORCH_RANK = r"^\[rank(?P<torch_rank>[0-9]+)\]:"
 _MARKDOWN = r"^# (\[[0-9]{4}-)"
 # The stamp forms, tried on what is left after the wrappers.
-_SGLANG = r"^\[(?P<sglang>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?)(?: [^\]]*)?\]"
+_SGLANG = r"^\[(?P<sglang>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,6})?)(?: [^\]]*)?\]"
 _VLLM = (r"^(?P<vllm_level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) +(?P<vllm_md>[0-9]{2}-[0-9]{2}) "
          r"(?P<vllm_time>[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?)")
 _ISO = r"^(?P<iso>[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})?)(?:Z|[+-][0-9]{2}:?[0-9]{2})?[ \]|]"
 _SYSLOG = (r"^(?P<sys_month>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<sys_day>[0-9]{1,2}) "
            r"(?P<sys_time>[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?) (?P<sys_host>\S+) "
            r"(?P<sys_ident>[^\s\[:]+)(?:\[(?P<sys_pid>[0-9]+)\])?: ")
+# glog (PyTorch's C++ logging): level letter, MMDD, time to the nanosecond, then thread id and file:line]
+_GLOG = (r"^\[?(?P<glog_level>[IWEF])(?P<glog_md>1?[0-9][0-3][0-9]) (?P<glog_time>[0-9]{2}:[0-9]{2}:[0-9]{2})"
+         r"(?P<glog_frac>\.[0-9]{1,9})? +(?:[0-9]+ )?[^\] ]+:[0-9]+\]")
 _UVICORN = r"^(?P<uvicorn>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
+# a level written in lower case right after an ISO stamp (Ascend memfabric: `2026-01-04 03:23:20.5 error 33677 …`)
+_ISO_LEVEL = (r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.,]+Z? +(?P<iso_level>critical|fatal|error|warning|warn|info|debug)"
+              r"\b")
+_LOWER_LEVEL = r"^(critical|fatal|error|warning|warn|info|debug) "
 _LEVEL = r"\b(?P<level>CRITICAL|FATAL|ERROR|WARNING|WARN|INFO|DEBUG)\b"
 _NOISE = r"^\s*$|^\s*(?:\.\.\.|…)\s*$|[0-9]+%\|[^|]*\|\s*[0-9]+/[0-9]+|\[[0-9:<?]+, *[^\]]*(?:it/s|s/it)\]"
+_GLOG_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "FATAL"}
 _PRIORITY = {"CRITICAL": 2, "FATAL": 2, "ERROR": 3, "WARNING": 4, "WARN": 4, "INFO": 6, "DEBUG": 7}
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                                        "Dec"), start=1)}
 _SNIFF = re.compile(
     rb"(?m)^(?:(?:\x1b\[[0-9;]*m)*[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.]+Z? )?(?:\([^()\n]*\) )?(?:# )?"
     rb"(?:\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}[^\]\n]*\] |"
-    rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}[.0-9]* \[)")
+    rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}[.0-9]* \[|"
+    rb"(?:\[rank[0-9]+\]:)?\[?[IWEF]1?[0-9][0-3][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2}[.0-9]* +(?:[0-9]+ )?[^\] \n]+:[0-9]+\])")
 
 
 def sniff(head: bytes, path: Path) -> bool:
@@ -102,13 +115,21 @@ def _lines(text: str) -> pl.DataFrame:
     process = pl.col("body").str.extract(_PROCESS, 1)
     frame = frame.with_columns(process.alias("process"), process.str.extract(r"pid=([0-9]+)", 1).alias("process_pid"))
     frame = frame.with_columns(pl.col("body").str.replace(_PROCESS, "").str.replace(_MARKDOWN, "$1").alias("body"))
+    # torch's `[rank3]:` before a glog stamp (the message keeps it: it names the rank)
+    frame = frame.with_columns(pl.col("body").str.extract(_TORCH_RANK, 1).alias("torch_rank"))
+    after_rank = pl.col("body").str.replace(_TORCH_RANK, "")
     stamps = [pl.col("body").str.extract_groups(p).alias(f"s{i}") for i, p in enumerate((_SGLANG, _VLLM, _ISO, _SYSLOG))]
-    frame = frame.with_columns(*stamps).unnest("s0", "s1", "s2", "s3")
+    frame = frame.with_columns(*stamps, after_rank.str.extract_groups(_GLOG).alias("s4")).unnest(
+        "s0", "s1", "s2", "s3", "s4")
     frame = frame.with_columns(pl.col("body").str.extract(_UVICORN, 1).alias("uvicorn"),
+                               pl.coalesce(pl.col("body").str.extract(_ISO_LEVEL, 1),  # after a stamp taken off as
+                                           pl.when(pl.col("docker").is_not_null())  # a Docker time, at the start
+                                           .then(pl.col("body").str.extract(_LOWER_LEVEL, 1)))
+                               .str.to_uppercase().alias("iso_level"),
                                pl.col("body").str.contains(_NOISE).alias("noise"))
     # A Docker time over a line of its own (Docker Desktop writes one before a progress bar) is noise;
     # a Docker time over a line without a stamp of its own is that line's time.
-    own = pl.coalesce("sglang", "iso", "sys_time", "vllm_time")
+    own = pl.coalesce("sglang", "iso", "sys_time", "vllm_time", "glog_time")
     return frame.with_columns(
         (pl.col("docker").is_not_null() & (pl.col("body").str.strip_chars() == "")).alias("docker_alone"),
         pl.when(own.is_null() & pl.col("docker").is_not_null() & (pl.col("body").str.strip_chars() != ""))
@@ -118,8 +139,7 @@ def _lines(text: str) -> pl.DataFrame:
 def _year(frame: pl.DataFrame, path: Path) -> tuple[int, str | None]:
     """The year for stamps written without one: the latest full date in the file, else the file's
     modification year; and a note when such stamps exist."""
-    if frame.get_column("vllm_md").null_count() == frame.height and frame.get_column("sys_month").null_count() == \
-            frame.height:
+    if all(frame.get_column(c).null_count() == frame.height for c in ("vllm_md", "sys_month", "glog_md")):
         return 1970, None
     dated = frame.select(pl.coalesce("sglang", "iso").str.slice(0, 4).cast(pl.Int32, strict=False).max()).item()
     if dated:
@@ -136,9 +156,12 @@ def parse(path: Path) -> ParseResult:
     year, year_note = _year(frame, path)
     months = pl.col("sys_month").replace_strict(_MONTHS, default=None, return_dtype=pl.Int32)
     written = pl.coalesce(
-        pl.col("sglang"),
-        pl.col("iso").str.replace("T", " ").str.replace(",", "."),
+        pl.col("sglang").str.replace(",", ".", literal=True),
+        pl.col("iso").str.replace("T", " ").str.replace(",", ".").str.strip_suffix("Z"),
         pl.when(pl.col("vllm_md").is_not_null()).then(pl.format("{}-{} {}", pl.lit(year), "vllm_md", "vllm_time")),
+        pl.when(pl.col("glog_md").is_not_null()).then(pl.format(
+            "{}-{}-{} {}{}", pl.lit(year), pl.col("glog_md").str.head(-2).str.zfill(2), pl.col("glog_md").str.tail(2),
+            "glog_time", pl.col("glog_frac").fill_null("").str.slice(0, 7))),
         pl.when(months.is_not_null()).then(pl.format("{}-{}-{} {}", pl.lit(year), months.cast(pl.String).str.zfill(2),
                                                      pl.col("sys_day").str.zfill(2), "sys_time")))
     frame = frame.with_columns(written.alias("written"))
@@ -150,7 +173,7 @@ def parse(path: Path) -> ParseResult:
     records = (body_lines.group_by("record", maintain_order=True).agg(
         pl.col("line").first(), pl.col("body").str.join("\n").alias("message"),
         *[pl.col(c).first() for c in ("written", "uvicorn", "docker", "process", "process_pid", "vllm_level",
-                                      "sys_host", "sys_ident", "sys_pid")]))
+                                      "glog_level", "iso_level", "torch_rank", "sys_host", "sys_ident", "sys_pid")]))
     parsed_time = pl.coalesce([pl.col("written").str.to_datetime(f, strict=False, time_unit="us")
                                for f in ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")])
     records = records.with_columns(parsed_time.alias("own_ts"))
@@ -161,7 +184,9 @@ def parse(path: Path) -> ParseResult:
                                    .alias("LOG_TIME_SOURCE"))
     bad = records.filter(pl.col("ts_naive").is_null() | (pl.col("written").is_not_null() & pl.col("own_ts").is_null()))
     good = records.join(bad.select("record"), on="record", how="anti")
-    level = pl.coalesce("vllm_level", "uvicorn", pl.col("message").str.extract(_LEVEL, 1))
+    level = pl.coalesce("vllm_level", pl.col("glog_level").replace_strict(_GLOG_LEVELS, default=None), "iso_level",
+                        "uvicorn",
+                        pl.col("message").str.extract(_LEVEL, 1))
     host = pl.coalesce("sys_host", pl.lit(_host_of(path), pl.String))
     events = good.select(
         pl.col("ts_naive").dt.replace_time_zone("UTC").alias("ts"),
@@ -176,6 +201,7 @@ def parse(path: Path) -> ParseResult:
         pl.lit(str(path)).alias("source_file"), pl.lit(None, pl.Int64).alias("source_offset"),
         pl.col("line").alias("source_line"), pl.lit(None, pl.List(EVENTS_SCHEMA["raw_fields"].inner)).alias("raw_fields"),
         pl.col("docker").alias("DOCKER_TIMESTAMP"), pl.col("process").alias("LOG_PROCESS"), "LOG_TIME_SOURCE",
+        pl.col("torch_rank").alias("LOG_RANK"),
         pl.col("written").alias("LOG_STAMP"))
     events = events.with_columns(pl.col(n).cast(d) for n, d in EVENTS_SCHEMA.items())
     quarantine = bad.select(

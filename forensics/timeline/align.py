@@ -57,6 +57,15 @@ JUMP_S = 1.0  # a wall-clock step smaller than this is indistinguishable from lo
 EVENT_COLUMNS = ("ts", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_ID", "host", "unit", "identifier",
                  "pid", "priority", "message_id", "invocation_id", "message", "data_type", "source_file",
                  "source_offset", "source_line")
+#: Fields some readers add that detectors read too, kept where the case has them: the rank torch
+#: prefixes a line with, and the Flight Recorder's entries (`forensics.detect.collectives`).
+DETECTOR_EXTRAS = ("LOG_RANK", "FR_RANK", "FR_PG", "FR_PG_DESC", "FR_PG_RANKS", "FR_SEQ", "FR_P2P", "FR_OP",
+                   "FR_STATE", "FR_INPUT_SIZES", "FR_LAST_ENQUEUED", "FR_LAST_STARTED", "FR_LAST_COMPLETED")
+
+
+def _event_columns(available: list[str]) -> list[str]:
+    """The columns of `events` the timeline reads, of those `available`."""
+    return [*EVENT_COLUMNS, *(c for c in DETECTOR_EXTRAS if c in available)]
 
 
 # what a line is counted by in `Timeline.activity` (its lane: host, component or unit, ranks)
@@ -112,10 +121,11 @@ class Timeline:
         """Records of the case (`rows`, its columns) read onto this timeline as its own lines are:
         the profile's reading, component, and true time; in time order. For the few records a
         lean timeline only counts."""
+        columns = _event_columns(rows.columns)
         read = [_read_batch(part, part.get_column("host")[0], self.incident, self.profile)
-                for part in rows.select(EVENT_COLUMNS).partition_by("host", maintain_order=True)]
+                for part in rows.select(columns).partition_by("host", maintain_order=True)]
         if not read:
-            read = [_read_batch(rows.select(EVENT_COLUMNS), None, self.incident, self.profile)]
+            read = [_read_batch(rows.select(columns), None, self.incident, self.profile)]
         return (pl.concat(read, how="vertical_relaxed")
                 .with_columns(_true_time(self.offsets))
                 .sort("ts", maintain_order=True))
@@ -427,7 +437,7 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
     folder, in this process or on a Dask worker). Lean: batch by batch, keeping only the lines worth
     a finding (see the module's docstring); the rest are counted in `activity`, and of the progress
     lines only their numbers are held until the gaps are found."""
-    scan = scan_partition(location(case_dir), "events", host, extras).select(EVENT_COLUMNS)
+    scan = scan_partition(location(case_dir), "events", host, extras).select(_event_columns(extras))
     total = scan.select(pl.len()).collect().item()
     step = LEAN_BATCH_ROWS if lean else max(total, 1)
     zone = incident.clock(host).time_zone.key

@@ -1,0 +1,180 @@
+"""One collective verdict per process group, from every source that saw the collectives.
+
+Three sources speak of the same collectives: Flight Recorder dumps (each rank's last recorded
+collectives and its process groups' last enqueued / completed work; `sources.flight_recorder`),
+the process group's watchdog lines (`[Rank 3] Watchdog caught collective operation timeout:
+WorkNCCL(SeqNum=…, OpType=…)`, `last enqueued work: …, last completed work: …`), and the py-spy
+phase of each rank. `collective_table` puts them side by side, one row per process group and rank;
+`detect` gives one verdict per group in the stack taxonomy:
+
+- STRAGGLER_OR_MISSING: ranks that never entered the group's latest collective (named, with the
+  collective's sequence number) — the ranks to blame, or ranks with no dump at all;
+- TP_DESYNC: ranks at the same sequence number in different collectives (both named);
+- SIZE_MISMATCH: the same collective with different tensor sizes on different ranks;
+- UNIFORM_WAIT: every rank in the same collective and none completed it (transport or init, not
+  the code).
+
+Where the sources disagree (the watchdog names another sequence number than the recorder), the
+verdict says so.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from forensics.detect import Evidence, Finding, clock
+from forensics.detect.stacks import STRAGGLER_OR_MISSING, TP_DESYNC, UNIFORM_WAIT, Verdict, latest
+from forensics.timeline.align import Timeline
+
+SIZE_MISMATCH = "SIZE_MISMATCH"
+RECORDER = "torch:flight_recorder"
+TABLE_SCHEMA = {"pg": pl.String, "rank": pl.Int64, "seq": pl.Int64, "op": pl.String, "state": pl.String,
+                "sizes": pl.String, "last_enqueued": pl.Int64, "last_completed": pl.Int64,
+                "watchdog_seq": pl.Int64, "watchdog_op": pl.String, "stack_phase": pl.String}
+_WATCHDOG = re.compile(r"(?:\[PG ID (?P<pg>[0-9]+)[^\]]* Rank (?P<pg_rank>[0-9]+)\]|\[Rank (?P<rank>[0-9]+)\])"
+                       r"(?:.*?SeqNum=(?P<seq>-?[0-9]+), OpType=(?P<op>[A-Za-z_]+))?"
+                       r"(?:.*?work sequence id: (?P<status_seq>-?[0-9]+).*?last enqueued (?:NCCL )?work: "
+                       r"(?P<enqueued>-?[0-9]+), last completed (?:NCCL )?work: (?P<completed>-?[0-9]+))?")
+
+
+def _ranks(text: str | None) -> list[int]:
+    return [int(n) for n in re.findall(r"-?[0-9]+", text or "")]
+
+
+def _recorded(timeline: Timeline) -> pl.DataFrame:
+    """Each rank's latest recorded collective per process group (p2p work left out)."""
+    events = timeline.events
+    if "FR_SEQ" not in events.columns:
+        return pl.DataFrame()
+    numbers = ("FR_RANK", "FR_SEQ", "FR_LAST_ENQUEUED", "FR_LAST_STARTED", "FR_LAST_COMPLETED")
+    rows = (events.lazy().filter((pl.col("data_type") == RECORDER) & pl.col("FR_SEQ").is_not_null()
+                                 & (pl.col("FR_P2P") != "true").fill_null(True))
+            .with_columns(pl.col(c).cast(pl.Int64, strict=False) for c in numbers).collect())
+    if rows.is_empty():
+        return rows
+    return (rows.sort("FR_SEQ", "ts").group_by("FR_PG", "FR_RANK", maintain_order=True)
+            .agg(pl.all().last()).sort("FR_PG", "FR_RANK"))
+
+
+def _watchdog(timeline: Timeline) -> dict[tuple[str, int], dict[str, str]]:
+    """What the watchdog lines say per (process group, rank)."""
+    if "event" not in timeline.events.columns:
+        return {}
+    lines = (timeline.events.lazy().filter(pl.col("event").is_in(["collective_timeout", "process_group_abort"]))
+             .select("message").collect().get_column("message").drop_nulls())
+    said: dict[tuple[str, int], dict[str, str]] = {}
+    for text in lines:
+        for line in text.splitlines():
+            found = _WATCHDOG.search(line)
+            if not found:
+                continue
+            rank = found["pg_rank"] or found["rank"]
+            entry = said.setdefault((found["pg"] or "?", int(rank)), {})
+            entry.update({k: v for k, v in found.groupdict().items() if v is not None})
+    return said
+
+
+def _phases(verdicts: list[Verdict]) -> dict[int, str]:
+    """Each rank's py-spy phase, when the stacks hold one group (its ranks numbered as the job's)."""
+    last = latest(verdicts)
+    if len(last) != 1:
+        return {}
+    return {r.rank: f"{r.phase.phase} in {r.phase.frame.function}" if r.phase.frame else r.phase.phase
+            for r in last[0].ranks}
+
+
+def collective_table(timeline: Timeline, verdicts: list[Verdict] | None = None) -> pl.DataFrame:
+    """One row per process group and rank: the recorder's latest collective (seq, op, state,
+    sizes), its group's last enqueued and completed work, what the watchdog said, the py-spy phase."""
+    recorded, watchdog, phases = _recorded(timeline), _watchdog(timeline), _phases(verdicts or [])
+    rows: dict[tuple[str, int], dict[str, object]] = {}
+    for r in recorded.iter_rows(named=True) if recorded.height else []:
+        if r["FR_RANK"] is None:
+            continue
+        rows[(r["FR_PG"], r["FR_RANK"])] = {
+            "pg": r["FR_PG"], "rank": r["FR_RANK"], "seq": r["FR_SEQ"], "op": r["FR_OP"], "state": r["FR_STATE"],
+            "sizes": r["FR_INPUT_SIZES"], "last_enqueued": r["FR_LAST_ENQUEUED"], "last_completed": r["FR_LAST_COMPLETED"]}
+    for (pg, rank), said in watchdog.items():
+        # a watchdog line names its group by id; the recorder by name, which is the id for unnamed groups
+        row = rows.setdefault((pg, rank), {"pg": pg, "rank": rank})
+        row["watchdog_seq"] = int(said.get("seq") or said.get("status_seq") or 0) if (said.get("seq") or
+                                                                                    said.get("status_seq")) else None
+        row["watchdog_op"] = said.get("op")
+        if row.get("last_completed") is None and said.get("completed"):
+            row.update(last_enqueued=int(said["enqueued"]), last_completed=int(said["completed"]))
+    for row in rows.values():
+        row["stack_phase"] = phases.get(int(row["rank"]))  # type: ignore[call-overload]
+    return pl.DataFrame(list(rows.values()), schema=TABLE_SCHEMA).sort("pg", "rank")
+
+
+def _names(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in sorted(ranks))
+
+
+def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list[Finding]:
+    """A verdict per process group that the Flight Recorder recorded."""
+    recorded = _recorded(timeline)
+    if recorded.is_empty():
+        return []
+    table = collective_table(timeline, verdicts)
+    out = []
+    for (pg,), rows in recorded.group_by("FR_PG", maintain_order=True):
+        expected = _ranks(rows.get_column("FR_PG_RANKS").drop_nulls().head(1).to_list()[0]
+                          if rows.get_column("FR_PG_RANKS").drop_nulls().len() else "")
+        seen = sorted(r for r in rows.get_column("FR_RANK").to_list() if r is not None)
+        latest_seq = int(rows.get_column("FR_SEQ").max())  # type: ignore[arg-type]
+        at_latest = rows.filter(pl.col("FR_SEQ") == latest_seq)
+        behind = rows.filter(pl.col("FR_SEQ") < latest_seq)
+        not_dumped = sorted(set(expected) - set(seen))
+        ops = dict(at_latest.group_by("FR_OP").agg(pl.col("FR_RANK")).iter_rows())
+        sizes = dict(at_latest.group_by("FR_INPUT_SIZES").agg(pl.col("FR_RANK")).iter_rows())
+        desc = rows.get_column("FR_PG_DESC").drop_nulls().head(1).to_list()
+        group = f"process group {pg}" + (f" ({desc[0]})" if desc and desc[0] else "")
+        op_at = ", ".join(sorted(ops))
+        parts = []
+        if len(ops) > 1:
+            verdict = TP_DESYNC
+            parts.append(f"At collective {latest_seq} the ranks are in different collectives: "
+                         + "; ".join(f"{_names(r)} in {op}" for op, r in sorted(ops.items()))
+                         + ". A collective completes only when every rank enters the same one: the group is "
+                         "desynchronised.")
+        elif behind.height or not_dumped:
+            verdict = STRAGGLER_OR_MISSING
+            if behind.height:
+                lag = ", ".join(f"rank {r['FR_RANK']} at {r['FR_SEQ']} ({r['FR_OP']})"
+                                for r in behind.iter_rows(named=True))
+                parts.append(f"{_names(behind.get_column('FR_RANK').to_list())[0].upper()}"
+                             f"{_names(behind.get_column('FR_RANK').to_list())[1:]} never entered collective "
+                             f"{latest_seq} ({op_at}), which {_names(at_latest.get_column('FR_RANK').to_list())} "
+                             f"entered: the last each recorded is {lag}. These are the ranks to blame (or what "
+                             "held them: their own stacks say).")
+            if not_dumped:
+                parts.append(f"No Flight Recorder dump of {_names(not_dumped)} of the group's ranks "
+                             f"{expected}: what they did is not in the evidence.")
+        elif len(sizes) > 1:
+            verdict = SIZE_MISMATCH
+            parts.append(f"Collective {latest_seq} ({op_at}) has different sizes on different ranks: "
+                         + "; ".join(f"{_names(r)}: {s}" for s, r in sorted(sizes.items())) + ".")
+        else:
+            completed = at_latest.get_column("FR_LAST_COMPLETED").drop_nulls()
+            if completed.len() and (completed >= latest_seq).all():
+                continue  # every rank completed the last collective it recorded: nothing stuck here
+            verdict = UNIFORM_WAIT
+            parts.append(f"Every rank ({', '.join(map(str, seen))}) is in collective {latest_seq} ({op_at}) and none "
+                         "completed it: the ranks agree with each other, so the wait is below them (the transport, "
+                         "the device, communicator init).")
+        mine = table.filter(pl.col("pg") == pg)
+        disagree = mine.filter(pl.col("watchdog_seq").is_not_null() & pl.col("seq").is_not_null()
+                               & (pl.col("watchdog_seq") != pl.col("seq")))
+        if disagree.height:
+            parts.append("The sources disagree: " + "; ".join(
+                f"for rank {r['rank']} the watchdog names work {r['watchdog_seq']}, the recorder {r['seq']}"
+                for r in disagree.iter_rows(named=True)) + ".")
+        at = rows.get_column("ts").max()
+        text = (f"{group}, Flight Recorder of {_names(seen)} (up to {clock(at)}): {verdict}. " + " ".join(parts))
+        evidence = [Evidence("events", r["source_file"], r["source_line"], None, r["ts"], r["message"][:80])
+                    for r in rows.sort("FR_RANK").iter_rows(named=True)][:8]
+        out.append(Finding("collective_verdict", main_track, None, at, text, None, evidence))
+    return out

@@ -1,0 +1,326 @@
+"""Failure modes beyond the silent hang, from the layer profiles' line kinds (`profiles/layers/`).
+
+Each line kind of PyTorch distributed, the kernel and driver, and systemd becomes one finding per
+component and host, in words that say what the lines show: a collective timeout with the
+collective in flight per rank and process group, an Xid with what its code means, the OOM
+killer's victim, a crash loop's restart counter and interval, an operator's stop (no fault).
+Beside them:
+
+- `error_records`: log records at error priority or worse that no other finding explains, so that
+  an error line is never "no incident";
+- how a process's start-up ended, per unit whose log starts up (the profile's `[logs] starting`)
+  and never becomes ready or does work: a start-up failure (its first error), a start-up stall
+  (stopped from outside while still starting, or ranks that began distributed init and never
+  ended it), or a silent death (the log ends during start-up with no error and no shutdown line);
+- `consequences_of_stop`: what an operator's stop brings with it (tracebacks, failed exits, error
+  lines at or after the stop) is said as that, not as a fault.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+import polars as pl
+
+from forensics.detect import Finding, clock, earliest, event_evidence, latest_time, span
+from forensics.profiles import LogEvent, available, load_profile, meaning
+from forensics.timeline.align import Timeline
+
+ERROR = 3  # syslog priority: error and worse
+# an exception raised or a traceback begun: an error in a start-up whatever its level says
+RAISED = r"Traceback \(most recent call last\)|\b[A-Za-z]*(?:Error|Exception)\b: "
+STOP_SLACK = timedelta(seconds=1)  # lines stamped this much before a stop's own line still follow it
+# A collective timeout line's numbers, as ProcessGroupNCCL / ProcessGroupGloo write them.
+WORK = re.compile(r"SeqNum=(?P<seq>-?[0-9]+), OpType=(?P<op>[A-Za-z_]+)(?:, NumelIn=(?P<numel_in>-?[0-9]+), "
+                  r"NumelOut=(?P<numel_out>-?[0-9]+))?.*?Timeout\(ms\)=(?P<timeout_ms>[0-9]+)\)"
+                  r"(?: ran for (?P<ran_ms>[0-9]+) milliseconds)?")
+PG_STATUS = re.compile(r"work sequence id: (?P<seq>-?[0-9]+).*?last enqueued (?:NCCL )?work: (?P<enqueued>-?[0-9]+), "
+                       r"last completed (?:NCCL )?work: (?P<completed>-?[0-9]+)")
+PG = re.compile(r"\[PG ID (?P<pg>[0-9]+)(?: PG GUID (?P<guid>[^ \]]+))?(?:\([^)]*\))? Rank (?P<rank>[0-9]+)\]")
+RANK = re.compile(r"\[Rank (?P<rank>[0-9]+)\]|^\[rank(?P<prefix>[0-9]+)\]:")
+XID = re.compile(r"NVRM: Xid \((?P<pci>PCI:[^)]*)\): (?P<code>[0-9]+)(?:, pid=(?P<pid>[^,]+))?(?:, name=(?P<name>[^,]+))?")
+OOM = re.compile(r"Killed process (?P<pid>[0-9]+) \((?P<name>[^)]*)\)")
+RESTARTS = re.compile(r"restart counter is at (?P<n>[0-9]+)")
+# Kinds whose lines, at or after an operator's stop, are what the stop brought with it.
+STOP_CONSEQUENCES = ("error_records", "traceback", "process_failed", "process_killed", "process_group_abort",
+                     "http_5xx", "new_template", "engine_dead")
+
+
+def _layer_events(timeline: Timeline) -> dict[str, LogEvent]:
+    return {e.kind: e for e in timeline.profile.logs.events if e.layer is not None}
+
+
+def _rows(timeline: Timeline, kinds: list[str]) -> pl.DataFrame:
+    columns = [c for c in ("ts", "host", "unit", "component", "pid", "priority", "event", "track", "source_file",
+                           "source_line", "source_offset", "message", "LOG_RANK") if c in timeline.events.columns]
+    return timeline.events.lazy().filter(pl.col("event").is_in(kinds)).select(columns).sort("ts").collect()
+
+
+def _where(component: str | None, host: str | None, several_hosts: bool) -> str:
+    if component is None:
+        return host or "the host"
+    return f"{component} on {host}" if several_hosts and host else component
+
+
+def detect(timeline: Timeline) -> list[Finding]:
+    """A finding per layer line kind, component and host; error records no finding explains; and
+    how start-ups ended."""
+    layer = _layer_events(timeline)
+    rows = _rows(timeline, list(layer))
+    several_hosts = len(timeline.hosts) > 1
+    out: list[Finding] = []
+    for (kind, track, component, host), group in rows.group_by("event", "track", "component", "host",
+                                                                maintain_order=True):
+        event = layer[str(kind)]
+        where = _where(component, host, several_hosts)
+        first, last = earliest(group.get_column("ts")), latest_time(group.get_column("ts"))
+        words = {"collective_timeout": _collective_timeout, "gpu_xid_error": _xid, "oom_kill": _oom,
+                 "crash_loop": _crash_loop, "operator_stop": _operator_stop}.get(str(kind))
+        text = words(group, where) if words else None
+        if text is None:
+            sample = _matching_line(group, event.pattern)
+            text = (f"{group.height} × {event.text} on {where}, {clock(first)}–{clock(last)}"
+                    + (f": “{sample[:160]}”" if sample else "") + ".")
+        out.append(Finding(str(kind), str(track), component, first, text, last, event_evidence(group), host))
+    out += _error_records(timeline, several_hosts)
+    out += _startups(timeline, several_hosts)
+    return out
+
+
+def _matching_line(group: pl.DataFrame, pattern: str) -> str:
+    """The first line, within the group's messages (a record may hold a folded traceback), that
+    shows the line kind."""
+    for message in group.get_column("message").drop_nulls():
+        for line in message.splitlines():
+            if re.search(pattern, line):
+                return line.strip()
+    return ""
+
+
+def _numbers(messages: list[str], pattern: re.Pattern[str]) -> list[dict[str, str]]:
+    return [m.groupdict() for text in messages if (m := pattern.search(text or ""))]
+
+
+def _collective_timeout(group: pl.DataFrame, where: str) -> str:
+    """Per rank and process group: the collective in flight (seq, op, sizes, timeout, how long it
+    ran) and the last enqueued and completed work; then whether the ranks agree."""
+    ranks: dict[str, dict[str, str]] = {}
+    for row in group.iter_rows(named=True):
+        text = row["message"] or ""
+        pg = PG.search(text)
+        rank_match = RANK.search(text)
+        rank = (pg["rank"] if pg else (rank_match["rank"] or rank_match["prefix"]) if rank_match
+                else row.get("LOG_RANK")) or "?"
+        entry = ranks.setdefault(str(rank), {})
+        if pg:
+            entry["pg"] = pg["pg"]
+        if (work := WORK.search(text)):
+            entry.update({k: v for k, v in work.groupdict().items() if v is not None})
+        if (status := PG_STATUS.search(text)):
+            entry.setdefault("seq", status["seq"])
+            entry.update(enqueued=status["enqueued"], completed=status["completed"])
+        if not entry and (plain := re.search(r"Timed out waiting [0-9]+ ?ms for \w+ operation[^\n]*", text)):
+            entry["plain"] = plain[0].strip()  # gloo's own timeout: no sequence number in it
+    parts = []
+    for rank, entry in sorted(ranks.items(), key=lambda item: int(item[0]) if item[0].isdigit() else 1 << 30):
+        pg = entry.get("pg", "?")
+        said = f"rank {rank}" + (f" (PG {pg})" if pg != "?" else "")
+        if "op" in entry:
+            said += f" in {entry['op']} seq {entry['seq']}"
+            if "ran_ms" in entry:
+                said += f", ran {int(entry['ran_ms']) / 1000:.0f} s of its {int(entry['timeout_ms']) / 1000:.0f} s timeout"
+        elif "seq" in entry:
+            said += f" at work {entry['seq']}"
+        elif "plain" in entry:
+            said += f": “{entry['plain']}”"
+        if "completed" in entry:
+            said += f"; last enqueued {entry['enqueued']}, last completed {entry['completed']}"
+        parts.append(said)
+    in_flight = {e["seq"] for e in ranks.values() if e.get("seq")}
+    ops = {e["op"] for e in ranks.values() if e.get("op")}
+    if len(in_flight) > 1 or len(ops) > 1:
+        verdict = ("the ranks that reported are at different collectives — a desync: "
+                   + "; ".join(f"rank {r} at {e.get('op') or 'work'} {e.get('seq', '?')}" for r, e in sorted(ranks.items())))
+    elif in_flight and len(ranks) > 1:
+        verdict = ("every rank that reported waits in the same collective: the rank to blame is one that did not "
+                   "report (or the transport)")
+    elif in_flight:
+        verdict = "one rank reported: its peers' logs would show who never entered the collective"
+    else:
+        verdict = ""
+    return (f"collective timeout on {where} at {clock(earliest(group.get_column('ts')))}: "
+            f"{'; '.join(parts) or f'{group.height} lines'}" + (f". {verdict[0].upper()}{verdict[1:]}"
+                                                                             if verdict else "") + ".")
+
+
+def _xid(group: pl.DataFrame, where: str) -> str:
+    found = _numbers(group.get_column("message").to_list(), XID)
+    codes: dict[str, list[dict[str, str]]] = {}
+    for f in found:
+        codes.setdefault(f["code"], []).append(f)
+    said = []
+    for code, items in codes.items():
+        first = items[0]
+        who = ", ".join(x for x in (first.get("pci"), f"pid {first['pid']}" if first.get("pid") else None,
+                                    first.get("name")) if x and "unknown" not in x)
+        said.append(f"Xid {code}" + (f" × {len(items)}" if len(items) > 1 else "") + (f" ({who})" if who else "")
+                    + f": {meaning('xid', code) or 'a code the table does not know (see NVIDIA’s Xid catalogue)'}")
+    return (f"GPU fault on {where} at {clock(earliest(group.get_column('ts')))}: " + "; ".join(said) + ".") if said \
+        else None  # type: ignore[return-value]
+
+
+def _oom(group: pl.DataFrame, where: str) -> str:
+    victims = _numbers(group.get_column("message").to_list(), OOM)
+    named = ", ".join(sorted({f"{v['name']} (pid {v['pid']})" for v in victims})) or "a process"
+    return (f"the kernel's OOM killer killed {named} on {where} at {clock(earliest(group.get_column('ts')))}: "
+            "host memory ran out (its log ends there with no error of its own).")
+
+
+def _crash_loop(group: pl.DataFrame, where: str) -> str:
+    counts = [int(n["n"]) for n in _numbers(group.get_column("message").to_list(), RESTARTS)]
+    times = group.get_column("ts").drop_nulls()
+    gaps = times.diff().drop_nulls().dt.total_seconds() if times.len() > 1 else pl.Series([], dtype=pl.Int64)
+    units = ", ".join(sorted(set(group.get_column("unit").drop_nulls().to_list()))) or where
+    text = (f"crash loop: {units} restarted again and again — systemd's restart counter at {max(counts)}"
+            if counts else f"crash loop: {units} could not stay up ({group.height} lines)")
+    text += f" at {clock(latest_time(times))}"
+    if gaps.len():
+        text += f", one restart every {span(float(gaps.median()))} over the {times.len()} restarts in the evidence"
+    return text + ". Each start's first error says why it died."
+
+
+def stop_time_logged(message: str | None) -> bool:
+    """Whether a stop line has a time of its own: not when it is the end of a traceback folded
+    under an earlier record (vLLM's `KeyboardInterrupt: terminated`), whose time is that record's."""
+    first = (message or "").splitlines()[:1]
+    return bool(first) and bool(re.search(r"SIGTERM|signal 15", first[0])) and "Traceback" not in (message or "")
+
+
+def _operator_stop(group: pl.DataFrame, where: str) -> str:
+    row = group.row(0, named=True)
+    when = (f"at {clock(row['ts'])}" if stop_time_logged(row["message"])
+            else f"after {clock(row['ts'])} (the stop's own time is not logged)")
+    return (f"{where} was stopped from outside {when} (SIGTERM: an operator's or orchestrator's stop, not a fault); "
+            "what follows it in the logs is the shutdown.")
+
+
+def _error_records(timeline: Timeline, several_hosts: bool) -> list[Finding]:
+    """Records at error priority or worse that no line kind explains, per component and host."""
+    columns = [c for c in ("ts", "host", "component", "priority", "event", "source_file", "source_line",
+                           "source_offset", "message") if c in timeline.events.columns]
+    errors = (timeline.events.lazy().filter((pl.col("priority") <= ERROR) & pl.col("event").is_null()
+                                            & pl.col("progress").is_null())
+              .select(columns).sort("ts").collect())
+    out = []
+    for (component, host), rows in errors.group_by("component", "host", maintain_order=True):
+        first = rows.row(0, named=True)
+        line = ((first["message"] or "").splitlines() or [""])[0]
+        out.append(Finding("error_records", timeline.profile.logs.main_track, component, first["ts"],
+                           f"{rows.height} log record{'s' if rows.height > 1 else ''} at error priority or worse on "
+                           f"{_where(component, host, several_hosts)}, the first at {clock(first['ts'])}"
+                           + (f": “{line[:160]}”" if line else "") + ".",
+                           latest_time(rows.get_column("ts")), event_evidence(rows), host))
+    return out
+
+
+def _every_stack(attribute: str) -> str:
+    """One pattern for what any shipped stack writes as `attribute` (`starting`, `ready`): a bundle's
+    logs may come from a stack other than the profile chosen for it."""
+    patterns = {getattr(load_profile(name).logs, attribute) for name in available()} - {"$^"}
+    return "|".join(f"(?:{p})" for p in sorted(patterns)) or "$^"
+
+
+def _startups(timeline: Timeline, several_hosts: bool) -> list[Finding]:
+    """How start-ups ended, per host and unit whose log starts up and never becomes ready."""
+    rules = timeline.profile.logs
+    events = timeline.events
+    starting_pattern, ready_pattern = _every_stack("starting"), _every_stack("ready")
+    faults = [e.kind for e in rules.events if e.fault]
+    if events.is_empty():
+        return []
+    columns = [c for c in ("ts", "host", "unit", "component", "priority", "event", "progress", "ready",
+                           "health_ok", "source_file", "source_line", "source_offset", "message")
+               if c in events.columns]
+    lines = events.lazy().select(columns)
+    serving = (lines.group_by("host", "unit").agg(
+        (pl.col("progress").is_not_null() | pl.col("ready") | pl.col("health_ok")
+         | pl.col("message").fill_null("").str.contains(ready_pattern)).any().alias("served")))
+    starting = (lines.join(serving.filter(~pl.col("served")).select("host", "unit"), on=["host", "unit"],
+                           nulls_equal=True)
+                .sort("ts").collect())
+    out = []
+    main = rules.main_track
+    for (host, unit), rows in starting.group_by("host", "unit", maintain_order=True):
+        message = pl.col("message").fill_null("")
+        started = rows.filter(message.str.contains(starting_pattern))
+        if started.is_empty():
+            continue
+        component = rows.get_column("component").drop_nulls().head(1).to_list()
+        component = component[0] if component else None
+        where = _where(component or unit, host, several_hosts)
+        began = earliest(started.get_column("ts"))
+        stop = rows.filter(pl.col("event") == "operator_stop")
+        logged = not stop.is_empty() and stop_time_logged(stop.get_column("message")[0])
+        before_stop = (rows if stop.is_empty() else
+                       rows.filter(pl.col("ts") < stop.get_column("ts").min() if logged
+                                   else pl.col("ts") <= stop.get_column("ts").min()))
+        errors = before_stop.filter(((pl.col("priority") <= ERROR) | pl.col("event").is_in(faults)
+                                     | message.str.contains(RAISED)) & (pl.col("event") != "operator_stop").fill_null(True))
+        begun = rows.filter(message.str.contains(r"Init torch distributed begin")).height
+        ended = rows.filter(message.str.contains(r"Init torch distributed ends")).height
+        last = rows.filter(message != "").tail(1)
+        last_line = ((last.get_column("message").to_list() or [""])[0].splitlines() or [""])[0]
+        last_at = latest_time(rows.get_column("ts"))
+        if begun > ended:
+            init = rows.filter(message.str.contains(r"Init torch distributed begin"))
+            out.append(Finding("startup_stall", main, component, earliest(init.get_column("ts")),
+                               f"{where} stalled in distributed init: {begun} rank{'s' if begun > 1 else ''} logged "
+                               f"“Init torch distributed begin” ({clock(earliest(init.get_column('ts')))}–"
+                               f"{clock(latest_time(init.get_column('ts')))}) and {ended} “Init torch distributed "
+                               "ends”: the rendezvous (NCCL/HCCL/Gloo) never completed; look at the peers that "
+                               "should have joined.", last_at, event_evidence(init), host))
+        if not errors.is_empty():
+            first = errors.row(0, named=True)
+            line = ((first["message"] or "").splitlines() or [""])[-1 if "Traceback" in (first["message"] or "")
+                                                                  else 0]
+            out.append(Finding("startup_failure", main, component, first["ts"],
+                               f"{where} failed during start-up (begun {clock(began)}, never ready): the first error "
+                               f"at {clock(first['ts'])}: “{line[:160]}”.", None, event_evidence(errors, 3), host))
+        elif not stop.is_empty():
+            at = stop.get_column("ts").min()
+            last_start = before_stop.filter(message != "").tail(1)
+            said = ((last_start.get_column("message").to_list() or [""])[0].splitlines() or [""])[0]
+            out.append(Finding("startup_stall", main, component, latest_time(before_stop.get_column("ts")) or began,
+                               f"{where} never became ready: start-up began at {clock(began)}, its last start-up line "
+                               f"at {clock(latest_time(before_stop.get_column('ts')))}"
+                               + (f" (“{said[:120]}”)" if said else "")
+                               + ", then it was stopped from outside "
+                               + (f"at {clock(at)}" if logged else "(SIGTERM; when is not logged)")
+                               + ": the start-up hung there (or took longer than whoever stopped it would wait).", at,
+                               event_evidence(pl.concat([last_start, stop.head(1)], how="diagonal_relaxed")), host))
+        elif begun <= ended:
+            out.append(Finding("silent_death", main, component, last_at,
+                               f"the log of {where} ends at {clock(last_at)} during start-up"
+                               + (f" (“{last_line[:120]}”)" if last_line else "")
+                               + ", with no error and no shutdown line: the process was most likely killed from "
+                               "outside — look for the OOM killer or an Xid in the kernel log of that minute.",
+                               None, event_evidence(last), host))
+    return out
+
+
+def consequences_of_stop(findings: list[Finding]) -> list[Finding]:
+    """The findings an operator's stop explains (tracebacks, failed exits, error lines at or after
+    the stop on the same host) said as consequences of it, not as faults; the rest unchanged."""
+    stops: dict[str | None, datetime] = {}
+    for f in findings:
+        if f.kind == "operator_stop" and f.at is not None:
+            stops[f.host] = min(f.at, stops.get(f.host, f.at))
+    if not stops:
+        return findings
+    for f in findings:
+        stop = stops.get(f.host) or (min(stops.values()) if f.host is None or None in stops else None)
+        if f.kind in STOP_CONSEQUENCES and stop is not None and f.at is not None and f.at >= stop - STOP_SLACK:
+            f.text = f"after the stop at {clock(stop)} (a consequence of it, not a fault): {f.text}"
+            f.kind = "after_stop"
+    return findings

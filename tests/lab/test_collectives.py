@@ -1,0 +1,102 @@
+"""Collectives gone wrong for real: gloo ranks on torch (CPU) with the Flight Recorder on, their own
+dumps, their own timeout tracebacks; and a process that does not move, dumped by py-spy twice.
+
+The same Flight Recorder dumps go to `torchfrtrace` (torch's own analyser) for comparison; with
+torch 2.13 it stops on gloo dumps with a KeyError in `build_collectives`, so what forensics says is
+checked against the job's own construction: which rank skipped which collective.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from forensics.analyze import analyze
+from forensics.lab.collectives import run
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def skipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """4 ranks; rank 1 never enters the 4th all_reduce."""
+    return run(tmp_path_factory.mktemp("skip") / "bundle", ranks=4, odd_rank=1, odd="skip", timeout_s=3)
+
+
+def test_the_rank_that_skipped_the_collective_is_named_with_its_sequence_number(skipped: Path, tmp_path: Path) -> None:
+    analysis = analyze(skipped, tmp_path / "case")
+    (verdict,) = [f for f in analysis.findings if f.kind == "collective_verdict"]
+    assert "STRAGGLER_OR_MISSING" in verdict.text
+    assert "Rank 1 never entered collective 4 (gloo:all_reduce), which ranks 0, 2, 3 entered" in verdict.text
+    assert "the last each recorded is rank 1 at 3 (gloo:all_reduce)" in verdict.text
+    (timeout,) = [f for f in analysis.findings if f.kind == "collective_timeout"]
+    assert "Timed out waiting 3000ms" in timeout.text and "rank 1" not in timeout.text  # the others time out
+    assert analysis.incident_found and "symptom: collective_verdict" in analysis.signature()["parts"]
+    inputs = {e["path"]: e for e in analysis.timeline.manifest["inputs"]}
+    assert all(inputs[f"flight_recorder/nccl_trace_rank_{r}"]["quarantined"] == 0 for r in range(4))
+
+
+def test_torchfrtrace_on_the_same_dumps(skipped: Path) -> None:
+    """torch's own analyser, run on the same files: recorded here for the comparison in
+    docs/failure-modes.md. If a later torch reads gloo dumps, it must agree on rank 1."""
+    tool = shutil.which("torchfrtrace") or str(Path(sys.executable).parent / "torchfrtrace")
+    done = subprocess.run([tool, "-p", "nccl_trace_rank_", str(skipped / "flight_recorder")], capture_output=True,
+                          text=True, timeout=120)
+    if done.returncode != 0:
+        assert "KeyError" in done.stderr and "build_collectives" in done.stderr, done.stderr[-2000:]
+    else:
+        assert "1" in done.stdout
+
+
+def test_a_rank_in_another_collective_is_a_desync(tmp_path: Path) -> None:
+    bundle = run(tmp_path / "bundle", ranks=3, odd_rank=2, odd="broadcast", timeout_s=3)
+    analysis = analyze(bundle, tmp_path / "case")
+    (verdict,) = [f for f in analysis.findings if f.kind == "collective_verdict"]
+    assert "TP_DESYNC" in verdict.text
+    assert "At collective 4 the ranks are in different collectives: ranks 0, 1 in gloo:all_reduce; rank 2 in " \
+           "gloo:broadcast" in verdict.text
+
+
+STUCK_PROGRAM = """
+import setproctitle, time
+setproctitle.setproctitle("sglang::scheduler_TP0")
+def synchronize():
+    while True:
+        pass
+def event_loop_normal():
+    synchronize()
+event_loop_normal()
+"""
+
+
+@pytest.mark.skipif(shutil.which("py-spy") is None and not (Path(sys.executable).parent / "py-spy").exists(),
+                    reason="py-spy not installed")
+def test_a_process_whose_stack_never_moves_is_stuck_even_alone(tmp_path: Path) -> None:
+    """One process, dumped by py-spy in three rounds: the same `synchronize` frame every time is a
+    hang (STUCK), not ordinary work, even with no other rank to compare with."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    process = subprocess.Popen([sys.executable, "-c", STUCK_PROGRAM])
+    stacks = tmp_path / "bundle" / "stacks"
+    stacks.mkdir(parents=True)
+    try:
+        time.sleep(1.5)
+        for number in (1, 2, 3):
+            at = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+            dump = subprocess.run([spy, "dump", "--pid", str(process.pid)], capture_output=True, text=True, timeout=60)
+            assert dump.returncode == 0, dump.stderr
+            (stacks / f"round-{number}.txt").write_text(f"# capture ts={at} host=h pid={process.pid} group=decode\n"
+                                                       + dump.stdout)
+            time.sleep(1.1)
+    finally:
+        process.kill()
+        process.wait()
+    analysis = analyze(tmp_path / "bundle", tmp_path / "case")
+    (stuck,) = [f for f in analysis.findings if f.kind == "stuck_process"]
+    assert "showed the same stack in all 3 rounds" in stuck.text and "synchronize" in stuck.text
+    assert "A device synchronize waits on the GPU" in stuck.text
+    assert analysis.incident_found
