@@ -167,9 +167,11 @@ class Analysis:
         return {"id": hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12], "parts": parts}
 
     def checked(self) -> list[str]:
-        """What the analysis looked at, in sentences: said in full when no incident was found, so
-        "nothing wrong" is a statement with its basis, not a silence."""
+        """What the analysis looked at and what each look found, in sentences built from what the
+        detectors ran and found (never a fixed sentence), so that no line denies a finding: said in
+        full when no incident was found, so "nothing wrong" is a statement with its basis."""
         t, out = self.timeline, []
+        kinds = {f.kind for f in self.findings}
         records = sum(e["parsed"] for e in t.manifest["inputs"])
         inputs = len(t.manifest["inputs"])
         if not inputs:
@@ -181,21 +183,42 @@ class Analysis:
         if lines.height:
             streams = ", ".join(f"{r['component'] or 'unknown component'}{' ' + r['tag'] if r['tag'] else ''} "
                                 f"(last at {clock(r['last'])})" for r in lines.head(6).iter_rows(named=True))
+            frozen = sorted({f.component or "?" for f in self.findings if f.kind == "frozen"})
             out.append(f"progress lines of {lines.height} scheduler{'s' if lines.height > 1 else ''}: {streams}"
-                       f"{' …' if lines.height > 6 else ''}; none stopped for over "
-                       f"{progress.FREEZE_GAP_S:.0f} s with work pending")
+                       f"{' …' if lines.height > 6 else ''}; "
+                       + (f"{', '.join(frozen)} stopped for over {progress.FREEZE_GAP_S:.0f} s with work pending"
+                          if frozen else f"none stopped for over {progress.FREEZE_GAP_S:.0f} s with work pending"))
         else:
-            out.append("no progress lines (the profile's batch lines) in the logs")
+            out.append("no progress lines (the profile's batch lines) in the logs: a freeze could not be looked for")
         if self.verdicts:
-            verdicts = "; ".join(f"{v.group}: {v.verdict}" for v in latest(self.verdicts))
+            last = latest(self.verdicts)
+            hung = [v for v in last if v.verdict in HANG_VERDICTS]
+            verdicts = "; ".join(f"{v.group}: {v.verdict}" for v in last)
             out.append(f"py-spy stacks of {len({r.source for v in self.verdicts for r in v.ranks})} processes: "
-                       f"{verdicts} (no hang shown)")
+                       f"{verdicts} " + ("(a hang shown: see the findings)" if hung or "stuck_process" in kinds
+                                         else "(no hang shown)"))
+        else:
+            out.append("no py-spy stacks: whether ranks waited on each other could not be looked at")
         series = t.samples.select(pl.col("series").n_unique()).collect().item()
         if series:
-            out.append(f"{series:,} metric series; no progress counter stalled with requests pending")
+            from forensics.timeline.metrics import stalled
+
+            stalls = stalled(t.samples, t.profile).height
+            out.append(f"{series:,} metric series; " + (f"{stalls} window{'s' if stalls > 1 else ''} where progress "
+                                                       "counters stalled with requests pending" if stalls else
+                                                       "no progress counter stalled with requests pending"))
+        modes = sorted({e.fault for e in t.profile.logs.events if e.layer is not None and e.fault})
+        seen = sorted({e.fault for e in t.profile.logs.events if e.layer is not None and e.fault and e.kind in kinds})
+        out.append(f"every log line looked at for: {', '.join(modes)}; "
+                   + (f"found: {', '.join(seen)}" if seen else "none found"))
+        ends = sorted(kinds & {"startup_failure", "startup_stall", "silent_death", "operator_stop"})
+        out.append("how each process that started up ended: " + (", ".join(k.replace("_", " ") for k in ends)
+                                                                 if ends else "nothing abnormal"))
         notable = t.events.filter(pl.col("priority").is_not_null() & (pl.col("priority") <= 3)).height
-        out.append(f"{notable:,} log records at error priority or worse" if notable
-                   else "no log record at error priority or worse")
+        after = "after_stop" in kinds
+        out.append((f"{notable:,} log records at error priority or worse"
+                    + (" (those after an operator's stop are its consequences)" if after else ""))
+                   if notable else "no log record at error priority or worse")
         return out
 
     def findings_frame(self) -> pl.DataFrame:

@@ -309,6 +309,20 @@ def _startups(timeline: Timeline, several_hosts: bool) -> list[Finding]:
     return out
 
 
+# The failure modes a report leads with, most telling first: what a first screen says when no engine froze.
+HEADLINE = ("collective_verdict", "collective_timeout", "stuck_process", "gpu_fallen_off_bus", "gpu_xid_error",
+            "npu_device_error", "cuda_error", "oom_kill", "cuda_oom", "crash_loop", "startup_stall", "startup_failure",
+            "silent_death", "process_killed", "process_failed", "process_group_abort", "distributed_transport_failure",
+            "distributed_launch_failure")
+
+
+def headline(findings: list[Finding]) -> list[Finding]:
+    """The failure-mode findings in the order a first screen names them (most telling first, then
+    by time)."""
+    modes = [f for f in findings if f.kind in HEADLINE]
+    return sorted(modes, key=lambda f: (HEADLINE.index(f.kind), f.at is None, f.at))
+
+
 def consequences_of_stop(findings: list[Finding]) -> list[Finding]:
     """The findings an operator's stop explains (tracebacks, failed exits, error lines at or after
     the stop on the same host) said as consequences of it, not as faults; the rest unchanged."""

@@ -26,7 +26,7 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from forensics.analyze import Analysis
-from forensics.detect import errors, span
+from forensics.detect import errors, failures, span
 from forensics.detect.lifecycle import FAILED, RESTART_SCHEDULED, STARTED, STARTING, STOPPED, STOPPING
 from forensics.detect.stacks import Verdict
 from forensics.timeline.metrics import counter_rates, named
@@ -191,6 +191,7 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     _lifecycle_markers(fig, events, axis, lane_y, redact)
     _stack_markers(fig, analysis.verdicts, axis, lane_y, redact)
     _finding_lanes(fig, analysis, axis, lane_y, redact)
+    _failure_markers(fig, analysis, axis, lane_y, redact)
     _last_batches(fig, analysis, events, axis, lane_y, redact)
     for mark, rows in marked:
         fig.add_trace(go.Scatter(
@@ -389,6 +390,28 @@ def _stack_markers(fig: go.Figure, verdicts: list[Verdict], axis: Axis, lane_y: 
             hovertemplate="%{text}<extra></extra>",
             marker={"symbol": "diamond", "size": 13, "color": PHASE_COLOURS.get(phase, "#7f7f7f"),
                     "line": {"width": 1, "color": "black"}}), row=1, col=1)
+
+
+# One symbol per failure mode (the layer profiles' `fault`), drawn over its track's lane.
+FAULT_SYMBOLS = {"collective timeout": "hourglass", "device fault": "bowtie", "out of memory": "star-triangle-down",
+                 "crash loop": "circle-cross", "process ended": "x-thin-open", "transport failure": "hexagram"}
+FAULT_COLOUR = "#b2182b"
+
+
+def _failure_markers(fig: go.Figure, analysis: Analysis, axis: Axis, lane_y: dict[str, int],
+                     redact: Redact | None) -> None:
+    """The failure-mode findings (collective timeouts, device faults, OOM, crash loops, start-ups
+    that failed, stalled or died, stuck stacks) as their own markers over their track's lane."""
+    faults = {e.kind: e.fault for e in analysis.timeline.profile.logs.events if e.fault}
+    modes = [f for f in failures.headline(analysis.reported()) if f.at and f"track · {f.track}" in lane_y]
+    for fault in sorted({faults.get(f.kind, f.kind.replace("_", " ")) for f in modes}):
+        mine = [f for f in modes if faults.get(f.kind, f.kind.replace("_", " ")) == fault]
+        fig.add_trace(go.Scatter(
+            x=[wall_time(f.at, axis.zone) for f in mine if f.at], y=[lane_y[f"track · {f.track}"] for f in mine],
+            mode="markers", name=f"failure: {fault}", text=[hover(f"[{f.kind}] {f.text}", redact) for f in mine],
+            hovertemplate="%{text}<extra></extra>",
+            marker={"symbol": FAULT_SYMBOLS.get(fault, "diamond-wide"), "size": 16, "color": FAULT_COLOUR,
+                    "line": {"width": 1.5, "color": "black"}}), row=1, col=1)
 
 
 def _finding_lanes(fig: go.Figure, analysis: Analysis, axis: Axis, lane_y: dict[str, int],

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from forensics.analyze import Analysis, in_display_zone, is_anomaly, no_incident_heading
-from forensics.detect import DISPLAY_ZONE, Finding, clock, span
+from forensics.detect import DISPLAY_ZONE, Finding, clock, failures, span
 from forensics.detect.keytimes import HANG_VERDICTS
 from forensics.detect.stacks import latest
 from forensics.render.text import Redact
@@ -123,13 +123,34 @@ def verdict_sentence(analysis: Analysis, quote: Callable[[object], str]) -> str:
     if not analysis.incident_found:
         heading = no_incident_heading(analysis)
         return heading[0].upper() + heading[1:]
+    modes = failures.headline([f for f in analysis.findings if not analysis.superseded(f)])
     if hung := [v for v in latest(analysis.verdicts) if v.verdict in HANG_VERDICTS]:
+        others = list(dict.fromkeys(f.kind.replace("_", " ") for f in modes if f.kind != "stuck_process"))
         return (" ".join(f"py-spy showed the {quote(v.group)} TP group {HANG_WORDS.get(v.verdict, 'stuck')} "
                          f"({v.verdict}) at {_at(v.at)}." for v in hung)
-                + " The evidence holds no progress lines to say when it stopped.")
+                + " The evidence holds no progress lines to say when it stopped."
+                + (f" Also in the evidence: {', '.join(others)}." if others else ""))
+    if modes:
+        others = list(dict.fromkeys(f.kind.replace("_", " ") for f in modes[1:] if f.kind != modes[0].kind))
+        return quote(modes[0].text) + (f" Also in the evidence: {', '.join(others)}." if others else "")
     anomalies = [f for f in analysis.findings if is_anomaly(f) and not analysis.superseded(f)]
     first = min((f for f in anomalies if f.at), key=lambda f: f.at, default=None)  # type: ignore[arg-type, return-value]
     return ("No engine froze in the evidence." + (f" The first anomaly: {quote(first.text)}" if first else ""))
+
+
+def _root_cause_prompt(analysis: Analysis, modes: list[Finding]) -> str:
+    """What people must add under Root Causes, asked so that it agrees with what the evidence showed."""
+    last = {v.verdict for v in latest(analysis.verdicts)}
+    if "TP_DESYNC" in last or any("TP_DESYNC" in f.text for f in modes if f.kind == "collective_verdict"):
+        asked = "why the ranks took different paths (the underlying bug)"
+    elif "UNIFORM_WAIT" in last:
+        asked = ("what every rank waited on together (the device, the transport, a peer outside the dumps): the "
+                 "ranks agree with each other, so the cause is below them")
+    elif modes:
+        asked = f"why the {modes[0].kind.replace('_', ' ')} happened (what the evidence cannot say)"
+    else:
+        asked = "the underlying cause"
+    return asked + ", and whether the separate symptom tracks share a cause (only a hypothesis so far)."
 
 
 def draft(analysis: Analysis, redact: Redact | None = None) -> str:
@@ -167,9 +188,12 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
     out += ["", TODO + " users and customers affected, SLO budget spent, revenue or contractual impact.", ""]
 
     out += ["## Root Causes", ""]
+    modes = failures.headline(analysis.reported())
+    for f in modes:
+        out.append(f"- {_md(f.text, redact)}")
     for v in desync or verdicts:
         out.append(f"- {_md(v.explanation, redact)}")
-    if not verdicts:
+    if not verdicts and not modes:
         out.append("- No py-spy stacks in the bundle: the engines' state when frozen is not in the evidence.")
     for component, cause, evidence in analysis.consequences():
         out.append(f"- {_md(component, redact)} is a consequence, not a second root cause (a hypothesis the evidence "
@@ -177,8 +201,7 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
                    f"queue to {_md(cause, redact)} (KV transfers waiting) at its last batch.")
     for text in analysis.links:
         out.append(f"- {_md(text, redact)}")
-    out += ["", TODO + " why the ranks took different paths (the underlying bug), and whether the "
-            "separate symptom tracks share a cause (only a hypothesis so far).", ""]
+    out += ["", TODO + " " + _root_cause_prompt(analysis, modes), ""]
 
     out += ["## Trigger", ""]
     before = [f for f in analysis.findings if f.at and t.started and f.track == main

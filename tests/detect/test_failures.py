@@ -8,6 +8,7 @@ import os
 import pickle
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from forensics.analyze import Analysis, analyze, is_anomaly
@@ -153,3 +154,34 @@ def test_an_operators_stop_alone_is_no_incident(tmp_path: Path, healthy: str) ->
     log = "[2026-06-18 21:44:00 TP0] Decode batch. #running-req: 0, #token: 0, #queue-req: 0, \n" + healthy
     analysis = _analysis(tmp_path, {"logs/gpu-node-00/decode.log": log})
     assert not analysis.incident_found, [f.text for f in analysis.findings if is_anomaly(f)]
+
+
+def _denials(analysis: Analysis) -> list[str]:
+    """`checked` lines that deny a finding of the same analysis."""
+    kinds = {f.kind for f in analysis.findings}
+    checked = " | ".join(analysis.checked())
+    denied = []
+    if "frozen" in kinds and "none stopped for over" in checked:
+        denied.append("a freeze")
+    if ({"stuck_process"} & kinds or any("TP_DESYNC" in f.text for f in analysis.findings if f.kind == "stack_verdict")) \
+            and "(no hang shown)" in checked:
+        denied.append("a hang in the stacks")
+    layered = {e.kind for e in analysis.timeline.profile.logs.events if e.layer and e.fault}
+    if kinds & layered and "none found" in checked:
+        denied.append("a failure mode")
+    if analysis.timeline.events.filter(pl.col("priority") <= 3).height and "no log record at error" in checked:
+        denied.append("an error record")
+    return denied
+
+
+def test_what_was_checked_never_denies_a_finding(tmp_path: Path) -> None:
+    """summary.json's `checked` is built from what the detectors found: on the reference incident
+    (a freeze, a desync) and on bundles of every failure mode above, no line of it denies a finding."""
+    reference = analyze(Path(__file__).resolve().parents[2] / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18",
+                        tmp_path / "reference-case")
+    assert _denials(reference) == []
+    checked = reference.checked()
+    assert any("decode" in line and "stopped for over 60 s with work pending" in line for line in checked)
+    assert any("(a hang shown: see the findings)" in line for line in checked)
+    for n, files in enumerate([{"logs/h/train.log": NCCL_WATCHDOG}, {"logs/h/decode.log": SGLANG_START}]):
+        assert _denials(_analysis(tmp_path / str(n), files)) == []
