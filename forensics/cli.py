@@ -286,6 +286,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_synth.add_argument("--hosts", type=int, default=1)
     p_synth.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    from forensics.render.text import TerminalSafe
+
+    # what commands print comes from the evidence: its control characters are shown, never acted on
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = TerminalSafe(out), TerminalSafe(err, keep_carriage_return=True)  # type: ignore[assignment]
+    try:
+        return _main(args)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(args: argparse.Namespace) -> int:
+    """Run the parsed command, its failures as one line each."""
     try:
         with open_bundle(getattr(args, "bundle", None) or getattr(args, "path", None) or ".") as folder:
             if getattr(args, "bundle", None) is not None:

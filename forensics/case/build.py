@@ -508,6 +508,11 @@ def check_output_target(out_dir: str | Path, bundle: str | Path | None, outputs:
             raise CaseError(f"{out_dir}: holds files that are not a forensics report ({', '.join(foreign[:3])}"
                             f"{', …' if len(foreign) > 3 else ''}); refusing to write into it — give a new or "
                             f"empty folder")
+    case = out / "case"  # ours only when it is a case (its marker, or a case from before the marker)
+    if (case.is_symlink() or case.exists()) and (not case.is_dir() or case.is_symlink()
+                                                 or (any(case.iterdir()) and not _is_case(case))):
+        raise CaseError(f"{out_dir}: its case/ is not a forensics case (no {CASE_MARKER}); refusing to replace "
+                        "it — give another --out, or move it away yourself")
     out.mkdir(parents=True, exist_ok=True)
     (out / OUTPUT_MARKER).write_text("forensics report outputs: `forensics report` rewrites the files it made\n")
     return out

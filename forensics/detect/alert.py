@@ -54,21 +54,21 @@ class AlertRule:
                 "earlier_than_detection_s": earlier}
 
     def as_yaml(self) -> str:
-        """A Prometheus rule file holding the rule."""
-        return (
-            "# Written by forensics: pages when an engine makes no progress while requests wait, the\n"
-            "# blind spot of health checks (they kept answering 200 during this incident).\n"
-            "groups:\n"
-            "  - name: forensics-progress\n"
-            "    rules:\n"
-            f"      - alert: {ALERT}\n"
-            "        expr: |\n" + "".join(f"          {line}\n" for line in self.expr.splitlines())
-            + f"        for: {_promql(FOR)}\n"
-            "        labels:\n"
-            "          severity: page\n"
-            "        annotations:\n"
-            f"          summary: \"{{{{ $labels.instance }}}} made no progress for {_promql(WINDOW)} while requests "
-            "were pending\"\n")
+        """A Prometheus rule file holding the rule, written by a YAML writer (never pasted text)."""
+        import yaml
+
+        rule = {"alert": ALERT, "expr": self.expr, "for": _promql(FOR), "labels": {"severity": "page"},
+                "annotations": {"summary": f"{{{{ $labels.instance }}}} made no progress for {_promql(WINDOW)} "
+                                           "while requests were pending"}}
+        return ("# Written by forensics: pages when an engine makes no progress while requests wait, the\n"
+                "# blind spot of health checks (they kept answering 200 during this incident).\n"
+                + yaml.safe_dump({"groups": [{"name": "forensics-progress", "rules": [rule]}]}, sort_keys=False,
+                                 allow_unicode=True, width=1000))
+
+
+def promql_label(value: str) -> str:
+    """A label value as a PromQL string literal holds it: backslash, double quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _promql(span: timedelta) -> str:
@@ -144,8 +144,7 @@ def promtool_test(timeline: Timeline, rule: AlertRule, rule_file: str, step_s: i
                .collect().sort("ts"))
     start = samples.get_column("ts").min()
     steps = int((rule.fires_at - start).total_seconds() // step_s) + 3
-    lines = [f"rule_files:\n  - {rule_file}\nevaluation_interval: {step_s}s\ntests:\n  - interval: {step_s}s\n"
-             "    input_series:\n"]
+    series = []
     for (instance, name, labels), rows in samples.group_by("instance", "name", "labels", maintain_order=True):
         values = []
         points = rows.select("ts", "value").iter_rows()
@@ -157,14 +156,19 @@ def promtool_test(timeline: Timeline, rule: AlertRule, rule_file: str, step_s: i
                 current = pending_row[1]
                 pending_row = next(points, None)
             values.append("_" if current is None else f"{current:.17g}")
-        label_text = ",".join([f'instance="{instance}"'] + [f'{item["name"]}="{item["value"]}"' for item in labels])
-        lines.append(f"      - series: '{name}{{{label_text}}}'\n        values: '{' '.join(values)}'\n")
+        label_text = ",".join([f'instance="{promql_label(instance)}"']
+                              + [f'{item["name"]}="{promql_label(item["value"])}"' for item in labels])
+        series.append({"series": f"{name}{{{label_text}}}", "values": " ".join(values)})
     fires = int((rule.fires_at - start).total_seconds())
     fires -= fires % step_s
     summary = f"{rule.instance} made no progress for {_promql(WINDOW)} while requests were pending"
-    lines.append("    alert_rule_test:\n"
-                 f"      - eval_time: {fires - step_s}s\n        alertname: {ALERT}\n        exp_alerts: []\n"
-                 f"      - eval_time: {fires}s\n        alertname: {ALERT}\n        exp_alerts:\n"
-                 f"          - exp_labels:\n              instance: \"{rule.instance}\"\n              severity: page\n"
-                 f"            exp_annotations:\n              summary: \"{summary}\"\n")
-    return "".join(lines)
+    test = {"rule_files": [rule_file], "evaluation_interval": f"{step_s}s", "tests": [{
+        "interval": f"{step_s}s", "input_series": series,
+        "alert_rule_test": [
+            {"eval_time": f"{fires - step_s}s", "alertname": ALERT, "exp_alerts": []},
+            {"eval_time": f"{fires}s", "alertname": ALERT, "exp_alerts": [
+                {"exp_labels": {"instance": rule.instance, "severity": "page"},
+                 "exp_annotations": {"summary": summary}}]}]}]}
+    import yaml
+
+    return yaml.safe_dump(test, sort_keys=False, allow_unicode=True, width=1 << 20)

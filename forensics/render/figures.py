@@ -561,7 +561,8 @@ def metric_panel(fig: go.Figure, frame: pl.DataFrame, row: int, redact: Redact |
                                  legend=f"legend{row}", connectgaps=False,
                                  line={"width": 1.5, "color": colour,
                                        "dash": DASHES[metrics.index(series.rsplit(" ", 1)[-1]) % len(DASHES)]},
-                                 hovertemplate=f"{name}<br>%{{x|%Y-%m-%d %H:%M:%S}}<br>%{{y:.4g}}<extra></extra>",
+                                 meta=name,  # evidence in the data, never in the template (`%{y}` in a label)
+                                 hovertemplate="%{meta}<br>%{x|%Y-%m-%d %H:%M:%S}<br>%{y:.4g}<extra></extra>",
                                  showlegend=show), row=row, col=1)
 
 
@@ -658,8 +659,8 @@ def errors_figure(analysis: Analysis, redact: Redact | None = None, top: int = 1
         rows = counts.filter((pl.col("component").eq_missing(component)) & (pl.col("template") == template))
         name = hover(f"{component or '?'}: {template}", redact, 70, 2)
         fig.add_trace(go.Bar(x=rows.select(wall("minute", analysis.display_zone)).to_series().to_list(),
-                             y=rows.get_column("count").to_list(), name=name,
-                             hovertemplate=f"{name}<br>%{{x}}<br>%{{y}} lines<extra></extra>"))
+                             y=rows.get_column("count").to_list(), name=name, meta=name,
+                             hovertemplate="%{meta}<br>%{x}<br>%{y} lines<extra></extra>"))
     fig.update_layout(barmode="stack", height=420, template="plotly_white", title="notable lines per minute",
                       xaxis_title=f"minute ({analysis.display_zone})", margin={"l": 10, "r": 10, "t": 50, "b": 40},
                       legend={"font": {"size": 9}})

@@ -48,6 +48,11 @@ SECRET_ASSIGNMENT = re.compile(
     r"(?i)\b((?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token|refresh[_-]?token|token|secret|client[_-]?secret|"
     r"(?:aws[_-]?)?secret[_-]?access[_-]?key|private[_-]?key|password|passwd|x-api-key)"
     r"[\"']?\s*[:=]\s*[\"']?)([^\s\"',;&]{6,})")
+# the same words followed by a space, not `=` or `:` ("secret wJalrXUtnFEMI/K7MDENG/…", "token ab12…"):
+# the value is taken only when it looks like a credential (16 characters or more, letters and digits)
+SECRET_AFTER_WORD = re.compile(
+    r"(?i)\b((?:aws[_ -]?)?(?:secret(?:[_ -]?access)?(?:[_ -]?key)?|api[_ -]?key|access[_ -]?key|key|token|password)"
+    r"\s+)((?=[^\s\"',;&]*[0-9])(?=[^\s\"',;&]*[A-Za-z])[A-Za-z0-9/+=_.~-]{16,})")
 PSEUDONYM = re.compile(r"(?:secret|ip|host|user|email)-\d+")
 EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
 IPV4 = re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])")
@@ -99,7 +104,7 @@ class Redactor:
             return text
         for pattern in SECRET_PATTERNS:
             text = re.sub(pattern, lambda m: self.pseudonym("secret", m.group(0)), text, flags=re.S)
-        for keyed in (URL_CREDENTIALS, AUTHORIZATION, COOKIE, SECRET_ASSIGNMENT):
+        for keyed in (URL_CREDENTIALS, AUTHORIZATION, COOKIE, SECRET_ASSIGNMENT, SECRET_AFTER_WORD):
             text = keyed.sub(self._keyed_secret, text)
         text = EMAIL.sub(lambda m: self.pseudonym("email", m.group(0)), text)
         text = IPV4.sub(lambda m: self.pseudonym("ip", m.group(0)), text)

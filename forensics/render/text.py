@@ -44,3 +44,33 @@ def code_spans(escaped: str) -> str:
     """Backtick pairs in already-escaped text (the findings quote commands and frames that way)
     shown as code, not as backticks."""
     return re.sub(r"`([^`\n]+)`", r"<code>\1</code>", escaped)
+
+
+# Control characters a terminal would act on (C0 but tab and newline, DEL, C1): an escape sequence
+# in a log line can clear the screen, set the window title, write the clipboard (OSC 52) or hide a
+# link (OSC 8). Shown as `\x1b` instead.
+_TERMINAL_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+_TERMINAL_CONTROLS_BUT_CR = {c: v for c, v in _TERMINAL_CONTROLS.items() if c != 0x0D}
+
+
+def terminal_safe(text: str, keep_carriage_return: bool = False) -> str:
+    """`text` with every control character a terminal acts on written out as `\\xNN` (tab and
+    newline kept; carriage return too when asked, for progress bars)."""
+    return text.translate(_TERMINAL_CONTROLS_BUT_CR if keep_carriage_return else _TERMINAL_CONTROLS)
+
+
+class TerminalSafe:
+    """A text stream that writes through `terminal_safe`: what a command prints from the evidence
+    (messages, host and file names) cannot act on the terminal it is shown in."""
+
+    def __init__(self, stream: object, keep_carriage_return: bool = False) -> None:
+        self._stream = stream
+        self._keep_cr = keep_carriage_return
+
+    def write(self, text: str) -> int:
+        """Write `text`, its control characters shown, not acted on."""
+        self._stream.write(terminal_safe(text, self._keep_cr))  # type: ignore[attr-defined]
+        return len(text)
+
+    def __getattr__(self, name: str) -> object:  # flush, isatty, fileno, encoding: the stream's own
+        return getattr(self._stream, name)

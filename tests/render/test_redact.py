@@ -13,6 +13,23 @@ CASES = [
     ("HF hf_abcdefghijklmnopqrstuvwx", "HF secret-1", "secret"),
     ('{"api_key": "s3cr3tvalue"}', '{"api_key": "secret-1"}', "secret"),
     ("password=hunter2hunter2", "password=secret-1", "secret"),
+    # one case per secret shape the README lists
+    ("push ghp_abcdefghijklmnopqrstuvwxyz0123456789", "push secret-1", "secret"),
+    ("pat github_pat_11ABCDEFG0123456789_abcdefghijklmnop", "pat secret-1", "secret"),
+    ("ci glpat-abcdefghij0123456789", "ci secret-1", "secret"),
+    ("slack xoxb-123456789012-abcdefghijkl", "slack secret-1", "secret"),
+    ("aws AKIAIOSFODNN7EXAMPLE used", "aws secret-1 used", "secret"),
+    ("aws_secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "aws_secret secret-1", "secret"),
+    ("secret wJalrXUtnFEMIKMDENGbPxRfiCYEXAMPLEKEYabcd1", "secret secret-1", "secret"),
+    ("token 3f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c", "token secret-1", "secret"),
+    ("key Zk9qR2x1c3RlcjEyMzQ1Njc4", "key secret-1", "secret"),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N", "jwt secret-1", "secret"),
+    ("dsn postgres://app:hunter2@db/app", "dsn postgres://secret-1@db/app", "secret"),
+    ("Authorization: Basic dXNlcjpodW50ZXIy", "Authorization: Basic secret-1", "secret"),
+    ("Cookie: session=abc123def456; theme=dark", "Cookie: secret-1", "secret"),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----", "secret-1", "secret"),
+    ("token=abcdef123456", "token=secret-1", "secret"),
+    ("secret: s3cr3tvalue", "secret: secret-1", "secret"),
     ("mail from alice.smith@example.com", "mail from email-1", "email"),
     ("on gpu-node-00 restarted", "on host-1 restarted", "host"),
     ("metrics/gpu-node-00_30000/scrapes.prom", "metrics/host-1_30000/scrapes.prom", "host"),
@@ -27,6 +44,8 @@ LEFT_ALONE = [
     "std::vector<int> and torch 2.13.0",
     "USER=root ; COMMAND=/usr/bin/systemctl restart sglang-dsv4-decode",
     "forensics/lab/engine.py:82",
+    "the key point is reached",  # a word after "key" is not a credential
+    "token usage: 0.44",
 ]
 
 
