@@ -29,13 +29,12 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from forensics.capture.http import Failure, fetch
 from forensics.errors import ForensicsError
 
 STEP_TIMEOUT_S = 30.0  # no step of a collection may take longer
@@ -156,12 +155,11 @@ def _scrapes(plan: Plan, done: Collection) -> None:
                 if n:
                     time.sleep(plan.scrape_interval_s)
                 at = _now()
-                try:
-                    with urllib.request.urlopen(url, timeout=STEP_TIMEOUT_S / 3) as answer:
-                        body = answer.read().decode("utf-8", "replace")
-                except (urllib.error.URLError, OSError, ValueError) as error:
-                    done.could_not(f"metrics {url}", f"scrape {n + 1}: {getattr(error, 'reason', error)}")
+                answer = fetch(url, deadline_s=STEP_TIMEOUT_S / 3)
+                if isinstance(answer, Failure):
+                    done.could_not(f"metrics {url}", f"scrape {n + 1}: {answer.why}")
                     continue
+                body = answer.body.decode("utf-8", "replace")
                 scrapes.write(f"# capture ts={at} host={where} port={port}\n{body}"
                               + ("" if body.endswith("\n") else "\n"))
                 got += 1

@@ -21,13 +21,12 @@ import json
 import math
 import os
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from forensics.capture.http import Failure, fetch
 from forensics.errors import ForensicsError
 from forensics.formats.promtext import name_key
 
@@ -36,7 +35,8 @@ BASIC_AUTH_ENV = "FORENSICS_PROMETHEUS_BASIC_AUTH"
 MAX_POINTS = 11_000  # Prometheus refuses a range query that would return more points per series
 TARGET_POINTS = 1_000
 NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
-TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0  # one request, whole
+MAX_ANSWER = 512 * 1024 * 1024  # one range query's JSON
 
 
 class PullError(ForensicsError):
@@ -76,27 +76,24 @@ def _headers() -> dict[str, str]:
 
 def _get(base: str, path: str, params: dict[str, str]) -> dict[str, Any]:
     url = f"{base.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
-    request = urllib.request.Request(url, headers={"Accept": "application/json", **_headers()})
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        body = error.read().decode(errors="replace")
-        if error.code in (401, 403):
-            raise PullError(f"{base}: authentication failed (HTTP {error.code}); set {TOKEN_ENV} or "
-                            f"{BASIC_AUTH_ENV} for this server") from None
+    answer = fetch(url, headers={"Accept": "application/json", **_headers()}, deadline_s=TIMEOUT_S, max_bytes=MAX_ANSWER)
+    if isinstance(answer, Failure):
+        if answer.status is None:
+            raise PullError(f"{base}: cannot reach the Prometheus API: {answer.why}")
+        body = answer.body.decode(errors="replace")
+        if answer.status in (401, 403):
+            raise PullError(f"{base}: authentication failed (HTTP {answer.status}); set {TOKEN_ENV} or "
+                            f"{BASIC_AUTH_ENV} for this server")
         try:
             detail = json.loads(body)
         except json.JSONDecodeError:
-            detail = {"error": body.strip()[:200]}
-        if error.code in (400, 422):
+            detail = {"error": body.strip()[:200] or answer.why}
+        if answer.status in (400, 422):
             raise PullError(f"{base}: query {params.get('query', '')!r} rejected "
-                            f"({detail.get('errorType', 'bad request')}): {detail.get('error', '')}") from None
-        raise PullError(f"{base}{path}: HTTP {error.code}: {detail.get('error', body[:200])}") from None
-    except urllib.error.URLError as error:
-        raise PullError(f"{base}: cannot reach the Prometheus API: {error.reason}") from None
-    except (TimeoutError, ConnectionError) as error:
-        raise PullError(f"{base}: cannot reach the Prometheus API: {error}") from None
+                            f"({detail.get('errorType', 'bad request')}): {detail.get('error', '')}")
+        raise PullError(f"{base}{path}: HTTP {answer.status}: {detail.get('error', answer.why)}")
+    try:
+        return json.loads(answer.body)
     except json.JSONDecodeError:
         raise PullError(f"{base}{path}: the answer is not JSON (is this a Prometheus API?)") from None
 

@@ -15,15 +15,17 @@ import json
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from forensics.capture.collect import Plan, collect
+from forensics.capture.http import Failure, fetch
 from forensics.formats.promtext import name_key
+
+
+SCRAPE_DEADLINE_S = 5.0  # one poll of one endpoint, whole
 
 
 @dataclass
@@ -49,15 +51,16 @@ class _Engine:
     url: str
     total: float | None = None
     flat_since: float | None = None
+    failing: str | None = None  # why its last poll failed (said once, until it answers again)
 
 
-def _read(url: str, progress: set[str], pending: set[str]) -> tuple[float, float] | None:
-    """(sum of progress counters, max of pending gauges) from one scrape; None when unreachable."""
-    try:
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            text = answer.read().decode("utf-8", "replace")
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
+def _read(url: str, progress: set[str], pending: set[str]) -> tuple[float, float] | str:
+    """(sum of progress counters, max of pending gauges) from one scrape; why not, in one line,
+    when the endpoint gives no whole answer."""
+    answer = fetch(url, deadline_s=SCRAPE_DEADLINE_S)
+    if isinstance(answer, Failure):
+        return answer.why
+    text = answer.body.decode("utf-8", "replace")
     total, waiting = 0.0, 0.0
     for line in text.splitlines():
         if not line.strip() or line.startswith("#"):
@@ -93,8 +96,12 @@ def watch(w: Watch) -> list[Path]:
         for endpoint, engine in engines.items():
             read = _read(engine.url, progress, pending)
             now = time.monotonic()
-            if read is None:
+            if isinstance(read, str):  # keeps polling: an endpoint that fails now may answer next time
+                if read != engine.failing:
+                    print(f"forensics watch: {endpoint}: {read}; still polling", file=w.log, flush=True)
+                engine.failing = read
                 continue
+            engine.failing = None
             total, waiting = read
             moved = engine.total is None or total != engine.total
             engine.total = total
@@ -138,10 +145,7 @@ def _verdicts(bundle: Path) -> list[str]:
 
 
 def _post(url: str, body: dict[str, Any], log: Any) -> None:
-    request = urllib.request.Request(url, data=json.dumps(body, default=str).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=10):
-            pass
-    except (urllib.error.URLError, OSError) as error:
-        print(f"forensics watch: webhook {url} failed: {getattr(error, 'reason', error)}", file=log, flush=True)
+    answer = fetch(url, method="POST", body=json.dumps(body, default=str).encode(),
+                   headers={"Content-Type": "application/json"}, max_bytes=1 << 20)
+    if isinstance(answer, Failure):
+        print(f"forensics watch: webhook {url} failed: {answer.why}", file=log, flush=True)
