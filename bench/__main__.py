@@ -6,6 +6,7 @@ import sys
 
 from bench import (
     analyze_reference,
+    bounded_reads,
     cli_startup,
     fleet_scale,
     journal_ingest,
@@ -20,7 +21,7 @@ BENCHMARKS = {"journal_ingest": journal_ingest.main, "pyspy_parse": pyspy_parse.
               "prom_parse": prom_parse.main, "analyze_reference": analyze_reference.main,
               "report_render": report_render.main, "cli_startup": cli_startup.main,
               "watch_capture": watch_capture.main, "fleet_scale": fleet_scale.main,
-              "object_store": object_store.main}
+              "object_store": object_store.main, "bounded_reads": bounded_reads.main}
 
 
 def main(argv: list[str]) -> int:

@@ -217,11 +217,26 @@ def schema_problems(data: dict[str, Any]) -> list[str]:
     return problems
 
 
+def find_manifest(bundle: Path) -> tuple[Path | None, str | None]:
+    """The bundle's incident.toml: at its top, else the shallowest one in its folders (a bundle
+    tarred with a top-level folder, or copied in one), and a note naming it and any it passed over."""
+    top = bundle / MANIFEST
+    if top.is_file():
+        return top, None
+    found = sorted((p for depth in ("*/", "*/*/") for p in bundle.glob(depth + MANIFEST) if p.is_file()),
+                   key=lambda p: (len(p.relative_to(bundle).parts), str(p)))
+    if not found:
+        return None, None
+    others = [str(p.relative_to(bundle)) for p in found[1:]]
+    return found[0], (f"{found[0].relative_to(bundle)} used as the bundle's {MANIFEST}"
+                      + (f" (also found, not used: {', '.join(others)})" if others else ""))
+
+
 def load_incident(bundle: Path, profile: Profile | None = None) -> Incident:
     """The bundle's incident.toml, or a guessed manifest when there is none."""
     profile = profile or load_profile()
-    path = bundle / MANIFEST
-    if not path.is_file():
+    path, found_note = find_manifest(bundle)
+    if path is None:
         return Incident(title=bundle.name, window=None, hosts={}, components={}, annotations=[], guessed=True,
                         notes=[(f"no {MANIFEST}: components guessed from unit names and stack groups with the "
                                f"{profile.name} profile's words ({', '.join(profile.components)})")])
@@ -265,4 +280,4 @@ def load_incident(bundle: Path, profile: Profile | None = None) -> Incident:
         inputs += globs
     return Incident(title=str(data.get("title", bundle.name)), window=window, hosts=hosts, components=components,
                     annotations=sorted(annotations, key=lambda a: a.at), guessed=False, inputs=inputs,
-                    metrics=list(data.get("metrics", [])))
+                    metrics=list(data.get("metrics", [])), notes=[found_note] if found_note else [])

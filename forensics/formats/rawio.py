@@ -26,6 +26,29 @@ import zstandard
 
 from forensics.errors import ParseError
 
+# Bounds on what one input may expand to when read whole (a gzip of 18 MB can hold 4 GiB of
+# newlines): the smaller of this ratio to its compressed size and this many bytes. Set either in the
+# environment; past them the input keeps what came before, and its damage says why.
+EXPANSION_ENV, DECOMPRESSED_ENV = "FORENSICS_MAX_EXPANSION", "FORENSICS_MAX_DECOMPRESSED"
+MAX_EXPANSION = 100
+MAX_DECOMPRESSED = 2 << 30
+# The longest line a line reader reads (`cut_long_lines`); a longer one is quarantined, not read.
+MAX_LINE_ENV = "FORENSICS_MAX_LINE"
+MAX_LINE = 1 << 20
+
+
+def _setting(name: str, default: int) -> int:
+    try:
+        return max(1, int(float(os.environ.get(name, default))))
+    except ValueError:
+        return default
+
+
+def decompression_limit(compressed_size: int) -> int:
+    """How many decompressed bytes an input of `compressed_size` bytes may give when read whole."""
+    return min(_setting(EXPANSION_ENV, MAX_EXPANSION) * max(compressed_size, 1 << 20),
+               _setting(DECOMPRESSED_ENV, MAX_DECOMPRESSED))
+
 _MAGIC = {
     b"\x1f\x8b": "gzip",
     b"\x28\xb5\x2f\xfd": "zstd",
@@ -63,8 +86,9 @@ class _Decompressing:
     concatenated members and frames (`cat a.gz b.gz`); a stream that ends without its end marker
     is reported as cut short (gzip, xz and zstd alike)."""
 
-    def __init__(self, path: Path, kind: str) -> None:
+    def __init__(self, path: Path, kind: str, limit: int | None = None) -> None:
         self.path, self.kind, self.done = path, kind, 0
+        self.limit = limit  # decompressed bytes it hands on at most (None: no bound)
         self.damage: str | None = None
         self._file = open(path, "rb")
         self._current: Any = None  # the decoder of the member or frame being read
@@ -93,6 +117,14 @@ class _Decompressing:
     def readinto(self, view: memoryview) -> int:
         """Like a file's readinto; after a break, the bytes before it, then 0."""
         filled = 0
+        if self.limit is not None and self.done + len(view) > self.limit:
+            view = view[:max(0, self.limit - self.done)]
+            if not len(view) and not self._ended:
+                self._ended = True
+                self.damage = (f"decompression limit reached after {self.done:,} bytes ({EXPANSION_ENV}="
+                               f"{_setting(EXPANSION_ENV, MAX_EXPANSION)} times the compressed size, at most "
+                               f"{DECOMPRESSED_ENV}={_setting(DECOMPRESSED_ENV, MAX_DECOMPRESSED):,} bytes); "
+                               "the bytes before it were read")
         while filled < len(view) and not self._ended:
             if not self._pending:
                 try:
@@ -202,7 +234,7 @@ def read_whole(path: str | os.PathLike[str]) -> tuple[bytes | mmap.mmap, str | N
                 return b"", None
             return _map_file(f), None
     blocks: list[tuple[mmap.mmap, int]] = []
-    with _Decompressing(path, kind) as reader:
+    with _Decompressing(path, kind, decompression_limit(path.stat().st_size)) as reader:
         while True:
             block = populated(READ_BYTES)
             blocks.append((block, _fill(reader, block, 0, READ_BYTES)))
@@ -231,6 +263,38 @@ def read_whole_lines(path: str | os.PathLike[str]) -> tuple[bytes | mmap.mmap, s
         damage += f"; the {len(data) - cut:,} bytes after the last complete line were left out"
         data = bytes(data[:cut])
     return data, damage
+
+
+def cut_long_lines(data: bytes | mmap.mmap, max_line: int | None = None
+                   ) -> tuple[bytes | mmap.mmap, list[tuple[int, int]]]:
+    """`data` with every line longer than `max_line` bytes (default `MAX_LINE`, or FORENSICS_MAX_LINE)
+    left empty, and those lines as (line number, length): one 2 GB line must not become a 2 GB
+    string, nor a Parquet page over its 2 GiB limit. Found 64 MiB at a time with numpy, so the
+    common case (no such line) costs one pass at memory speed and no copy."""
+    limit = max_line or _setting(MAX_LINE_ENV, MAX_LINE)
+    if len(data) <= limit:
+        return data, []
+    view = np.frombuffer(data, dtype=np.uint8)
+    long, lines_before, start = [], 0, 0  # start: where the current line began
+    window = 64 << 20
+    for at in range(0, len(view), window):
+        ends = np.flatnonzero(view[at:at + window] == 10) + at
+        bounds = np.concatenate(([start], ends + 1))
+        lengths = ends - bounds[:-1]
+        for index in np.flatnonzero(lengths > limit):
+            long.append((lines_before + int(index) + 1, int(bounds[index]), int(ends[index])))
+        lines_before += len(ends)
+        start = int(bounds[-1])
+    if len(view) - start > limit:
+        long.append((lines_before + 1, start, len(view)))
+    if not long:
+        return data, []
+    parts, at = [], 0
+    for _, begin, end in long:
+        parts += [bytes(view[at:begin])]
+        at = end
+    parts.append(bytes(view[at:]))
+    return b"".join(parts), [(line, end - begin) for line, begin, end in long]
 
 
 class _Buffers:

@@ -10,6 +10,8 @@ sentences that quote it have every character Markdown would act on escaped, so a
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -100,6 +102,13 @@ def _timeline_rows(analysis: Analysis) -> list[Finding]:
     return sorted((f for f in analysis.reported() if f.at), key=lambda f: f.at)  # type: ignore[arg-type, return-value]
 
 
+def _hang_words(v: Any) -> str:
+    """A hang verdict in words; a device synchronize is a wait on the GPU, never a collective."""
+    if v.verdict == "UNIFORM_WAIT" and not v.collective:
+        return "waiting together at one place (not a collective: the device or below)"
+    return HANG_WORDS.get(v.verdict, "stuck")
+
+
 def verdict_sentence(analysis: Analysis, quote: Callable[[object], str]) -> str:
     """What happened, in one sentence from the evidence (the post-mortem's summary and the report's
     first screen): which engines froze and when, the stack verdict, the blind spot, the restart.
@@ -126,8 +135,9 @@ def verdict_sentence(analysis: Analysis, quote: Callable[[object], str]) -> str:
     modes = failures.headline([f for f in analysis.findings if not analysis.superseded(f)])
     if hung := [v for v in latest(analysis.verdicts) if v.verdict in HANG_VERDICTS]:
         others = list(dict.fromkeys(f.kind.replace("_", " ") for f in modes if f.kind != "stuck_process"))
-        return (" ".join(f"py-spy showed the {quote(v.group)} TP group {HANG_WORDS.get(v.verdict, 'stuck')} "
-                         f"({v.verdict}) at {_at(v.at)}." for v in hung)
+        return (" ".join(f"py-spy showed the {quote(v.group)} TP group {_hang_words(v)} "
+                         f"({v.verdict}) at {_at(v.at)}"
+                         + (" in one round of dumps" if v.round == 0 and not v.progress else "") + "." for v in hung)
                 + " The evidence holds no progress lines to say when it stopped."
                 + (f" Also in the evidence: {', '.join(others)}." if others else ""))
     if modes:

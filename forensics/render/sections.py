@@ -40,6 +40,25 @@ from forensics.render.text import Redact, code_spans, hover, safe
 from forensics.render import OUTPUTS
 
 REDACT_MODES = ("none", "timeline", "all")
+# The checkout this package runs from (notebooks/, data/, exports/ beside it), when it runs from one.
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def resolve_bundle(bundle: str | Path) -> Path:
+    """A bundle path as given, or — when it is relative and not found from the working folder, as in
+    a notebook opened by JupyterLab, whose kernel starts in notebooks/ — from the repository."""
+    path = Path(bundle).expanduser()
+    if path.exists() or path.is_absolute() or not (REPOSITORY / path).exists():
+        return path
+    return REPOSITORY / path
+
+
+def default_out(bundle: Path) -> Path:
+    """Where outputs go when no folder is given: exports/<bundle name> from the working folder, or
+    the repository's exports/ when working inside its notebooks/ (nothing is left beside notebooks)."""
+    here = Path.cwd().resolve()
+    base = REPOSITORY if here == REPOSITORY / "notebooks" or REPOSITORY / "notebooks" in here.parents else here
+    return base / "exports" / bundle.resolve().name
 LIBRARY_ENV = "FORENSICS_LIBRARY"  # a folder of earlier reports, for "seen before"
 SUDO_USER = r"^\s*([a-z_][a-z0-9_.-]*) : (?:TTY|PWD|USER|COMMAND)="  # who ran the command
 
@@ -143,9 +162,11 @@ class ReportSession:
         URL); outputs go to `out_dir` (default exports/<bundle name>)."""
         if redact not in REDACT_MODES:
             raise ForensicsError(f"redact must be one of {', '.join(REDACT_MODES)}, not {redact!r}")
-        bundle = Path(bundle)
-        out = check_output_target(Path(out_dir) if out_dir else Path("exports") / bundle.resolve().name, bundle,
-                                  OUTPUTS)
+        bundle = resolve_bundle(bundle)
+        if not bundle.exists():
+            raise ForensicsError(f"bundle {str(bundle)!r} not found (from {Path.cwd()}, nor from {REPOSITORY}): "
+                                 "set the `bundle` parameter to a folder or tarball of evidence")
+        out = check_output_target(Path(out_dir) if out_dir else default_out(bundle), bundle, OUTPUTS)
         analysis = analyze(bundle, case or out / "case", load_profile(profile) if profile else None, display_tz)
         session = cls(analysis, out, redact)
         if redact == "all":

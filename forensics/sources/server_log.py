@@ -36,7 +36,7 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.formats.rawio import read_whole_lines
+from forensics.formats.rawio import MAX_LINE_ENV, cut_long_lines, read_whole_lines
 from forensics.formats.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, empty, excerpt_text
 from forensics.sources import ParseResult, register
 
@@ -151,6 +151,7 @@ def _year(frame: pl.DataFrame, path: Path) -> tuple[int, str | None]:
 def parse(path: Path) -> ParseResult:
     """Read one plain-text server log into `events` and `quarantine` rows."""
     data, damage = read_whole_lines(path)
+    data, too_long = cut_long_lines(data)
     text = bytes(data).decode("utf-8", "replace")
     frame = _lines(text)
     year, year_note = _year(frame, path)
@@ -211,6 +212,13 @@ def parse(path: Path) -> ParseResult:
         .otherwise(pl.format("time stamp {} is not a date", "written")).alias("reason"),
         pl.col("message").map_elements(excerpt_text, return_dtype=pl.String).alias("excerpt"),
         pl.lit(None, pl.String).alias("subject")).cast(dict(QUARANTINE_SCHEMA))  # type: ignore[arg-type]
+    if too_long:  # each a record that could not be read: quarantined with its length, never silently dropped
+        quarantine = pl.concat([quarantine, pl.DataFrame({
+            "source_file": [str(path)] * len(too_long), "format": [FORMAT] * len(too_long),
+            "offset": [None] * len(too_long), "line": [line for line, _ in too_long],
+            "reason": [f"a line of {length:,} bytes, over the longest a line may be ({MAX_LINE_ENV}): not read"
+                       for _, length in too_long],
+            "excerpt": [""] * len(too_long), "subject": [None] * len(too_long)}).cast(dict(QUARANTINE_SCHEMA))])  # type: ignore[arg-type]
     notes = [n for n in (year_note,) if n]
     before = passed_over.filter(pl.col("record") == 0).height
     noise = passed_over.height - before
@@ -220,9 +228,9 @@ def parse(path: Path) -> ParseResult:
         notes.append(f"{noise} lines passed over between records (blank lines, progress bars, '...', Docker times "
                      "alone on a line)")
     if records.height == 0:
-        return ParseResult("events", empty(EVENTS_SCHEMA), empty(QUARANTINE_SCHEMA), 0, damage=damage,
-                           notes=notes or ["no line with a time stamp: nothing read"])
-    return ParseResult("events", events, quarantine, records.height, damage=damage, notes=notes)
+        return ParseResult("events", empty(EVENTS_SCHEMA), quarantine.filter(pl.lit(bool(too_long))), len(too_long),
+                           damage=damage, notes=notes or ["no line with a time stamp: nothing read"])
+    return ParseResult("events", events, quarantine, records.height + len(too_long), damage=damage, notes=notes)
 
 
 register(NAME, sniff, parse, module=__name__)

@@ -1,0 +1,75 @@
+"""No bound-less read: a gzip that expands a thousandfold, a tiny tarball holding a sparse 40 GB file,
+a member nested 2,000 folders deep, a line of megabytes. Each keeps what it can, and says what it
+did not read and why (memory at full size is measured in `bench/bounded_reads.py`, not here)."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from forensics.case.build import read_bundle
+from forensics.case.bundle import open_bundle
+
+
+def test_a_gzip_bomb_stops_at_the_decompression_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORENSICS_MAX_EXPANSION", "4")  # 4 × (at least 1 MiB) of the compressed size
+    metrics = tmp_path / "bundle" / "metrics"
+    metrics.mkdir(parents=True)
+    body = b"sglang:num_running_reqs 1\n" + b"\n" * (64 << 20)
+    (metrics / "scrapes.prom.gz").write_bytes(gzip.compress(body, 9))
+    frames, manifest = read_bundle(tmp_path / "bundle")
+    (entry,) = manifest["inputs"]
+    assert "decompression limit reached after 4,194,304 bytes" in (entry.get("error") or "") + str(entry.get("notes"))
+    assert frames["samples"].height == 1  # what came before the limit was read
+
+
+@pytest.mark.skipif(shutil.which("tar") is None or shutil.which("truncate") is None, reason="GNU tar needed")
+def test_a_tiny_tarball_holding_a_sparse_40_gb_file_is_not_unpacked(tmp_path: Path) -> None:
+    source = tmp_path / "src" / "bundle" / "logs"
+    source.mkdir(parents=True)
+    (source / "server.log").write_text("[2026-06-18 21:00:00] hello\n")
+    subprocess.run(["truncate", "-s", "40G", str(source / "huge.log")], check=True)
+    tarball = tmp_path / "bundle.tar.gz"
+    subprocess.run(["tar", "-S", "-czf", str(tarball), "-C", str(tmp_path / "src"), "bundle"], check=True)
+    assert tarball.stat().st_size < 1 << 20
+    with open_bundle(tarball) as folder:
+        frames, manifest = read_bundle(folder)
+    reasons = {s["path"]: s["reason"] for s in manifest["skipped"]}
+    (huge,) = [r for p, r in reasons.items() if p.endswith("huge.log")]
+    assert "42,949,672,960 bytes (a sparse file), over what the tarball may still unpack to" in huge
+    assert frames["events"].height == 1
+
+
+def test_a_member_nested_2000_folders_deep_is_refused_with_its_depth(tmp_path: Path) -> None:
+    tarball = tmp_path / "deep.tar"
+    with tarfile.open(tarball, "w") as tar:
+        info = tarfile.TarInfo("/".join(["d"] * 2000) + "/x.log")
+        data = b"[2026-06-18 21:00:00] deep\n"
+        info.size = len(data)
+        import io
+
+        tar.addfile(info, io.BytesIO(data))
+    with open_bundle(tarball) as folder:
+        _, manifest = read_bundle(folder)
+    assert any("nested 2000 folders deep (at most 64)" in s["reason"] for s in manifest["skipped"])
+
+
+def test_a_line_longer_than_the_limit_is_quarantined_with_its_length(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORENSICS_MAX_LINE", "1000")
+    logs = tmp_path / "bundle" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "server.log").write_text("[2026-06-18 21:00:00] before\n[2026-06-18 21:00:01] " + "x" * 5000
+                                     + "\n[2026-06-18 21:00:02] after\n")
+    frames, manifest = read_bundle(tmp_path / "bundle")
+    (entry,) = manifest["inputs"]
+    assert (entry["records"], entry["parsed"], entry["quarantined"]) == (3, 2, 1)
+    (reason,) = frames["quarantine"].get_column("reason").to_list()
+    assert reason == "a line of 5,022 bytes, over the longest a line may be (FORENSICS_MAX_LINE): not read"
+    assert frames["events"].get_column("message").to_list() == ["[2026-06-18 21:00:00] before",
+                                                                 "[2026-06-18 21:00:02] after"]
