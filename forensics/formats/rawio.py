@@ -32,6 +32,10 @@ from forensics.errors import ParseError
 EXPANSION_ENV, DECOMPRESSED_ENV = "FORENSICS_MAX_EXPANSION", "FORENSICS_MAX_DECOMPRESSED"
 MAX_EXPANSION = 100
 MAX_DECOMPRESSED = 2 << 30
+# The most lines a line reader takes from one input read whole: a parser holds some tens of bytes per
+# line, so 4 GiB of empty lines would take hundreds of GB; past it the input keeps what came before.
+MAX_LINES_ENV = "FORENSICS_MAX_LINES"
+MAX_LINES = 20_000_000
 # The longest line a line reader reads (`cut_long_lines`); a longer one is quarantined, not read.
 MAX_LINE_ENV = "FORENSICS_MAX_LINE"
 MAX_LINE = 1 << 20
@@ -256,6 +260,9 @@ def read_whole_lines(path: str | os.PathLike[str]) -> tuple[bytes | mmap.mmap, s
     complete line is left out (a sample value cut from `123.4` to `12` must not be read) and the
     damage says so."""
     data, damage = read_whole(path)
+    data, lines_damage = _at_most_lines(data, _setting(MAX_LINES_ENV, MAX_LINES))
+    if lines_damage:
+        return data, "; ".join(d for d in (damage, lines_damage) if d)
     if damage is None:
         return data, None
     cut = bytes(data).rfind(b"\n") + 1
@@ -263,6 +270,25 @@ def read_whole_lines(path: str | os.PathLike[str]) -> tuple[bytes | mmap.mmap, s
         damage += f"; the {len(data) - cut:,} bytes after the last complete line were left out"
         data = bytes(data[:cut])
     return data, damage
+
+
+def _at_most_lines(data: bytes | mmap.mmap, most: int) -> tuple[bytes | mmap.mmap, str | None]:
+    """`data` up to the end of its `most`-th line (counted 64 MiB at a time), and why when cut."""
+    if len(data) <= most:
+        return data, None
+    view = np.frombuffer(data, dtype=np.uint8)
+    seen, window = 0, 64 << 20
+    for at in range(0, len(view), window):
+        here = int(np.count_nonzero(view[at:at + window] == 10))
+        if seen + here >= most:
+            ends = np.flatnonzero(view[at:at + window] == 10)
+            cut = at + int(ends[most - seen - 1]) + 1
+            if cut >= len(view):
+                return data, None
+            return bytes(view[:cut]), (f"line limit reached after {most:,} lines ({MAX_LINES_ENV}); the "
+                                       f"{len(view) - cut:,} bytes after them were left out")
+        seen += here
+    return data, None
 
 
 def cut_long_lines(data: bytes | mmap.mmap, max_line: int | None = None

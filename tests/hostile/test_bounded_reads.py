@@ -73,3 +73,16 @@ def test_a_line_longer_than_the_limit_is_quarantined_with_its_length(tmp_path: P
     assert reason == "a line of 5,022 bytes, over the longest a line may be (FORENSICS_MAX_LINE): not read"
     assert frames["events"].get_column("message").to_list() == ["[2026-06-18 21:00:00] before",
                                                                  "[2026-06-18 21:00:02] after"]
+
+
+def test_an_input_of_millions_of_empty_lines_stops_at_the_line_limit(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORENSICS_MAX_LINES", "1000")
+    metrics = tmp_path / "bundle" / "metrics"
+    metrics.mkdir(parents=True)
+    (metrics / "scrapes.prom").write_bytes(b"sglang:num_running_reqs 1\n" + b"\n" * 5000 + b"late_sample 2\n")
+    frames, manifest = read_bundle(tmp_path / "bundle")
+    (entry,) = manifest["inputs"]
+    said = str(entry.get("error")) + str(entry.get("notes"))
+    assert "line limit reached after 1,000 lines (FORENSICS_MAX_LINES)" in said
+    assert frames["samples"].height == 1

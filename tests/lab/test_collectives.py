@@ -66,8 +66,7 @@ STUCK_PROGRAM = """
 import setproctitle, time
 setproctitle.setproctitle("sglang::scheduler_TP0")
 def synchronize():
-    while True:
-        pass
+    while True: pass  # one line: every dump sees the same line, however the loop is caught
 def event_loop_normal():
     synchronize()
 event_loop_normal()
