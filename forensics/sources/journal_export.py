@@ -91,6 +91,15 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
     first_problem: dict[int, tuple[int, str]] = {}
     for entry, line, why in problems:
         first_problem.setdefault(entry, (line, why))
+    for kind, entry, line, _, _, left in line_problems:
+        if kind == 2 and first_problem.get(entry, (None,))[0] == line:
+            # a length past the end swallows what follows: say how many entries its bytes seem to hold
+            rest = bytes(readable[max(0, m - left):m])
+            # what follows the bad entry's own end, cut at blank lines: each non-empty part an entry
+            swallowed = sum(1 for part in rest.split(b"\n\n")[1:] if part.strip(b"\n"))
+            if swallowed:
+                first_problem[entry] = (line, first_problem[entry][1] + f"; those bytes hold about {swallowed} more "
+                                        f"entr{'ies' if swallowed > 1 else 'y'} by their blank lines, not read")
     # The last entry may end at the end of the file without its blank line. Cut in the middle of
     # a line it is damage; after a whole field line it is read (VictoriaLogs reads it; systemd-
     # journal-remote drops it as "premature EOF") and the input's notes say so.

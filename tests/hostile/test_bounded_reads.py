@@ -86,3 +86,17 @@ def test_an_input_of_millions_of_empty_lines_stops_at_the_line_limit(tmp_path: P
     said = str(entry.get("error")) + str(entry.get("notes"))
     assert "line limit reached after 1,000 lines (FORENSICS_MAX_LINES)" in said
     assert frames["samples"].height == 1
+
+
+def test_a_binary_length_of_2_63_says_how_many_entries_it_swallowed(tmp_path: Path) -> None:
+    import struct
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "x.export").write_bytes(
+        b"__REALTIME_TIMESTAMP=1781818000000000\nMESSAGE\n" + struct.pack("<Q", 2**63) + b"abc\n\n"
+        + b"__REALTIME_TIMESTAMP=1781818001000000\nMESSAGE=second entry\n\n"
+        + b"__REALTIME_TIMESTAMP=1781818002000000\nMESSAGE=third entry\n\n")
+    frames, _ = read_bundle(bundle)
+    (reason,) = frames["quarantine"].get_column("reason").to_list()
+    assert reason.endswith("those bytes hold about 2 more entries by their blank lines, not read")

@@ -67,8 +67,16 @@ def reference_entries(data: bytes) -> list[Entry]:
         size = struct.unpack_from("<Q", data, size_at)[0]
         left = len(data) - size_at - 8
         if size >= left:
-            problems.append((current, line, f"binary field {text.decode()}: length {size} runs past end of file "
-                                            f"({left} bytes left)"))
+            said = f"binary field {text.decode()}: length {size} runs past end of file ({left} bytes left)"
+            more, at = 0, data.find(b"\n\n", size_at + 8)  # entries in the bytes it swallows, one by one
+            while at >= 0:
+                following = data.find(b"\n\n", at + 2)
+                part = data[at + 2:following if following >= 0 else len(data)]
+                more += bool(part.strip(b"\n"))
+                at = following
+            if more:
+                said += f"; those bytes hold about {more} more entr{'ies' if more > 1 else 'y'} by their blank lines, not read"
+            problems.append((current, line, said))
             break  # the declared value takes the rest of the file
         elif data[size_at + 8 + size] != ord("\n"):
             problems.append((current, line, f"binary field {text.decode()}: {size}-byte value not followed by a newline"))
