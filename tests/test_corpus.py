@@ -70,20 +70,38 @@ PYSPY = {
     "mlengineering_two_threads_hex_ids.txt": (1, 2, "ORDINARY_WORK", {}),
     "bigscience_tr11_node48_node49_grouped_ranks.md.txt": (16, 16, "TP_DESYNC",
                                                            {"broadcast": 7, "all_reduce": 4, "recv": 4}),
-    "bigscience_tr11_dataloader_deadlock_idle.txt": (1, 1, "ORDINARY_WORK", {}),
-    "bigscience_hang_debug_6plus2_processes.txt": (2, 2, "TP_DESYNC", {"broadcast": 1, "train": 1}),
+    "bigscience_tr11_dataloader_deadlock_idle.txt": (1, 1, "WAITING_IN_ONE_SNAPSHOT", {"wait": 1}),
+    # README: "2 Thread headers standing for 8 processes per node. 6 in train …, 2 in broadcast"
+    "bigscience_hang_debug_6plus2_processes.txt": (2, 2, "TP_DESYNC", {"broadcast": 2, "train": 6}),
     "fetcher_unix_socket_with_ps_preamble.txt": (1, 1, "ORDINARY_WORK", {"wait_for_reply": 1}),
-    "deadlock_lab_py312_truncated.txt": (1, 3, "ORDINARY_WORK", {}),
+    "deadlock_lab_py312_truncated.txt": (1, 3, "WAITING_IN_ONE_SNAPSHOT", {}),
     "kitty_custom_exe_frozen_runpy.txt": (1, 1, "ORDINARY_WORK", {"_run_app": 1}),
     "kitty_native_frames_two_runs.txt": (1, 2, "ORDINARY_WORK", {"ppoll": 1}),
-    "sglang_native_dp_attention_annotated_fragments.txt": (1, 2, "STRAGGLER_OR_MISSING",
-                                                           {"all_gather_into_tensor": 1}),
+    # README: "Not one snapshot, so no desync verdict": no hang verdict may be drawn from it
+    "sglang_native_dp_attention_annotated_fragments.txt": (1, 2, "NO_VERDICT", {"all_gather_into_tensor": 1}),
     "sglang_scheduler_afd_native_two_threads.txt": (1, 2, "ORDINARY_WORK", {}),
 }
 
 
+# Where the suite reads a dump otherwise than the README's ground truth today (issue 37): each a
+# strict xfail naming the gap, so that it flips when the gap closes.
+PYSPY_GAPS = {
+    "bigscience_tr11_dataloader_deadlock_idle.txt":
+        "a rank waiting on a DataLoader queue in one snapshot is read as ORDINARY_WORK, not as 'waiting at X in one "
+        "snapshot; a second round would tell a deadlock from a slow producer'",
+    "deadlock_lab_py312_truncated.txt":
+        "threads blocked in their own code in one snapshot (a lock deadlock) are read as ORDINARY_WORK",
+    "bigscience_hang_debug_6plus2_processes.txt":
+        "the counts the author wrote in prose (6 processes, 2 processes) are not read: 1 + 1 ranks are counted",
+    "sglang_native_dp_attention_annotated_fragments.txt":
+        "two fragments from separate examples are judged as one snapshot (STRAGGLER_OR_MISSING)",
+}
+
+
 @pytest.mark.parametrize("name", sorted(PYSPY))
-def test_pyspy_dumps_as_a_careful_reader_sees_them(tmp_path: Path, name: str) -> None:
+def test_pyspy_dumps_as_a_careful_reader_sees_them(tmp_path: Path, name: str, request: pytest.FixtureRequest) -> None:
+    if name in PYSPY_GAPS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"gap: {PYSPY_GAPS[name]}"))
     processes, threads, verdict, frames = PYSPY[name]
     analysis, manifest = _analyze(tmp_path, name)
     (entry,) = manifest["inputs"]
@@ -164,7 +182,7 @@ JOURNALD = {
     "edge_victorialogs_empty_field_name_after_valid_entry.export": (2, 1, 1, "empty field name"),
     "edge_victorialogs_field_name_starting_with_digit.export": (2, 1, 1, "starts with a digit"),
     "edge_victorialogs_field_name_invalid_chars.export": (1, 0, 1, "invalid field name"),
-    "systemd_doc_json_example_arrays_null.json": (1, 0, 1, "missing __REALTIME_TIMESTAMP"),
+    "systemd_doc_json_example_arrays_null.json": (1, 1, 0, None),  # README: "1 entry … Well-formed."
     "vector_fake_journalctl_json_arrays.jsonl": (7, 7, 0, None),
     "fedora_real_journalctl_o_json_line.jsonl": (1, 1, 0, None),
     "sysstat_real_journalctl_o_json_line_unreflowed.jsonl": (1, 1, 0, None),
@@ -179,8 +197,17 @@ MESSAGES = {
 }
 
 
+JOURNALD_GAPS = {
+    "systemd_doc_json_example_arrays_null.json":
+        "the documentation's well-formed entry has no __REALTIME_TIMESTAMP, and an entry without a time is quarantined "
+        "rather than read as time unknown",
+}
+
+
 @pytest.mark.parametrize("name", sorted(JOURNALD))
-def test_journald_samples_count_as_their_format_says(tmp_path: Path, name: str) -> None:
+def test_journald_samples_count_as_their_format_says(tmp_path: Path, name: str, request: pytest.FixtureRequest) -> None:
+    if name in JOURNALD_GAPS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"gap: {JOURNALD_GAPS[name]}"))
     records, parsed, quarantined, reason = JOURNALD[name]
     (source,) = [p for p in _files() if p.name == name]
     frames, manifest = read_bundle(_bundle(tmp_path, source))
