@@ -245,11 +245,23 @@ class Analysis:
             entry.setdefault("frozen", False)
         return out
 
+    def span(self) -> list[str | None]:
+        """The first and last time on the timeline (ISO-8601): what the analysis placed, so a file
+        whose only time is its copy time ("time unknown") does not stretch it."""
+        t = self.timeline
+        times = [x for x in (t.events.get_column("ts").min(), t.events.get_column("ts").max(),
+                             t.stacks.get_column("ts").min() if t.stacks.height else None,
+                             t.stacks.get_column("ts").max() if t.stacks.height else None,
+                             *t.samples.select(pl.col("ts").min().alias("a"), pl.col("ts").max().alias("b"))
+                             .collect().row(0)) if x is not None]
+        if not times:
+            return [t.manifest.get("first_ts"), t.manifest.get("last_ts")]
+        return [min(times).isoformat(), max(times).isoformat()]
+
     def summary(self) -> dict[str, Any]:
         """What summary.json holds (see DESIGN.md)."""
         incident, manifest = self.timeline.incident, self.timeline.manifest
-        window = ([w.isoformat() for w in incident.window] if incident.window
-                  else [manifest.get("first_ts"), manifest.get("last_ts")])
+        window = ([w.isoformat() for w in incident.window] if incident.window else self.span())
         return {
             "incident": incident.title,
             "display_time_zone": self.display_zone,

@@ -201,8 +201,14 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
     modes = failures.headline(analysis.reported())
     for f in modes:
         out.append(f"- {_md(f.text, redact)}")
+    corroborated = bool(_of(analysis, "frozen") or modes)
     for v in desync or verdicts:
-        out.append(f"- {_md(v.explanation, redact)}")
+        if v.round == 0 and not v.progress and not corroborated:
+            # one snapshot, nothing else showing trouble: what it shows, not yet a cause
+            out.append(f"- Not yet a root cause (one round of dumps, nothing else in the evidence shows trouble): "
+                       f"{_md(v.explanation, redact)}")
+        else:
+            out.append(f"- {_md(v.explanation, redact)}")
     if not verdicts and not modes:
         out.append("- No py-spy stacks in the bundle: the engines' state when frozen is not in the evidence.")
     for component, cause, evidence in analysis.consequences():

@@ -297,14 +297,39 @@ def plausible_window(case: Case, incident: Incident) -> tuple[datetime, datetime
     if incident.window is not None:
         start, end = incident.window
     else:
-        times = pl.concat([case.events.select("ts").collect(), case.stacks.select("ts").collect(),
-                           case.samples.select("ts").collect()]).get_column("ts").drop_nulls()
+        # Time sources ranked: a time written in the evidence (a log line's stamp, journald's, a
+        # capture header) outvotes a file's modification time, which a copy resets to "now".
+        confident = pl.col("ts_confidence").cast(pl.String).fill_null("") != "low"
+        stamped = pl.concat([case.events.select("ts").collect(), case.stacks.filter(confident).select("ts").collect(),
+                             case.samples.filter(confident).select("ts").collect()]).get_column("ts").drop_nulls()
+        times = stamped if stamped.len() >= 10 else pl.concat([
+            case.events.select("ts").collect(), case.stacks.select("ts").collect(),
+            case.samples.select("ts").collect()]).get_column("ts").drop_nulls()
         if times.len() < 10:
             return None
         q1, q3 = times.quantile(0.25, "lower"), times.quantile(0.75, "higher")
         spread = (q3 - q1) * 10  # far beyond where the bulk of the evidence lies, however it is spread
         start, end = q1 - spread, q3 + spread
     return start - PLAUSIBLE_MARGIN, end + PLAUSIBLE_MARGIN
+
+
+def _mtime_outside(window: tuple[datetime, datetime]) -> pl.Expr:
+    """Rows timed only by a file's modification time, outside the window of the evidence's own times."""
+    return ((pl.col("ts_confidence").cast(pl.String) == "low") & ~pl.col("ts").is_between(*window)).fill_null(False)
+
+
+def _time_unknown(samples: pl.DataFrame, stacks: pl.DataFrame, window: tuple[datetime, datetime]) -> list[str]:
+    """What is placed as "time unknown", per file, with the reason, for the report to say."""
+    notes = []
+    for frame, what in ((stacks, "py-spy dump"), (samples, "scrape")):
+        rows = frame.filter(_mtime_outside(window))
+        for (source,), mine in rows.group_by(pl.col("source_file").cast(pl.String), maintain_order=True):
+            at = mine.get_column("ts").min()
+            notes.append(f"{source}: time unknown — the {what}'s only time is the file's modification time "
+                         f"({at:%Y-%m-%d %H:%M} UTC, likely when it was copied), far from the times written in the "
+                         "evidence; it is read but gives no time to any finding"
+                         + ("" if what == "py-spy dump" else " and is left off the time axis"))
+    return notes
 
 
 def _outside(frame: pl.DataFrame, window: tuple[datetime, datetime] | None, name: str
@@ -584,6 +609,11 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
                              "ts", "next_ts").sort("ts", maintain_order=True)
     counts = _shifted(pl.concat([part.progress_counts for part in parts]), offsets, "second", "first", "last")
     samples = case.samples.with_columns(_true_time(offsets))
+    stacks = case.stacks.with_columns(_true_time(offsets)).collect()
+    if window is not None:  # a modification time far from the evidence's own times: time unknown
+        incident.notes.extend(_time_unknown(samples.collect(), stacks, window))
+        stacks = stacks.with_columns(pl.when(_mtime_outside(window)).then(None).otherwise(pl.col("ts")).alias("ts"))
+        samples = samples.filter(~_mtime_outside(window))
     outside_samples = pl.DataFrame()
     if window is not None:
         inside = pl.col("ts").is_between(*window) | pl.col("ts").is_null()
@@ -592,7 +622,7 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
                                 pl.col("ts").max().alias("latest"))
                            .with_columns(pl.lit("samples").alias("frame")).collect())
         samples = samples.filter(inside)
-    stacks, outside_stacks = _outside(case.stacks.with_columns(_true_time(offsets)).collect(), window, "stacks")
+    stacks, outside_stacks = _outside(stacks, window, "stacks")
     checks = (pl.concat([part.skew for part in parts])
               .with_columns(pl.col("host").replace_strict(offsets, default=0.0, return_dtype=pl.Float64)
                             .alias("offset_applied_s"),
