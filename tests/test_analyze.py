@@ -272,3 +272,17 @@ def test_inputs_listed_in_the_manifest_are_the_ones_read(tmp_path: Path) -> None
     skipped = {s["path"]: s["reason"] for s in result.timeline.manifest["skipped"]}
     assert skipped["stacks/round-2.txt"] == "not among incident.toml [inputs]"
     assert skipped["dumps/*"] == "listed in incident.toml [inputs] but matches no file"
+
+
+def test_impact_counts_engines_not_their_tp_rank_copies(tmp_path: Path) -> None:
+    """The reference generator's decode engine makes 1,000 tokens every 10 s scrape (100 token/s,
+    `forensics.lab.reference`), and each of its 4 TP ranks exports that same counter; prefill's
+    generated tokens are not the users'. The lost-token estimate uses 100 token/s, not 4 ranks × 2
+    engines."""
+    from forensics.analyze import analyze
+
+    analysis = analyze(Path(__file__).resolve().parents[1] / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18",
+                       tmp_path / "case")
+    (lost,) = [i for i in analysis.impact() if i.what == "tokens not generated"]
+    assert "100 token/s of the decode engines, one TP rank each" in lost.how
+    assert lost.value == pytest.approx(100 * analysis.key_times.seconds("resolved"), rel=0.01)

@@ -22,7 +22,7 @@ import polars as pl
 from forensics.timeline.align import Timeline
 from forensics.detect import span
 from forensics.detect.keytimes import KeyTimes
-from forensics.timeline.metrics import counter_rates, named
+from forensics.timeline.metrics import counter_rates, label, named, one_copy_per_engine
 
 FAILURE_KINDS = {"request_timeout": "requests timed out", "request_aborted": "requests aborted",
                  "engine_dead": "engine deaths"}
@@ -77,24 +77,35 @@ def impact(timeline: Timeline, times: KeyTimes) -> list[Impact]:
             out.append(Impact("clients received a 5xx", clients, "access log lines", "distinct client addresses"))
     lost = _tokens_not_generated(timeline, times.started, end)
     if lost is not None:
-        rate, name = lost
+        rate, name, which = lost
         seconds = (end - times.started).total_seconds()
         out.append(Impact("tokens not generated", rate * seconds, f"{name} (metrics)",
-                          f"{rate:,.0f} token/s over the {span(BEFORE.total_seconds())} before the start, times the "
-                          f"{span(seconds)} until service came back", estimate=True))
+                          f"{rate:,.0f} token/s of {which} over the {span(BEFORE.total_seconds())} before the start, "
+                          f"times the {span(seconds)} until service came back", estimate=True))
     return out
 
 
-def _tokens_not_generated(timeline: Timeline, started: datetime, end: datetime) -> tuple[float, str] | None:
-    """The generation rate (token/s, all instances) before the start, and the counter it comes from."""
+def _tokens_not_generated(timeline: Timeline, started: datetime, end: datetime) -> tuple[float, str, str] | None:
+    """The generation rate (token/s) before the start, the counter it comes from, and which engines
+    it counts: one copy per engine (TP ranks export the same counters), and in prefill/decode
+    serving the decode engines only, whose tokens are the users' (prefill's are not tokens users got)."""
     progress = timeline.profile.metrics.progress
     if not progress:
         return None
     name = progress[0]  # the profile lists the generated-tokens counter first
-    rates = counter_rates(timeline.samples.filter(named(name)).filter(pl.col("ts").is_between(started - BEFORE,
-                                                                                              started)))
+    before = one_copy_per_engine(timeline.samples.filter(named(name))
+                                 .filter(pl.col("ts").is_between(started - BEFORE, started)))
+    before = before.with_columns(label("engine_type").alias("_role")).with_columns(
+        pl.coalesce("_role", pl.col("instance").cast(pl.String).map_elements(
+            lambda i: timeline.incident.component_of_instance(i, timeline.profile), return_dtype=pl.String))
+        .alias("_role"))
+    roles = before.select(pl.col("_role").drop_nulls().unique()).collect().get_column("_role").to_list()
+    which = "every engine, one TP rank each"
+    if "decode" in roles and "prefill" in roles:
+        before, which = before.filter(pl.col("_role") == "decode"), "the decode engines, one TP rank each"
+    rates = counter_rates(before.drop("_role"))
     if rates.is_empty():
         return None
     per_interval = rates.filter(~pl.col("reset")).group_by("end").agg(pl.col("rate").sum())
     rate = per_interval.get_column("rate").median()
-    return (float(rate), name) if rate else None  # type: ignore[arg-type]
+    return (float(rate), name, which) if rate else None  # type: ignore[arg-type]

@@ -29,7 +29,7 @@ from forensics.analyze import Analysis
 from forensics.detect import errors, failures, span
 from forensics.detect.lifecycle import FAILED, RESTART_SCHEDULED, STARTED, STARTING, STOPPED, STOPPING
 from forensics.detect.stacks import Verdict
-from forensics.timeline.metrics import counter_rates, named
+from forensics.timeline.metrics import counter_rates, named, one_copy_per_engine
 from forensics.profiles import MetricPanel
 from forensics.render.text import Redact, hover
 
@@ -435,7 +435,8 @@ def _finding_lanes(fig: go.Figure, analysis: Analysis, axis: Axis, lane_y: dict[
 def metric_frame(analysis: Analysis, gauges: tuple[str, ...], rates: tuple[str, ...], axis: Axis,
                  budget_points: int) -> pl.DataFrame:
     """Gauges as they are and counters as per-second rates, one series per instance and name
-    (ranks and other labels summed for rates, the maximum taken for gauges), bucketed so that
+    (one copy per engine: the TP ranks' copies of its counters count once; DP ranks and other
+    labels summed for rates, the maximum taken for gauges), bucketed so that
     all series together stay under `budget_points` points. Columns: series, x (wall time in epoch
     ms, see `wall_ms`), value."""
     samples = analysis.timeline.samples
@@ -446,7 +447,7 @@ def metric_frame(analysis: Analysis, gauges: tuple[str, ...], rates: tuple[str, 
                               pl.col("name").cast(pl.String), "value")
                       .group_by("at", "instance", "name").agg(pl.col("value").max()).collect())
     if rates:
-        frames.append(counter_rates(samples.filter(named(list(rates))))
+        frames.append(counter_rates(one_copy_per_engine(samples.filter(named(list(rates)))))
                       .group_by(pl.col("end").alias("at"), "instance", "name")
                       .agg(pl.col("rate").sum().alias("value"))
                       .with_columns(pl.col("name") + "/s"))

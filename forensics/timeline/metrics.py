@@ -42,6 +42,19 @@ def label(name: str) -> pl.Expr:
                                        .struct.field("value")).list.first().cast(pl.String).alias(name))
 
 
+REPLICA_LABEL = "tp_rank"  # every TP rank of one engine exports the engine's own counters
+
+
+def one_copy_per_engine(samples: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+    """Samples with the copies TP ranks export of one engine's series left out: of the series of an
+    instance and name that differ only in `tp_rank`, the lowest rank's (rank 0's) is kept. Engines
+    (instances, DP ranks) still add up."""
+    frame = samples.lazy() if isinstance(samples, pl.DataFrame) else samples
+    ranked = frame.with_columns(label(REPLICA_LABEL).cast(pl.Int64, strict=False).alias("_tp"))
+    lowest = pl.col("_tp").min().over(pl.col("instance").cast(pl.String), pl.col("name").cast(pl.String))
+    return ranked.filter(pl.col("_tp").is_null() | (pl.col("_tp") == lowest)).drop("_tp")
+
+
 def _ordered(samples: pl.DataFrame | pl.LazyFrame, where: pl.Expr | None = None) -> pl.LazyFrame:
     """Samples (those `where` picks, first: a fleet's samples are millions) in time order, with
     the categorical columns as plain strings for string work."""
