@@ -12,6 +12,13 @@ bundle in the layout the suite reads, with capture headers:
   units' cgroups, of processes whose title matches the profile's (or given) patterns, and of pids
   given outright (`--pids decode=123,124`); a failed dump keeps py-spy's own error, so the verdict
   names that rank as missing and why;
+- `journal/<host>-kernel.export`: the kernel's messages of the window (`journalctl -k`; else
+  `logs/<host>/dmesg.log` from `dmesg`): Xid lines, the OOM killer;
+- `gpu/`: `nvidia-smi -q` and `-q -d PIDS` (else Ascend's `npu-smi info`);
+- `flight_recorder/<host>/`: PyTorch Flight Recorder dumps, found at the prefixes the dumped
+  processes' environment names (`TORCH_FR_DUMP_TEMP_FILE`, `TORCH_NCCL_DEBUG_INFO_TEMP_FILE`, read
+  from /proc/PID/environ), else torch's default `/tmp/nccl_trace_rank_`;
+- `units/<unit>.status.txt`: `systemctl status` (restart counters in collect.json's `NRestarts`);
 - `collect.json`: `systemctl show` of each unit, GPU state from `nvidia-smi`, the host's time zone
   and clock offset (chrony or timesyncd), and everything that could not be had, with why;
 - `incident.toml`: filled with what was found (window, the host's zone, components from unit names
@@ -103,8 +110,10 @@ def collect(plan: Plan) -> Collection:
     _scrapes(plan, done)
     groups = _processes(plan, done)
     _stacks(plan, groups, done)
+    _flight_recorder(plan, groups, done)
+    _kernel(plan, done)
     _units(plan, done)
-    _gpus(done)
+    _gpus(plan, done)
     _clock(done)
     _incident(plan, groups, started, done)
     (out / COLLECT_FILE).write_text(json.dumps({"host": plan.host, "collected": _now(), "written": done.written,
@@ -410,21 +419,106 @@ def _units(plan: Plan, done: Collection) -> None:
             done.could_not(f"systemctl show {unit}", result.stderr.decode(errors="replace").strip()[:200])
             continue
         states[unit] = dict(line.split("=", 1) for line in result.stdout.decode().splitlines() if "=" in line)
+        _save(plan, done, f"systemctl status {unit}", ["systemctl", "status", unit, "--no-pager", "-n", "0"],
+              f"units/{unit}.status.txt", any_status=True)  # status exits 3 for a stopped unit
     if states:
         done.facts["units"] = states
 
 
-def _gpus(done: Collection) -> None:
-    if shutil.which("nvidia-smi") is None:
-        done.could_not("GPU state", "nvidia-smi not found")
-        return
+def _save(plan: Plan, done: Collection, what: str, argv: list[str], relative: str, timeout: float = STEP_TIMEOUT_S,
+          any_status: bool = False) -> bytes | None:
+    """Run a read-only command and keep what it printed at `relative`; what failed is written down."""
     try:
-        result = _run(["nvidia-smi", "--query-gpu=index,uuid,utilization.gpu,memory.used,power.draw,temperature.gpu",
-                       "--format=csv"])
+        result = _run(argv, timeout=timeout)
+    except FileNotFoundError:
+        done.could_not(what, f"{argv[0]} not found")
+        return None
     except subprocess.TimeoutExpired:
-        done.could_not("GPU state", "nvidia-smi did not answer (a wedged driver?)")
+        done.could_not(what, f"{argv[0]} did not answer within {timeout:.0f} s (a wedged driver?)")
+        return None
+    if (result.returncode != 0 and not any_status) or not result.stdout:
+        done.could_not(what, result.stderr.decode(errors="replace").strip()[:200] or f"{argv[0]} printed nothing")
+        return None
+    path = plan.out / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(result.stdout)
+    done.written.append(relative)
+    return result.stdout
+
+
+def _gpus(plan: Plan, done: Collection) -> None:
+    """The devices' own state: NVIDIA's `nvidia-smi -q` (and its processes), else Ascend's `npu-smi
+    info`; a one-line summary of each NVIDIA GPU in collect.json."""
+    if shutil.which("nvidia-smi") is not None:
+        summary = _save(plan, done, "GPU state", ["nvidia-smi", "--query-gpu=index,uuid,utilization.gpu,memory.used,"
+                                                  "power.draw,temperature.gpu", "--format=csv"], "gpu/nvidia-smi.csv")
+        if summary is not None:
+            done.facts["gpus"] = summary.decode(errors="replace")
+        _save(plan, done, "GPU details (nvidia-smi -q)", ["nvidia-smi", "-q"], "gpu/nvidia-smi-q.txt")
+        _save(plan, done, "GPU processes (nvidia-smi -q -d PIDS)", ["nvidia-smi", "-q", "-d", "PIDS"],
+              "gpu/nvidia-smi-pids.txt")
+    elif shutil.which("npu-smi") is not None:
+        _save(plan, done, "NPU state (npu-smi info)", ["npu-smi", "info"], "gpu/npu-smi.txt")
+    else:
+        done.could_not("GPU state", "neither nvidia-smi nor npu-smi found")
+
+
+def _kernel(plan: Plan, done: Collection) -> None:
+    """The kernel's messages of the window (Xid, OOM killer, hung tasks): `journalctl -k`, else dmesg."""
+    argv = ["journalctl", "-k", "-o", "export", "--no-pager", "--since", plan.since]
+    if plan.until:
+        argv += ["--until", plan.until]
+    if plan.journal is not None:
+        argv += ["--directory" if Path(plan.journal).is_dir() else "--file", str(plan.journal)]
+    if shutil.which("journalctl") and _save(plan, done, "kernel messages (journalctl -k)", argv,
+                                            f"journal/{plan.host}-kernel.export", STEP_TIMEOUT_S * 2):
         return
-    done.facts["gpus"] = result.stdout.decode(errors="replace")
+    _save(plan, done, "kernel messages (dmesg)", ["dmesg", "--time-format", "iso"], f"logs/{plan.host}/dmesg.log")
+
+
+FR_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+FR_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"  # torch's default when neither variable is set
+FR_MAX_BYTES = 256 << 20  # one dump at most
+
+
+def fr_prefixes(pids: list[int]) -> list[str]:
+    """Where the processes' Flight Recorder dumps are written: the prefixes their environment names
+    (read from /proc/PID/environ), else torch's default."""
+    found = []
+    for pid in pids:
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for entry in environ:
+            name, _, value = entry.partition(b"=")
+            if name.decode(errors="replace") in FR_VARIABLES and value:
+                found.append(value.decode(errors="replace"))
+    return sorted(set(found)) or [FR_DEFAULT_PREFIX]
+
+
+def _flight_recorder(plan: Plan, groups: dict[int, str | None], done: Collection) -> None:
+    """Flight Recorder dumps found where the processes' torch writes them, copied as they are."""
+    copied = 0
+    prefixes = fr_prefixes(sorted(groups))
+    for prefix in prefixes:
+        folder, stem = Path(prefix).parent, Path(prefix).name
+        try:
+            candidates = sorted(p for p in folder.iterdir() if p.name.startswith(stem) and p.is_file()
+                                and not p.is_symlink())
+        except OSError:
+            continue
+        for path in candidates:
+            if path.stat().st_size > FR_MAX_BYTES:
+                done.could_not(f"Flight Recorder dump {path}", f"over {FR_MAX_BYTES:,} bytes: not copied")
+                continue
+            target = plan.out / "flight_recorder" / plan.host / path.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            done.written.append(str(target.relative_to(plan.out)))
+            copied += 1
+    if not copied:
+        done.could_not("Flight Recorder dumps", f"none found (looked for {', '.join(p + '*' for p in prefixes)})")
 
 
 def _clock(done: Collection) -> None:
@@ -560,7 +654,51 @@ if command -v py-spy >/dev/null 2>&1; then
 else
   missing stacks "py-spy not found"
 fi
-command -v nvidia-smi >/dev/null 2>&1 || missing "GPU state" "nvidia-smi not found"
+# the kernel's messages of the window (Xid, the OOM killer), else dmesg
+if command -v journalctl >/dev/null 2>&1 && timeout 60 journalctl -k -o export --no-pager --since {q(plan.since)} \\
+    {until} {journal} > "$OUT/journal/$HOST-kernel.export" 2>/dev/null && [ -s "$OUT/journal/$HOST-kernel.export" ]; then
+  :
+else
+  rm -f "$OUT/journal/$HOST-kernel.export"
+  mkdir -p "$OUT/logs/$HOST"
+  timeout 30 dmesg --time-format iso > "$OUT/logs/$HOST/dmesg.log" 2>/dev/null || {{ rm -f "$OUT/logs/$HOST/dmesg.log"; missing "kernel messages" "neither journalctl -k nor dmesg could be read"; }}
+fi
+# the devices' own state
+mkdir -p "$OUT/gpu"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  timeout 30 nvidia-smi -q > "$OUT/gpu/nvidia-smi-q.txt" 2>&1 || missing "GPU details" "nvidia-smi -q failed or did not answer"
+  timeout 30 nvidia-smi -q -d PIDS > "$OUT/gpu/nvidia-smi-pids.txt" 2>&1 || missing "GPU processes" "nvidia-smi -q -d PIDS failed"
+elif command -v npu-smi >/dev/null 2>&1; then
+  timeout 30 npu-smi info > "$OUT/gpu/npu-smi.txt" 2>&1 || missing "NPU state" "npu-smi info failed or did not answer"
+else
+  missing "GPU state" "neither nvidia-smi nor npu-smi found"
+fi
+# Flight Recorder dumps, where the dumped processes' torch writes them (else torch's default prefix)
+mkdir -p "$OUT/flight_recorder/$HOST"
+PREFIXES=""
+for item in $PIDS; do
+  pid=${{item#*=}}
+  for prefix in $(tr '\\0' '\\n' < "/proc/$pid/environ" 2>/dev/null | sed -n 's/^TORCH_FR_DUMP_TEMP_FILE=//p; s/^TORCH_NCCL_DEBUG_INFO_TEMP_FILE=//p'); do
+    PREFIXES="$PREFIXES $prefix"
+  done
+done
+[ -n "$PREFIXES" ] || PREFIXES=/tmp/nccl_trace_rank_
+found=0
+for prefix in $PREFIXES; do
+  for dump in "$prefix"*; do
+    [ -f "$dump" ] && [ ! -L "$dump" ] || continue
+    if [ "$(wc -c < "$dump")" -le {FR_MAX_BYTES} ]; then cp -- "$dump" "$OUT/flight_recorder/$HOST/" && found=1; fi
+  done
+done
+[ "$found" = 1 ] || missing "Flight Recorder dumps" "none found under$PREFIXES"
+# the units' own state, restart counters included
+mkdir -p "$OUT/units"
+UNITS={q(" ".join(plan.units))}  # unit names, checked: letters, digits and ":-_.\\@" only
+for unit in $UNITS; do
+  timeout 30 systemctl status "$unit" --no-pager -n 0 > "$OUT/units/$unit.status.txt" 2>&1
+  timeout 30 systemctl show "$unit" --no-pager -p NRestarts,ActiveState,SubState,ExecMainStartTimestamp >> "$OUT/units/$unit.status.txt" 2>&1 \\
+    || missing "systemctl show $unit" "systemctl failed"
+done
 tar -C "$OUT" -cf - .
 rm -rf "$OUT"
 """

@@ -75,6 +75,8 @@ def server() -> Iterator[str]:
                 connection, _ = listener.accept()
             except TimeoutError:
                 continue
+            except OSError:  # the listener closed at the end of the module
+                return
             threading.Thread(target=handle, args=(connection,), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from forensics.analyze import analyze
+from forensics.capture.collect import Plan, collect, script
 from forensics.cli import main
 from forensics.detect.stacks import TP_DESYNC, latest
 from forensics.lab.sglang_metrics import SGLangMetrics
@@ -96,7 +97,7 @@ def test_what_could_not_be_collected_is_written_down(collected: Path) -> None:
     missing = {item["what"].split(" (round")[0]: item["why"] for item in record["could_not_collect"]}
     assert any(what.startswith("metrics http://127.0.0.1:") and "refused" in why.lower()
                for what, why in missing.items())
-    assert missing["GPU state"] == "nvidia-smi not found"
+    assert missing["GPU state"] == "neither nvidia-smi nor npu-smi found"
     assert "stacks of pid 999999" in missing  # a process that is gone: py-spy's own error kept
     rounds = (collected / "stacks" / "round-1.txt").read_text()
     assert "pid=999999 group=gone" in rounds and "Error:" in rounds
@@ -151,6 +152,45 @@ def test_ptrace_refused_is_written_down_and_a_toml_gives_the_choices(tmp_path: P
         rounds = (tmp_path / "bundle" / "stacks" / "round-1.txt").read_text()
         assert f"pid={target.pid} group=engine" in rounds and "Error:" in rounds
         assert f"could not collect stacks of pid {target.pid}" in done.stdout
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_the_box_own_state_kernel_gpu_and_flight_recorder_dumps(tmp_path: Path) -> None:
+    """The kernel's messages, the GPU state (absent here: written down as absent) and the Flight
+    Recorder dumps found where the process's own environment says torch writes them — by the local
+    collector and by the script alike."""
+    import socket
+    import sys
+
+    dumps = tmp_path / "fr"
+    dumps.mkdir()
+    for rank in (0, 1):
+        (dumps / f"trace_{rank}").write_bytes(b"\x80\x04 a dump of rank %d" % rank)
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env={"TORCH_FR_DUMP_TEMP_FILE": str(dumps / "trace_"), "PATH": "/usr/bin:/bin"})
+    try:
+        time.sleep(0.3)
+        host = socket.gethostname()
+        plan = Plan(tmp_path / "bundle", pids={"decode": [target.pid]}, titles=["^no-such-process$"], rounds=1,
+                    scrapes=1, journal=tmp_path)
+        done = collect(plan)
+        assert {f"flight_recorder/{host}/trace_0", f"flight_recorder/{host}/trace_1"} <= set(done.written)
+        missing = {item["what"]: item["why"] for item in done.missing}
+        assert missing.get("GPU state") == "neither nvidia-smi nor npu-smi found"
+        assert any(w.startswith(f"journal/{host}-kernel") or w.endswith("dmesg.log") for w in done.written) \
+            or any(k.startswith("kernel messages") for k in missing)
+        text = script(plan)
+        (tmp_path / "collect.sh").write_text(text)
+        with open(tmp_path / "remote.tar", "wb") as out:
+            assert subprocess.run(["sh", str(tmp_path / "collect.sh")], stdout=out, timeout=300).returncode == 0
+        with tarfile.open(tmp_path / "remote.tar") as tar:
+            names = tar.getnames()
+            rows = tar.extractfile("./could-not-collect.tsv").read().decode()  # type: ignore[union-attr]
+        assert f"./flight_recorder/{host}/trace_0" in names and f"./flight_recorder/{host}/trace_1" in names
+        assert "GPU state\tneither nvidia-smi nor npu-smi found" in rows
+        assert any(n.endswith("-kernel.export") or n.endswith("dmesg.log") for n in names) or "kernel messages" in rows
     finally:
         target.kill()
         target.wait()
