@@ -266,6 +266,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                        "pids, rounds, …); flags given as well win")
     p_collect.add_argument("--script", action="store_true",
                            help="print a POSIX sh script doing the same on a remote host (a tar on stdout)")
+    p_collect.add_argument("--host", action="append", default=[], metavar="SSH_DESTINATION",
+                           help="collect on this host over ssh instead (repeat; nothing is installed there); each "
+                                "host's bundle goes to OUT/<host>/")
+    p_collect.add_argument("--inventory", type=Path, help="a TOML file of hosts ([[host]] name = …, with their own "
+                                                          "units, endpoints, titles, pids; [defaults] for all)")
+    p_collect.add_argument("--ssh-config", type=Path, help="an ssh config file for the hosts (ssh -F)")
+    p_collect.add_argument("--concurrency", type=int, default=8, help="hosts collected at once (default 8)")
+    p_collect.add_argument("--deadline", type=float, default=300.0, help="seconds one host may take (default 300)")
     p_watch = sub.add_parser("watch", help="poll metrics endpoints and collect a bundle the moment an engine hangs")
     p_watch.add_argument("out", type=Path, help="the folder bundles go under (one per capture, named by time)")
     p_watch.add_argument("--metrics", action="append", default=[], metavar="[GROUP=]HOST:PORT", required=True,
@@ -317,6 +325,23 @@ def _main(args: argparse.Namespace) -> int:
         print(f"forensics: {error.strerror or error}{where}; outputs already there were left as they were",
               file=sys.stderr)
         return 1
+
+
+def _collect_fleet(args: argparse.Namespace, plan: Any) -> int:
+    """`collect --host …/--inventory`: every host over ssh at once; 1 when any could not be collected."""
+    from dataclasses import replace
+
+    from forensics.capture.collect import checked
+    from forensics.capture.fleet import collect_fleet, folder_name, load_inventory
+
+    hosts = load_inventory(args.inventory, args.out) if args.inventory else []
+    hosts += [(h, checked(replace(plan, out=args.out / folder_name(h)), f"--host {h}")) for h in args.host]
+    results = collect_fleet(args.out, hosts, concurrency=args.concurrency, deadline_s=args.deadline,
+                            ssh_config=args.ssh_config)
+    for r in results:
+        print(f"{r.host}: {r.status} ({r.files} files, {r.seconds:.1f} s)" + (f": {r.why}" if r.why else ""))
+    print(f"fleet record: {args.out / 'fleet.json'}")
+    return 0 if all(r.status == "collected" for r in results) else 1
 
 
 def _pid_groups(pairs: list[str]) -> dict[str, list[int]]:
@@ -394,6 +419,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.script:
             print(script(plan), end="")
             return 0
+        if args.host or args.inventory:
+            return _collect_fleet(args, plan)
         done = collect(plan)
         for path in done.written:
             print(f"wrote {path}")

@@ -70,6 +70,9 @@ class Plan:
     round_interval_s: float = 2.0
     native: bool = False
     host: str = field(default_factory=socket.gethostname)
+    # When the stack rounds start (seconds since the epoch): hosts collected together start their
+    # rounds at the same moment (`forensics.capture.fleet`); None: at once.
+    start_at: int | None = None
 
 
 @dataclass
@@ -337,6 +340,8 @@ def plan_problems(plan: Plan) -> list[str]:
         text = str(plan.journal)
         if not isinstance(plan.journal, (str, Path)) or not text.isprintable() or text.startswith("-"):
             problems.append(f"journal: expected the path of a journal folder or file, found {_shown(plan.journal)}")
+    if plan.start_at is not None and (not _is_int(plan.start_at) or not 0 < plan.start_at < 1 << 40):
+        problems.append(f"start_at: expected seconds since the epoch, found {_shown(plan.start_at)}")
     if not isinstance(plan.native, bool):
         problems.append(f"native: expected true or false, found {_shown(plan.native)}")
     if not isinstance(plan.host, str) or not HOST_NAME.fullmatch(plan.host):
@@ -365,7 +370,7 @@ def plan_from_toml(path: Path, out: Path) -> Plan:
         data = tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise CollectError(f"{path}: {error}") from None
-    known = {f for f in Plan.__dataclass_fields__ if f not in ("out",)}
+    known = {f for f in Plan.__dataclass_fields__ if f not in ("out", "start_at")}
     problems = [f"{key}: unknown key (known: {', '.join(sorted(known))})" for key in sorted(set(data) - known)]
     plan = Plan(out, **{key: value for key, value in data.items() if key in known})
     if isinstance(plan.journal, str):
@@ -637,6 +642,10 @@ PIDS={q(pids)}  # GROUP=PID given outright, then =PID for every process whose ti
 for pid in $(pgrep -f -- {q(titles)} 2>/dev/null); do [ "$pid" = "$$" ] || PIDS="$PIDS =$pid"; done
 ROUNDS={q(plan.rounds)}
 ROUND_INTERVAL={q(plan.round_interval_s)}
+START_AT={q(plan.start_at or 0)}  # every host of a fleet collection starts its rounds at this moment
+now=$(date +%s)
+[ "$now" -lt "$START_AT" ] && sleep $((START_AT - now))
+printf '%s\\n' "$(date -u +%s.%N)" > "$OUT/rounds-started.txt"
 if command -v py-spy >/dev/null 2>&1; then
   round=1
   while [ "$round" -le "$ROUNDS" ]; do
