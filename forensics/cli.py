@@ -276,7 +276,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_collect.add_argument("--deadline", type=float, default=300.0, help="seconds one host may take (default 300)")
     p_watch = sub.add_parser("watch", help="poll metrics endpoints and collect a bundle the moment an engine hangs")
     p_watch.add_argument("out", type=Path, help="the folder bundles go under (one per capture, named by time)")
-    p_watch.add_argument("--metrics", action="append", default=[], metavar="[GROUP=]HOST:PORT", required=True,
+    p_watch.add_argument("--follow-journal", action="store_true",
+                         help="follow the journal of the units and the kernel, and capture at the first line of a "
+                              "failure mode (collective timeout, Xid, OOM kill, crash loop, a killed main process)")
+    p_watch.add_argument("--follow", type=Path, metavar="LOG_FILE",
+                         help="the same, following a log file as it grows (where no journald runs)")
+    p_watch.add_argument("--restarts", type=int, default=3, help="a restart counter from which a crash loop is a "
+                                                                 "sign (default 3)")
+    p_watch.add_argument("--flight-recorder-wait", type=float, default=30.0,
+                         help="seconds to wait for Flight Recorder dumps after the stacks (default 30)")
+    p_watch.add_argument("--metrics", action="append", default=[], metavar="[GROUP=]HOST:PORT",
                          help="a /metrics endpoint to watch (repeat)")
     p_watch.add_argument("--after", type=float, default=60.0, help="seconds of flat progress with requests pending "
                                                                    "that make a hang (default 60)")
@@ -397,6 +406,15 @@ def _run(args: argparse.Namespace) -> int:
         plan = Plan(args.out, units=args.unit, journal=args.journal, endpoints=args.metrics, scrapes=2,
                     scrape_interval_s=1.0, titles=args.title, pids=_pid_groups(args.pids), rounds=args.rounds,
                     round_interval_s=args.round_interval)
+        if args.follow_journal or args.follow:
+            from forensics.capture.signs import SignWatch, follow
+
+            for bundle in follow(SignWatch(plan, args.follow, args.unit, args.restarts, args.flight_recorder_wait,
+                                           once=not args.forever)):
+                print(bundle)
+            return 0
+        if not args.metrics:
+            raise ForensicsError("watch needs --metrics (an engine's /metrics to poll), --follow-journal or --follow")
         for bundle in watch(Watch(args.metrics, plan, after_s=args.after, poll_s=args.poll, webhook=args.webhook,
                                   then=args.then, once=not args.forever)):
             print(bundle)

@@ -504,9 +504,18 @@ def fr_prefixes(pids: list[int]) -> list[str]:
 
 def _flight_recorder(plan: Plan, groups: dict[int, str | None], done: Collection) -> None:
     """Flight Recorder dumps found where the processes' torch writes them, copied as they are."""
+    done.facts["flight_recorder_prefixes"] = fr_prefixes(sorted(groups))
+    if not copy_flight_recorder(plan, done):
+        done.could_not("Flight Recorder dumps", "none found (looked for "
+                       + ", ".join(p + "*" for p in done.facts["flight_recorder_prefixes"]) + ")")
+
+
+def copy_flight_recorder(plan: Plan, done: Collection) -> int:
+    """Copy the Flight Recorder dumps at the collection's prefixes that the bundle does not hold yet
+    (a job writes them at its watchdog's timeout, so some appear after the stacks were taken);
+    returns how many were copied now."""
     copied = 0
-    prefixes = fr_prefixes(sorted(groups))
-    for prefix in prefixes:
+    for prefix in done.facts.get("flight_recorder_prefixes", [FR_DEFAULT_PREFIX]):
         folder, stem = Path(prefix).parent, Path(prefix).name
         try:
             candidates = sorted(p for p in folder.iterdir() if p.name.startswith(stem) and p.is_file()
@@ -514,16 +523,18 @@ def _flight_recorder(plan: Plan, groups: dict[int, str | None], done: Collection
         except OSError:
             continue
         for path in candidates:
-            if path.stat().st_size > FR_MAX_BYTES:
-                done.could_not(f"Flight Recorder dump {path}", f"over {FR_MAX_BYTES:,} bytes: not copied")
-                continue
             target = plan.out / "flight_recorder" / plan.host / path.name
+            if target.exists():
+                continue
+            if path.stat().st_size > FR_MAX_BYTES:
+                if not any(m["what"] == f"Flight Recorder dump {path}" for m in done.missing):
+                    done.could_not(f"Flight Recorder dump {path}", f"over {FR_MAX_BYTES:,} bytes: not copied")
+                continue
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
             done.written.append(str(target.relative_to(plan.out)))
             copied += 1
-    if not copied:
-        done.could_not("Flight Recorder dumps", f"none found (looked for {', '.join(p + '*' for p in prefixes)})")
+    return copied
 
 
 def _clock(done: Collection) -> None:

@@ -24,15 +24,16 @@ from pathlib import Path
 
 from forensics.errors import ForensicsError
 
-RANK_PROGRAM = """
+RANK_PROGRAM = """# forensics-collectives-lab rank
 import datetime, os, sys, time, torch, torch.distributed as dist
-rank, world, port, odd_rank, odd, timeout, out = sys.argv[1:8]
+rank, world, port, odd_rank, odd, timeout, out, linger = sys.argv[1:9]
 rank, world, odd_rank = int(rank), int(world), int(odd_rank)
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=float(timeout)))
 t = torch.ones(4)
 for _ in range(3):
     dist.all_reduce(t)
+failed = False
 try:
     if rank != odd_rank:
         dist.all_reduce(t)
@@ -40,9 +41,14 @@ try:
         dist.broadcast(t, 0)
     else:
         time.sleep(float(timeout) + 2)
-finally:  # the dump first; a timeout then ends the rank as torch ends it (`[rankN]:` traceback)
-    with open(os.path.join(out, f"nccl_trace_rank_{rank}"), "wb") as dump:
-        dump.write(torch._C._distributed_c10d._dump_fr_trace())
+except RuntimeError:
+    failed = True
+    sys.excepthook(*sys.exc_info())  # the timeout, printed as an uncaught one is (torch adds `[rankN]:`)
+    sys.stderr.flush()
+with open(os.path.join(out, f"nccl_trace_rank_{rank}"), "wb") as dump:
+    dump.write(torch._C._distributed_c10d._dump_fr_trace())
+time.sleep(float(linger))  # ranks that stay up a while, as a job's abort handler leaves them: stacks can be taken
+sys.exit(1 if failed else 0)
 """
 
 
@@ -66,19 +72,21 @@ def _stamp(stream: object, log: Path) -> None:
 
 
 def run(out: Path, ranks: int = 4, odd_rank: int = 1, odd: str = "skip", timeout_s: float = 3.0,
-        host: str = "gpu-node-00") -> Path:
-    """Run the job; returns the bundle folder."""
+        host: str = "gpu-node-00", linger_s: float = 0.0) -> Path:
+    """Run the job (each rank staying up `linger_s` after its dump); returns the bundle folder."""
     if odd not in ("skip", "broadcast") or not 0 <= odd_rank < ranks:
         raise LabError(f"odd must be skip or broadcast and odd_rank one of 0..{ranks - 1}")
     recorder, logs = out / "flight_recorder", out / "logs" / host
     recorder.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "2000", "OMP_NUM_THREADS": "1"}
+    # the prefix torch writes its watchdog's dumps at, read by the collector from /proc/PID/environ
+    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "2000", "OMP_NUM_THREADS": "1",
+           "TORCH_FR_DUMP_TEMP_FILE": str(recorder / "nccl_trace_rank_")}
     started, readers = [], []
     for rank in range(ranks):
         process = subprocess.Popen([sys.executable, "-c", RANK_PROGRAM, str(rank), str(ranks), str(port),
-                                    str(odd_rank), odd, str(timeout_s), str(recorder)],
+                                    str(odd_rank), odd, str(timeout_s), str(recorder), str(linger_s)],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         reader = threading.Thread(target=_stamp, args=(process.stderr, logs / f"rank-{rank}.log"), daemon=True)
         reader.start()
@@ -86,7 +94,7 @@ def run(out: Path, ranks: int = 4, odd_rank: int = 1, odd: str = "skip", timeout
         readers.append(reader)
     try:
         for process in started:
-            process.wait(timeout=timeout_s * 4 + 120)
+            process.wait(timeout=timeout_s * 4 + 120 + linger_s)
     except subprocess.TimeoutExpired:
         raise LabError("a rank did not finish in time") from None
     finally:

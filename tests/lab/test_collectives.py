@@ -99,3 +99,34 @@ def test_a_process_whose_stack_never_moves_is_stuck_even_alone(tmp_path: Path) -
     assert "showed the same stack in all 3 rounds" in stuck.text and "synchronize" in stuck.text
     assert "A device synchronize waits on the GPU" in stuck.text
     assert analysis.incident_found
+
+
+def test_watch_captures_from_the_first_timeout_line_stacks_and_flight_recorder(tmp_path: Path) -> None:
+    """`watch --follow` on a rank's log as it is written: the gloo timeout line starts the capture,
+    which takes two rounds of stacks while the ranks still live, then the Flight Recorder dumps, found
+    at the prefix the ranks' own environment names."""
+    import io
+    import threading
+
+    from forensics.capture.collect import Plan
+    from forensics.capture.signs import SignWatch, follow
+
+    bundle = tmp_path / "lab"
+    job = threading.Thread(target=run, args=(bundle,), kwargs={"ranks": 3, "odd_rank": 1, "timeout_s": 3,
+                                                                "linger_s": 12}, daemon=True)
+    job.start()
+    log = io.StringIO()
+    plan = Plan(tmp_path / "captures", titles=["forensics-collectives-lab"], rounds=2, round_interval_s=1.0,
+                scrapes=1, journal=tmp_path)
+    (captured,) = follow(SignWatch(plan, bundle / "logs" / "gpu-node-00" / "rank-0.log",
+                                   flight_recorder_wait_s=3, log=log))
+    job.join(timeout=120)
+    said = log.getvalue()
+    assert "collective timeout (collective_timeout)" in said and "Timed out waiting 3000ms" in said
+    rounds = sorted(p.name for p in (captured / "stacks").iterdir())
+    assert rounds == ["round-1.txt", "round-2.txt"]
+    assert (captured / "stacks" / "round-1.txt").read_text().count("# capture ts=") == 3  # every rank dumped
+    import socket
+
+    dumps = sorted(p.name for p in (captured / "flight_recorder" / socket.gethostname()).iterdir())
+    assert dumps == ["nccl_trace_rank_0", "nccl_trace_rank_1", "nccl_trace_rank_2"]

@@ -1,0 +1,127 @@
+"""`forensics watch OUT --follow-journal` / `--follow FILE`: capture at the first sign in the logs.
+
+The first signs of most failures are not in `/metrics`: a `Watchdog caught collective operation
+timeout` line, an `NVRM: Xid`, the OOM killer, a main process killed, a restart counter climbing.
+This follows the journal (`journalctl -f` of the units and the kernel) or, where no journald runs,
+a log file as it grows (`tail -F`), reads every new line with the layer profiles' line kinds
+(`forensics/profiles/layers/`), and on the first line of a failure mode runs `collect` at once:
+stacks first, while the ranks still live (a job's own abort handler kills them soon after its
+watchdog fires), then the Flight Recorder files as they appear, waited for a bounded time.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from forensics.capture.collect import Plan, collect, copy_flight_recorder
+from forensics.profiles import load_profile
+
+# the failure modes whose first line starts a capture
+TRIGGERING = ("collective timeout", "device fault", "out of memory", "crash loop", "process ended")
+RESTARTS = re.compile(r"restart counter is at (\d+)")
+
+
+@dataclass
+class Sign:
+    """The line that started a capture, and what it is evidence of."""
+
+    kind: str
+    fault: str
+    line: str
+    seen: datetime
+
+
+@dataclass
+class SignWatch:
+    """What to follow and what to capture."""
+
+    collect: Plan  # its `out` is the folder bundles go under
+    follow_file: Path | None = None  # a log file to follow; None: the journal
+    units: list[str] = field(default_factory=list)
+    restarts: int = 3  # a crash loop's restart counter from which it is a sign
+    flight_recorder_wait_s: float = 30.0  # how long to wait for Flight Recorder dumps after the stacks
+    once: bool = True
+    log: Any = field(default=sys.stderr, repr=False)
+
+
+def sign_of(line: str, restarts: int) -> tuple[str, str] | None:
+    """(kind, failure mode) when `line` is the first sign of a failure, else None."""
+    for event in load_profile().logs.events:
+        if event.layer is None or event.fault not in TRIGGERING or not re.search(event.pattern, line):
+            continue
+        if event.kind == "crash_loop" and (found := RESTARTS.search(line)) and int(found[1]) < restarts:
+            return None
+        return event.kind, event.fault or ""
+    return None
+
+
+def _file_lines(path: Path) -> Iterator[str]:
+    """New lines of a file as it grows, as `tail -F` gives them: from its end when it exists, from
+    its start when it appears after the following began."""
+    existed = path.exists()
+    while not path.exists():
+        time.sleep(0.2)
+        yield ""
+    with open(path, errors="replace") as f:
+        if existed:
+            f.seek(0, 2)
+        while True:
+            line = f.readline()
+            if not line:
+                time.sleep(0.2)
+                yield ""
+                continue
+            yield line.rstrip("\n")
+
+
+def _journal_lines(units: list[str]) -> Iterator[str]:
+    argv = ["journalctl", "-f", "-n", "0", "-o", "cat", "--no-pager", "-k"]
+    for unit in units:
+        argv += ["-u", unit]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, errors="replace") as follower:
+        for line in follower.stdout:  # type: ignore[union-attr]
+            yield line.rstrip("\n")
+
+
+def follow(w: SignWatch) -> list[Path]:
+    """Follow the logs until the first sign (or forever with `once=False`); returns the bundles."""
+    where = str(w.follow_file) if w.follow_file else "the journal (units and kernel)"
+    print(f"forensics watch: following {where}; a capture starts at the first line of: {', '.join(TRIGGERING)}",
+          file=w.log, flush=True)
+    captured: list[Path] = []
+    lines = _file_lines(w.follow_file) if w.follow_file else _journal_lines(w.units or w.collect.units)
+    for line in lines:
+        found = sign_of(line, w.restarts) if line else None
+        if found is None:
+            continue
+        sign = Sign(found[0], found[1], line, datetime.now(UTC))
+        captured.append(capture(sign, w))
+        if w.once:
+            break
+    return captured
+
+
+def capture(sign: Sign, w: SignWatch) -> Path:
+    """Stacks at once, then the Flight Recorder dumps that appear within the wait."""
+    bundle = w.collect.out / f"{sign.seen:%Y%m%dT%H%M%SZ}"
+    print(f"forensics watch: {sign.fault} ({sign.kind}) at {sign.seen:%H:%M:%S}: “{sign.line[:160]}”; collecting "
+          f"into {bundle}", file=w.log, flush=True)
+    done = collect(replace(w.collect, out=bundle, rounds=max(2, w.collect.rounds)))
+    (bundle / "sign.txt").write_text(f"{sign.seen.isoformat()}\t{sign.kind}\t{sign.fault}\t{sign.line}\n")
+    stacks_at = datetime.now(UTC)
+    end = time.monotonic() + w.flight_recorder_wait_s
+    late = 0
+    while time.monotonic() < end:
+        late += copy_flight_recorder(replace(w.collect, out=bundle), done)
+        time.sleep(0.5)
+    print(f"forensics watch: stacks {(stacks_at - sign.seen).total_seconds():.1f} s after the sign; "
+          f"{late} Flight Recorder dumps appeared while waiting {w.flight_recorder_wait_s:g} s", file=w.log, flush=True)
+    return bundle
