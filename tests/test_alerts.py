@@ -27,7 +27,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[ReportSession, Pa
 def test_the_rule_passes_promtool_and_fires_before_the_detection(written: tuple[ReportSession, Path]) -> None:
     session, out = written
     check = subprocess.run(["promtool", "check", "rules", str(out / "alerts.yml")], capture_output=True, text=True)
-    assert check.returncode == 0 and "SUCCESS: 1 rules found" in check.stdout, check.stdout + check.stderr
+    assert check.returncode == 0 and "SUCCESS: 2 rules found" in check.stdout  # the progress rule and its companion, check.stdout + check.stderr
     test = subprocess.run(["promtool", "test", "rules", "alerts.test.yml"], cwd=out, capture_output=True, text=True)
     assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
     alert = session.summary()["alert"]
@@ -108,3 +108,33 @@ def test_a_batch_groups_incidents_by_signature_and_a_report_says_seen_before(tmp
     summary = json.loads((tmp_path / "again" / "summary.json").read_text())
     assert summary["seen_before"]["count"] == 3
     assert "Seen before: 3 times with the same signature" in (tmp_path / "again" / "report.html").read_text()
+
+
+@pytest.mark.parametrize("scrape_s", [15, 30, 60])
+def test_the_rule_fits_the_bundles_scrape_interval(tmp_path: Path, scrape_s: int) -> None:
+    """The reference incident scraped every 15, 30 or 60 s: the window holds at least four scrapes
+    (a 1m window could never see a 60 s scrape interval move), and promtool shows the rule silent
+    before the stall, firing after it, and silent again once the restarted engines work."""
+    import yaml
+
+    from forensics.lab.reference import write_reference
+
+    bundle = write_reference(tmp_path / "bundle", scrape_s=scrape_s)
+    session = ReportSession.open(bundle, tmp_path / "out")
+    session.write_outputs()
+    rule = session.analysis.alert()
+    assert rule.scrape_s == scrape_s and rule.window.total_seconds() == max(60, 4 * scrape_s)
+    assert f"[{max(60, 4 * scrape_s) // 60}m]" in rule.expr
+    test = yaml.safe_load((tmp_path / "out" / "alerts.test.yml").read_text())
+    checks = test["tests"][0]["alert_rule_test"]
+    assert [bool(c["exp_alerts"]) for c in checks] == [False, True, False]  # silent, fires, silent again
+    # after decode's last batch line (21:34:47) and before the restart (21:40:45): with 60 s scrapes a
+    # 4m window pages later than the on-call engineer noticed (21:38:30), and the report says so
+    assert datetime(2026, 6, 18, 21, 34, 47, tzinfo=UTC) < rule.fires_at < datetime(2026, 6, 18, 21, 40, 45, tzinfo=UTC)
+    done = subprocess.run(["promtool", "test", "rules", "alerts.test.yml"], cwd=tmp_path / "out", capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
+    rules = yaml.safe_load((tmp_path / "out" / "alerts.yml").read_text())["groups"][0]["rules"]
+    assert [r["alert"] for r in rules] == ["EngineStalledWithRequestsPending", "EngineMetricsDown"]
+    assert all({"summary", "description", "runbook_url"} <= r["annotations"].keys() for r in rules)
+    assert "== 0" in rules[1]["expr"] and "up{instance=~" in rules[1]["expr"]

@@ -290,7 +290,7 @@ def _host_journal(host: Host, scale: int) -> Journal:
     return j
 
 
-def _scrapes(host: Host, role: str) -> bytes:
+def _scrapes(host: Host, role: str, scrape_s: int = 10) -> bytes:
     """An engine's /metrics every 10 s as prometheus_client renders it, each after a capture header."""
     from prometheus_client import disable_created_metrics, enable_created_metrics
 
@@ -316,7 +316,7 @@ def _scrapes(host: Host, role: str) -> bytes:
                 stamp = (t + host.skew).isoformat(timespec="milliseconds").replace("+00:00", "Z")
                 out.write(f"# capture ts={stamp} host={host.name} port={PORTS[role]}\n")
                 out.write(engine.exposition())
-            t += timedelta(seconds=10)
+            t += timedelta(seconds=scrape_s)
     finally:
         enable_created_metrics()
     return out.getvalue().encode()
@@ -391,10 +391,11 @@ same story bigger, on more hosts, in another time zone, with a skewed clock.
 
 def write_reference(out: Path, *, scale: int = 1, hosts: int = 1, time_zone: str = "UTC", skew_s: float = 0.0,
                     declare_skew: bool = True, journal_formats: tuple[str, ...] = ("export",),
-                    seed: int = 618) -> Path:
+                    seed: int = 618, scrape_s: int = 10) -> Path:
     """Write the reference incident bundle at `out` (replacing it). `time_zone` and `skew_s` apply to
     the incident host, whose offset incident.toml states unless `declare_skew` is false (the others
-    are declared exact). `journal_formats` may add "json" and "journal" (needs systemd-journal-remote)."""
+    are declared exact). `journal_formats` may add "json" and "journal" (needs systemd-journal-remote);
+    `scrape_s` is the metrics' scrape interval (10 s: the bundled reference)."""
     shutil.rmtree(out, ignore_errors=True)
     (out / "journal").mkdir(parents=True)
     machines: list[Host] = []
@@ -414,9 +415,9 @@ def write_reference(out: Path, *, scale: int = 1, hosts: int = 1, time_zone: str
             continue
         if waiting is not None:
             _cross_host(waiting, journal)
-            _write_host(out, waiting, journal_formats)
+            _write_host(out, waiting, journal_formats, scrape_s)
             waiting = None
-        _write_host(out, journal, journal_formats)
+        _write_host(out, journal, journal_formats, scrape_s)
     (out / "stacks").mkdir()
     for dump in sorted(LAB_DUMPS.glob("round-*.txt")):
         text = dump.read_text()
@@ -427,7 +428,7 @@ def write_reference(out: Path, *, scale: int = 1, hosts: int = 1, time_zone: str
     return out
 
 
-def _write_host(out: Path, journal: Journal, journal_formats: tuple[str, ...]) -> None:
+def _write_host(out: Path, journal: Journal, journal_formats: tuple[str, ...], scrape_s: int = 10) -> None:
     """One host's journal (as export, and JSON or .journal files if asked) and its engines' scrapes."""
     host = journal.host
     with open(out / "journal" / f"{host.name}.export.zst", "wb") as raw, \
@@ -440,7 +441,7 @@ def _write_host(out: Path, journal: Journal, journal_formats: tuple[str, ...]) -
         folder = out / "metrics" / f"{host.name}_{PORTS[role]}"
         folder.mkdir(parents=True)
         with gzip.GzipFile(folder / "scrapes.prom.gz", "wb", mtime=0) as f:
-            f.write(_scrapes(host, role))
+            f.write(_scrapes(host, role, scrape_s))
 
 
 def _shifted(match: re.Match[str], shift: timedelta) -> str:

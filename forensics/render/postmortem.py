@@ -244,10 +244,15 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
     rule = analysis.alert()
     if rule is not None and rule.fires_at is not None:
         earlier = (f", {span((t.detected - rule.fires_at).total_seconds())} before it was detected"
-                   if t.detected and t.detected > rule.fires_at else "")
-        out.append(f"- An alert on progress rather than health (`alerts.yml`: no tokens for 1m while requests were "
-                   f"pending, for 1m) would have paged at {_at(rule.fires_at)} for {_md(rule.instance, redact)}"
-                   f"{earlier}; `promtool test rules alerts.test.yml` replays this incident's samples to show it.")
+                   if t.detected and t.detected > rule.fires_at else
+                   f", {span((rule.fires_at - t.detected).total_seconds())} after it was detected (scrapes every "
+                   f"{rule.scrape_s} s need a window of {span(rule.window.total_seconds())})"
+                   if t.detected else "")
+        out.append(f"- An alert on progress rather than health (`alerts.yml`: no tokens for "
+                   f"{span(rule.window.total_seconds())} while requests were pending, for 1m) would have paged at "
+                   f"{_at(rule.fires_at)} for {_md(rule.instance, redact)}{earlier}; `promtool test rules "
+                   "alerts.test.yml` replays this incident's samples to show it firing then and silent again once the "
+                   "engines worked.")
     out += ["", TODO + " which alert fired (if any) and who was paged.", ""]
 
     out += ["## Action Items", "", "| action item | type | priority | owner | bug |", "|---|---|---|---|---|"]
