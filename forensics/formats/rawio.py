@@ -251,7 +251,10 @@ def read_whole(path: str | os.PathLike[str]) -> tuple[bytes | mmap.mmap, str | N
     for block, n in blocks:
         whole[at:at + n] = block[:n] if n < READ_BYTES else block
         at += n
-        block.close()
+        try:
+            block.close()
+        except BufferError:  # a view of it still held elsewhere (a sampling profiler's frame, on Dask): GC frees it
+            pass
     return whole, reader.damage
 
 
