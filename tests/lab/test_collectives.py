@@ -130,3 +130,32 @@ def test_watch_captures_from_the_first_timeout_line_stacks_and_flight_recorder(t
 
     dumps = sorted(p.name for p in (captured / "flight_recorder" / socket.gethostname()).iterdir())
     assert dumps == ["nccl_trace_rank_0", "nccl_trace_rank_1", "nccl_trace_rank_2"]
+
+
+FR_JSON_PROGRAM = """
+import sys, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[2]}", rank=0, world_size=1)
+t = torch.ones(2)
+dist.all_reduce(t)
+dist.broadcast(t, 0)
+open(sys.argv[1], "wb").write(torch._C._distributed_c10d._dump_fr_trace_json())
+"""
+
+
+def test_the_json_form_of_a_real_flight_recorder_dump_is_read(tmp_path: Path) -> None:
+    import os
+    import socket
+
+    from forensics.sources import flight_recorder
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dump = tmp_path / "nccl_trace_rank_0.json"
+    subprocess.run([sys.executable, "-c", FR_JSON_PROGRAM, str(dump), str(port)], check=True, timeout=120,
+                   env={**os.environ, "TORCH_FR_BUFFER_SIZE": "100"})
+    assert flight_recorder.sniff(dump.read_bytes()[:4096], dump)
+    result = flight_recorder.parse(dump)
+    assert (result.records, result.parsed, result.quarantine.height, result.notes) == (2, 2, 0, [])
+    rows = result.rows.select("FR_RANK", "FR_SEQ", "FR_OP").rows()
+    assert rows == [("0", "1", "gloo:all_reduce"), ("0", "2", "gloo:broadcast")]
