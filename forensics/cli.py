@@ -285,6 +285,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                  "sign (default 3)")
     p_watch.add_argument("--flight-recorder-wait", type=float, default=30.0,
                          help="seconds to wait for Flight Recorder dumps after the stacks (default 30)")
+    p_watch.add_argument("--host", action="append", default=[], metavar="SSH_DESTINATION",
+                         help="with --follow/--follow-journal: follow this host over ssh too (repeat); a sign on "
+                              "any host collects every host")
+    p_watch.add_argument("--inventory", type=Path, help="hosts to follow and collect, as for collect --inventory")
+    p_watch.add_argument("--ssh-config", type=Path, help="an ssh config file for the hosts (ssh -F)")
     p_watch.add_argument("--metrics", action="append", default=[], metavar="[GROUP=]HOST:PORT",
                          help="a /metrics endpoint to watch (repeat)")
     p_watch.add_argument("--after", type=float, default=60.0, help="seconds of flat progress with requests pending "
@@ -407,10 +412,16 @@ def _run(args: argparse.Namespace) -> int:
                     scrape_interval_s=1.0, titles=args.title, pids=_pid_groups(args.pids), rounds=args.rounds,
                     round_interval_s=args.round_interval)
         if args.follow_journal or args.follow:
+            from dataclasses import replace
+
+            from forensics.capture.collect import checked
+            from forensics.capture.fleet import folder_name, load_inventory
             from forensics.capture.signs import SignWatch, follow
 
+            hosts = load_inventory(args.inventory, args.out) if args.inventory else []
+            hosts += [(h, checked(replace(plan, out=args.out / folder_name(h)), f"--host {h}")) for h in args.host]
             for bundle in follow(SignWatch(plan, args.follow, args.unit, args.restarts, args.flight_recorder_wait,
-                                           once=not args.forever)):
+                                           once=not args.forever, hosts=hosts, ssh_config=args.ssh_config)):
                 print(bundle)
             return 0
         if not args.metrics:

@@ -11,9 +11,11 @@ watchdog fires), then the Flight Recorder files as they appear, waited for a bou
 
 from __future__ import annotations
 
+import queue
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -50,6 +52,9 @@ class SignWatch:
     flight_recorder_wait_s: float = 30.0  # how long to wait for Flight Recorder dumps after the stacks
     once: bool = True
     log: Any = field(default=sys.stderr, repr=False)
+    # Hosts to follow over ssh (each as `collect --host`): a sign on any of them captures every one
+    hosts: list[tuple[str, Plan]] = field(default_factory=list)
+    ssh_config: Path | None = None
 
 
 def sign_of(line: str, restarts: int) -> tuple[str, str] | None:
@@ -91,8 +96,62 @@ def _journal_lines(units: list[str]) -> Iterator[str]:
             yield line.rstrip("\n")
 
 
+def _remote_lines(host: str, w: SignWatch, out: queue.Queue[tuple[str, str]], stop: threading.Event,
+                  started: list[subprocess.Popen[str]]) -> None:
+    """One host's new log lines over ssh (`tail -F` of the file, or `journalctl -f`), into `out`."""
+    from forensics.capture.collect import sh_quote
+
+    if w.follow_file:
+        command = f"tail -n 0 -F {sh_quote(str(w.follow_file))}"
+    else:
+        command = "journalctl -f -n 0 -o cat --no-pager -k " + " ".join(f"-u {sh_quote(u)}" for u in w.units)
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15"] + (["-F", str(w.ssh_config)] if w.ssh_config
+                                                                         else []) + ["--", host, command]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, errors="replace") as ssh:
+        started.append(ssh)
+        for line in ssh.stdout:  # type: ignore[union-attr]
+            if stop.is_set():
+                break
+            out.put((host, line.rstrip("\n")))
+
+
+def follow_fleet(w: SignWatch) -> list[Path]:
+    """Follow every host's logs over ssh; the first sign on any host collects every host at once."""
+    from forensics.capture.fleet import collect_fleet
+
+    lines: queue.Queue[tuple[str, str]] = queue.Queue()
+    stop = threading.Event()
+    started: list[subprocess.Popen[str]] = []
+    for host, _ in w.hosts:
+        threading.Thread(target=_remote_lines, args=(host, w, lines, stop, started), daemon=True).start()
+    print(f"forensics watch: following {len(w.hosts)} hosts over ssh; a sign on any captures all", file=w.log,
+          flush=True)
+    captured = []
+    try:
+        while True:
+            host, line = lines.get()
+            found = sign_of(line, w.restarts)
+            if found is None:
+                continue
+            seen = datetime.now(UTC)
+            bundle = w.collect.out / f"{seen:%Y%m%dT%H%M%SZ}"
+            print(f"forensics watch: {found[1]} ({found[0]}) on {host} at {seen:%H:%M:%S}: “{line[:160]}”; "
+                  f"collecting every host into {bundle}", file=w.log, flush=True)
+            collect_fleet(bundle, w.hosts, ssh_config=w.ssh_config, progress=False)
+            (bundle / "sign.txt").write_text(f"{seen.isoformat()}\t{host}\t{found[0]}\t{found[1]}\t{line}\n")
+            captured.append(bundle)
+            if w.once:
+                return captured
+    finally:
+        stop.set()
+        for ssh in started:
+            ssh.kill()
+
+
 def follow(w: SignWatch) -> list[Path]:
     """Follow the logs until the first sign (or forever with `once=False`); returns the bundles."""
+    if w.hosts:
+        return follow_fleet(w)
     where = str(w.follow_file) if w.follow_file else "the journal (units and kernel)"
     print(f"forensics watch: following {where}; a capture starts at the first line of: {', '.join(TRIGGERING)}",
           file=w.log, flush=True)

@@ -119,3 +119,30 @@ def test_an_inventory_is_checked_like_the_collectors_own_toml(tmp_path: Path) ->
                          'endpoints = ["decode=localhost:30002"]\n')
     ((host, plan),) = load_inventory(inventory, tmp_path / "out")
     assert host == "gpu-node-00" and plan.units == ["sglang-decode.service"] and plan.out == tmp_path / "out" / host
+
+
+def test_a_sign_on_one_host_captures_every_host(ssh_config: Path, tmp_path: Path) -> None:
+    """`watch --follow FILE --host …`: each host's log followed over ssh; the first failure line on
+    any of them (an Xid here) collects every host at once, and says which host showed it."""
+    import io
+    import threading
+
+    from forensics.capture.signs import SignWatch, follow
+
+    log_file = tmp_path / "engine.log"
+    log_file.write_text("[2026-06-18 21:00:00] started\n")
+    plan = Plan(tmp_path / "captures", titles=["^no-such-process$"], rounds=1, scrapes=1, journal=tmp_path)
+    said = io.StringIO()
+    found: list[list[Path]] = []
+    watcher = threading.Thread(target=lambda: found.append(follow(SignWatch(
+        plan, log_file, log=said, hosts=[("node-a", plan), ("node-b", plan)], ssh_config=ssh_config))), daemon=True)
+    watcher.start()
+    time.sleep(3)  # both followers connected
+    with open(log_file, "a") as out:
+        out.write("NVRM: Xid (PCI:0000:3b:00): 79, pid=2155, name=python3, GPU has fallen off the bus.\n")
+    watcher.join(timeout=120)
+    (bundle,) = found[0]
+    assert sorted(p.name for p in bundle.iterdir() if p.is_dir()) == ["node-a", "node-b"]
+    sign = (bundle / "sign.txt").read_text()
+    assert "\tgpu_xid_error\tdevice fault\tNVRM: Xid" in sign and sign.split("\t")[1] in ("node-a", "node-b")
+    assert "collecting every host" in said.getvalue()
