@@ -370,8 +370,26 @@ def _pid_groups(pairs: list[str]) -> dict[str, list[int]]:
     return pids
 
 
+def _check_choices(args: argparse.Namespace) -> None:
+    """A display zone or profile that cannot be used stops the command before any work, in one line."""
+    zone = getattr(args, "display_tz", None)
+    if zone:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ForensicsError(f"--display-tz {zone!r}: not a time zone (e.g. UTC, Asia/Shanghai, "
+                                 "America/New_York)") from None
+    if getattr(args, "profile", None):
+        from forensics.profiles import load_profile
+
+        load_profile(args.profile)  # a ProfileError names the shipped ones or the file's problem
+
+
 def _run(args: argparse.Namespace) -> int:
     """Carry out one parsed command."""
+    _check_choices(args)
     if getattr(args, "dask", ""):
         import os
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from forensics.case.build import OUTPUT_MARKER, case_lock, check_output_target
 from forensics.errors import ForensicsError
-from forensics.render import DEEP_DIVES, MAIN_NOTEBOOK, OUTPUTS  # noqa: F401 - also read from here
+from forensics.render import DEEP_DIVES, FAILED_NOTEBOOK, MAIN_NOTEBOOK, OUTPUTS  # noqa: F401 - also read here
 
 NOTEBOOKS = Path(os.environ.get("FORENSICS_NOTEBOOKS", Path(__file__).resolve().parents[1] / "notebooks"))
 TEMPLATES = Path(__file__).resolve().parent / "render" / "templates"
@@ -161,6 +161,13 @@ def render(bundle: str | Path, out: str | Path | None = None, display_tz: str = 
                 _swap_in(staging, out_dir)
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        except ReportError as error:
+            executed = staging / MAIN_NOTEBOOK
+            kept = out_dir / FAILED_NOTEBOOK
+            if executed.is_file():  # the traceback stays where the message says, beside the previous outputs
+                shutil.copyfile(executed, kept)
+            shutil.rmtree(staging, ignore_errors=True)
+            raise ReportError(str(error).replace(str(executed), str(kept))) from None
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

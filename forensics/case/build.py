@@ -521,14 +521,27 @@ def check_output_target(out_dir: str | Path, bundle: str | Path | None, outputs:
 @contextmanager
 def case_lock(case_dir: Path) -> Iterator[None]:
     """Exclusive use of `case_dir` by one writer: a second waits until the first has swapped its
-    case in (an advisory lock on a file beside the case, released when the process ends)."""
+    case in (an advisory lock on a file beside the case). The file is removed when the writer is
+    done, so nothing is left beside an output; a waiter that then holds the lock of a file already
+    removed sees that its inode is no longer the path's and takes the lock again."""
     case_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(case_dir.parent / f".{case_dir.name}.lock", "a+b") as handle:
+    path = case_dir.parent / f".{case_dir.name}.lock"
+    while True:
+        handle = open(path, "a+b")
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            current = os.stat(path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(handle.fileno()).st_ino:
+            break
+        handle.close()  # the holder before us removed the file we locked: lock the new one
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # while still held: no one can lock this inode and think it current
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
 
 
 def _objects(place: Place) -> list[str]:

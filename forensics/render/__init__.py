@@ -11,5 +11,6 @@ escaped HTML tables in notebooks. The notebooks call these; nothing here runs a 
 MAIN_NOTEBOOK = "incident_report.ipynb"
 DEEP_DIVES = ("logs.ipynb", "metrics.ipynb", "stacks.ipynb")
 #: What a report folder holds (the only names a report writes or replaces there).
+FAILED_NOTEBOOK = "incident_report.failed.ipynb"  # a failed render's executed notebook, with its traceback
 OUTPUTS = (MAIN_NOTEBOOK, "report.html", "timeline.html", "postmortem.md", "summary.json", "alerts.yml",
-           "alerts.test.yml", "screens", *DEEP_DIVES)
+           "alerts.test.yml", "screens", FAILED_NOTEBOOK, *DEEP_DIVES)
