@@ -54,3 +54,18 @@ def test_run_all_of_a_copy_beside_ones_own_bundle(tmp_path: Path) -> None:
     text = _text(nb)
     assert "my-incident" in text and "TP_DESYNC" in text
     assert (tmp_path / "exports" / "my-incident").is_dir()
+
+
+def test_a_bad_parameter_stops_at_the_first_cell_with_one_sentence(tmp_path: Path) -> None:
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(NOTEBOOKS / "incident_report.ipynb", as_version=4)
+    (cell,) = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    cell.source = cell.source.replace('"data/incidents/dsv4-pd-wedge-2026-06-18"', '"no-such-bundle"')
+    with pytest.raises(CellExecutionError):
+        NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    (error,) = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert error["ename"] == "ForensicsError" and "bundle 'no-such-bundle' not found" in error["evalue"]
+    # the sentence (and IPython's pointer to %tb), no frames of the package
+    assert len(error["traceback"]) <= 2 and not any("site-packages" in t or "forensics/" in t or "File " in t
+                                                     for t in error["traceback"])

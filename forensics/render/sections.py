@@ -44,6 +44,26 @@ REDACT_MODES = ("none", "timeline", "all")
 REPOSITORY = Path(__file__).resolve().parents[2]
 
 
+def _one_line_errors() -> None:
+    """In a notebook, a ForensicsError (a bundle not found, an unknown zone or profile) shows as its
+    one sentence, not a traceback deep in the package: what to change is in the sentence."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+
+    def handler(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> None:
+        shell.showtraceback((etype, value, tb), exception_only=True)
+
+    shell.set_custom_exc((ForensicsError,), handler)
+
+
+_one_line_errors()
+
+
 def resolve_bundle(bundle: str | Path) -> Path:
     """A bundle path as given, or — when it is relative and not found from the working folder, as in
     a notebook opened by JupyterLab, whose kernel starts in notebooks/ — from the repository."""
