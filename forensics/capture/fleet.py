@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.capture.collect import CollectError, Plan, plan_problems, script
+from forensics.case.bundle import refused_member, unpacked_limit
 
 FLEET_FILE = "fleet.json"
 LEAD_S = 5  # the shared start is this far ahead of the launch: time for every host to connect
@@ -133,10 +134,12 @@ def _collect_one(host: str, plan: Plan, result: HostResult, deadline_s: float, s
         pass  # ssh ended before reading it (unreachable): its exit status says why
     try:
         with tarfile.open(fileobj=process.stdout, mode="r|") as tar:  # type: ignore[arg-type]
+            budget = unpacked_limit()
             for member in tar:
-                if member.name.count("/") > 64 or member.size > 8 << 30:
+                if refused_member(member, budget):  # what a bundle's tarball refuses, a host's stream does too
                     continue
                 tar.extract(member, result.folder, filter="data")
+                budget -= member.size
                 if member.isfile():
                     result.files += 1
                     result.bytes += member.size

@@ -11,6 +11,7 @@ watchdog fires), then the Flight Recorder files as they appear, waited for a bou
 
 from __future__ import annotations
 
+import functools
 import queue
 import re
 import subprocess
@@ -57,14 +58,22 @@ class SignWatch:
     ssh_config: Path | None = None
 
 
+@functools.cache
+def _triggers() -> tuple[tuple[str, str, re.Pattern[str]], ...]:
+    """(kind, failure mode, pattern) of the layers' line kinds that start a capture, compiled once:
+    every followed line is read with them."""
+    return tuple((e.kind, e.fault or "", re.compile(e.pattern)) for e in load_profile().logs.events
+                 if e.layer is not None and e.fault in TRIGGERING)
+
+
 def sign_of(line: str, restarts: int) -> tuple[str, str] | None:
     """(kind, failure mode) when `line` is the first sign of a failure, else None."""
-    for event in load_profile().logs.events:
-        if event.layer is None or event.fault not in TRIGGERING or not re.search(event.pattern, line):
+    for kind, fault, pattern in _triggers():
+        if not pattern.search(line):
             continue
-        if event.kind == "crash_loop" and (found := RESTARTS.search(line)) and int(found[1]) < restarts:
+        if kind == "crash_loop" and (found := RESTARTS.search(line)) and int(found[1]) < restarts:
             return None
-        return event.kind, event.fault or ""
+        return kind, fault
     return None
 
 

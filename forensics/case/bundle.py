@@ -61,11 +61,11 @@ def open_bundle(path: str | Path) -> Iterator[Path]:
             opened = tarfile.open(path) if not path.name.lower().endswith(".zst") else _zstd_tar(path)
         except (tarfile.TarError, OSError) as error:
             raise CaseError(f"{path}: not a readable tar file ({error})") from None
-        budget = _unpacked_limit()
+        budget = unpacked_limit()
         with opened as tar:
             try:
                 for member in tar:
-                    refused = _refused(member, budget)
+                    refused = refused_member(member, budget)
                     if refused:
                         skipped.append({"path": member.name[:300], "reason": f"not extracted from the tarball: {refused}"})
                         continue
@@ -91,7 +91,7 @@ def _unzip(path: Path, folder: Path, skipped: list[dict[str, str]]) -> None:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as error:
         raise CaseError(f"{path}: not a readable zip file ({error})") from None
-    budget = _unpacked_limit()
+    budget = unpacked_limit()
     with archive:
         for member in archive.infolist():
             if member.is_dir():
@@ -99,7 +99,7 @@ def _unzip(path: Path, folder: Path, skipped: list[dict[str, str]]) -> None:
             depth = member.filename.count("/")
             why = (f"nested {depth} folders deep (at most {MAX_DEPTH})" if depth > MAX_DEPTH else
                    f"{member.file_size:,} bytes, over what the zip may still unpack to ({budget:,} bytes of "
-                   f"{UNPACKED_ENV}={_unpacked_limit():,})" if member.file_size > budget else None)
+                   f"{UNPACKED_ENV}={unpacked_limit():,})" if member.file_size > budget else None)
             if why is None:
                 try:
                     archive.extract(member, folder)
@@ -110,21 +110,21 @@ def _unzip(path: Path, folder: Path, skipped: list[dict[str, str]]) -> None:
             skipped.append({"path": member.filename[:300], "reason": f"not extracted from the zip: {why}"})
 
 
-def _unpacked_limit() -> int:
+def unpacked_limit() -> int:
     try:
         return max(1, int(float(os.environ.get(UNPACKED_ENV, MAX_UNPACKED))))
     except ValueError:
         return MAX_UNPACKED
 
 
-def _refused(member: Any, budget: int) -> str | None:
+def refused_member(member: Any, budget: int) -> str | None:
     """Why a tarball member is not unpacked (before a byte of it is written), or None."""
     depth = member.name.count("/")
     if depth > MAX_DEPTH:
         return f"nested {depth} folders deep (at most {MAX_DEPTH})"
     if member.size > budget:
         return (f"{member.size:,} bytes{' (a sparse file)' if member.issparse() else ''}, over what the tarball "
-                f"may still unpack to ({budget:,} bytes of {UNPACKED_ENV}={_unpacked_limit():,})")
+                f"may still unpack to ({budget:,} bytes of {UNPACKED_ENV}={unpacked_limit():,})")
     return None
 
 

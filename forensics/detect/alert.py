@@ -129,15 +129,16 @@ def alert_rule(timeline: Timeline, findings: list[Finding]) -> AlertRule | None:
     progress, pending = _present(timeline, metrics.progress), _present(timeline, metrics.pending)
     if not progress or not pending:
         return None
-    scrape_s = scrape_interval(timeline, progress)
-    fires_at, instance, silent = would_fire(timeline, progress, pending, window_for(scrape_s))
-    instances = tuple(sorted(_per_scrape(timeline, progress, pl.col("value").sum()).get_column("instance").unique()))
+    work = _per_scrape(timeline, progress, pl.col("value").sum())  # read once: interval, instances, firing
+    scrape_s = scrape_interval(work)
+    fires_at, instance, silent = would_fire(timeline, progress, pending, window_for(scrape_s), work)
+    instances = tuple(sorted(work.get_column("instance").unique()))
     return AlertRule(progress, pending, fires_at, instance, scrape_s, instances, silent)
 
 
-def scrape_interval(timeline: Timeline, names: list[str]) -> int:
-    """The bundle's scrape interval in whole seconds: the median gap between one instance's scrapes."""
-    times = _per_scrape(timeline, names, pl.col("value").sum())
+def scrape_interval(times: pl.DataFrame) -> int:
+    """The bundle's scrape interval in whole seconds: the median gap between one instance's scrapes
+    (`times`: the progress counters per instance and scrape, as `_per_scrape` gives them)."""
     gaps = times.with_columns(pl.col("ts").diff().over("instance").dt.total_seconds().alias("gap")).get_column("gap")
     median = gaps.drop_nulls().median()
     return max(1, int(round(median))) if median else 10  # type: ignore[arg-type]
@@ -149,11 +150,11 @@ def _per_scrape(timeline: Timeline, names: list[str], how: pl.Expr) -> pl.DataFr
             .sort("instance", "ts").collect())
 
 
-def would_fire(timeline: Timeline, progress: list[str], pending: list[str], window_span: timedelta = WINDOW
-               ) -> tuple[datetime | None, str | None, datetime | None]:
+def would_fire(timeline: Timeline, progress: list[str], pending: list[str], window_span: timedelta = WINDOW,
+               work: pl.DataFrame | None = None) -> tuple[datetime | None, str | None, datetime | None]:
     """When the rule would first fire on the incident's samples (evaluated at every scrape), for which
     instance, and the first scrape after that at which it holds for no instance (silent again)."""
-    work = _per_scrape(timeline, progress, pl.col("value").sum())
+    work = _per_scrape(timeline, progress, pl.col("value").sum()) if work is None else work
     waiting = _per_scrape(timeline, pending, pl.col("value").max()).rename({"value": "pending"})
     if work.is_empty() or waiting.is_empty():
         return None, None, None
