@@ -114,3 +114,21 @@ def test_every_layer_kind_has_a_real_sample_and_says_its_failure_mode() -> None:
             assert event.fault is not None, event.kind
     assert meaning("xid", 79) == "GPU has fallen off the bus: the GPU no longer answers on PCIe"
     assert meaning("xid", 999999) is None
+
+
+def test_findings_go_on_the_profiles_main_track(tmp_path: Path) -> None:
+    """The track name is the profile's (`main_track`), in every detector: a profile naming its
+    track "serving" gets its freezes, restarts and mitigation there, none on the shipped "wedge"."""
+    from forensics.analyze import analyze
+
+    shipped = load_profile("sglang").path.read_text()
+    assert 'main_track = "wedge"' in shipped
+    own = tmp_path / "serving.toml"
+    own.write_text(shipped.replace('main_track = "wedge"', 'main_track = "serving"')
+                   .replace('track = "wedge"', 'track = "serving"'))
+    bundle = Path(__file__).resolve().parents[1] / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"
+    analysis = analyze(bundle, tmp_path / "case", profile=load_profile(own))
+    kinds = {f.kind: f.track for f in analysis.findings}
+    for kind in ("frozen", "silent_hang", "restart", "mitigation", "stack_verdict"):
+        assert kinds.get(kind) == "serving", (kind, kinds.get(kind))
+    assert "wedge" not in {f.track for f in analysis.findings}

@@ -30,7 +30,6 @@ STARTING, STARTED = "7d4958e842da4a758f6c1cdc7b36dcc5", "39f53479d3a045ac8e11786
 STOPPING, STOPPED = "de5b426a63be47a7b6ac3eaac82e2f6f", "9d1aaa27d60140bd96365438aad20286"
 FAILED, RESTART_SCHEDULED = "be02cf6855d2428ba40df7e9d022f03d", "5eb03494b6584870a536b337290809b3"
 SYSTEMCTL = re.compile(r"COMMAND=\S*systemctl\s+(restart|stop|start|kill|reload-or-restart|try-restart)\s+(.*)$")
-TRACK = "wedge"
 
 
 def restart_commands(timeline: Timeline) -> pl.DataFrame:
@@ -61,6 +60,7 @@ def mitigation_time(timeline: Timeline) -> tuple[datetime | None, str, list[Evid
 def detect(timeline: Timeline) -> list[Finding]:
     """One finding per restart of a component (stop → start → healthy), plus failures."""
     events = timeline.events
+    track = timeline.profile.logs.main_track
     findings: list[Finding] = []
     systemd = events.filter(pl.col("message_id").is_in([STARTING, STARTED, STOPPING, STOPPED, FAILED,
                                                        RESTART_SCHEDULED])).sort("ts")
@@ -89,13 +89,13 @@ def detect(timeline: Timeline) -> list[Finding]:
                     + ".")
             evidence = (issued_evidence + event_evidence(stop_rows.tail(1), 1) + event_evidence(
                 started.filter(pl.col("ts") == row["ts"]), 1) + event_evidence(healthy, 1))
-            findings.append(Finding("restart", TRACK, component, begin, text, healthy_at, evidence, host))
+            findings.append(Finding("restart", track, component, begin, text, healthy_at, evidence, host))
         for row in mine.filter(pl.col("message_id") == FAILED).iter_rows(named=True):
-            findings.append(Finding("unit_failed", TRACK, component, row["ts"], f"{where}: {row['message']}",
+            findings.append(Finding("unit_failed", track, component, row["ts"], f"{where}: {row['message']}",
                                     None, event_evidence(mine.filter(pl.col("ts") == row["ts"]), 1), host))
     findings += _metric_restarts(timeline)
     if issued is not None:
-        findings.append(Finding("mitigation", TRACK, None, issued, f"restart issued at {clock(issued)}: {how}.",
+        findings.append(Finding("mitigation", track, None, issued, f"restart issued at {clock(issued)}: {how}.",
                                 None, issued_evidence))
     return findings
 
@@ -106,7 +106,7 @@ def _metric_restarts(timeline: Timeline) -> list[Finding]:
     table = metric_restarts(timeline.samples, timeline.profile)
     for row in table.iter_rows(named=True):
         component = timeline.incident.component_of_instance(row["instance"], timeline.profile)
-        out.append(Finding("metrics_restart", TRACK, component, row["before"],
+        out.append(Finding("metrics_restart", timeline.profile.logs.main_track, component, row["before"],
                            f"{row['instance']} restarted between scrapes at {clock(row['after'])} and "
                            f"{clock(row['before'])}: {row['evidence']}.", None,
                            [Evidence("samples", row["instance"], None, None, row["before"], row["evidence"][:80])]))

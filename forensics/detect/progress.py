@@ -32,8 +32,6 @@ from forensics.timeline.progress import (  # noqa: F401 - the detector's own nam
     working,
 )
 
-TRACK = "wedge"
-
 
 def progress_lines(timeline: Timeline, *columns: str) -> pl.DataFrame:
     """The progress lines the timeline holds, in time order, with `columns` beside who logged them
@@ -89,6 +87,7 @@ def _metrics_check(timeline: Timeline, component: str, host: str | None, frozen_
 def detect(timeline: Timeline) -> list[Finding]:
     """Freeze findings per component, each with the metrics' view and the silent-hang window."""
     findings = []
+    track = timeline.profile.logs.main_track
     restarts = timeline.events.filter(pl.col("message_id") == "de5b426a63be47a7b6ac3eaac82e2f6f")  # stopping
     several_hosts = len(timeline.hosts) > 1
     stops = (timeline.events.lazy().filter(pl.col("event") == "operator_stop").select("ts", "component", "host")
@@ -102,7 +101,7 @@ def detect(timeline: Timeline) -> list[Finding]:
         if stopped is not None:
             # Nothing queued, and the quiet ran until someone stopped it: a last request finishing
             # between two batch lines (SGLang logs one every few dozen steps) looks the same.
-            findings.append(Finding("quiet_until_stop", TRACK, component, at,
+            findings.append(Finding("quiet_until_stop", track, component, at,
                                     f"{where} logged no batch line from {clock(at)} until it was stopped at "
                                     f"{clock(stopped)} ({span((stopped - at).total_seconds())}); its last batch line "
                                     f"had {pending}: a last request finishing between two batch lines looks the "
@@ -118,7 +117,7 @@ def detect(timeline: Timeline) -> list[Finding]:
         if gap["next_row"]:
             evidence += [Evidence("events", gap["next_row"]["source_file"], gap["next_row"]["source_line"],
                                   gap["next_row"]["source_offset"], until, gap["next_row"]["message"][:80])]
-        findings.append(Finding("frozen", TRACK, component, at, text + agree, until, evidence, host))
+        findings.append(Finding("frozen", track, component, at, text + agree, until, evidence, host))
         findings += _silent_hang(timeline, component, host, where, at, until, restarts)
     return findings
 
@@ -152,4 +151,5 @@ def _silent_hang(timeline: Timeline, component: str, host: str | None, where: st
     text = (f"{where} looked healthy while frozen: health checks answered 200 {health.height} times {unit}"
             f"from {clock(at)} to {clock(blind_end)} ({span((blind_end - at).total_seconds())}), "
             "the blind spot of health-based monitoring.")
-    return [Finding("silent_hang", TRACK, component, at, text, blind_end, event_evidence(health, 3), host)]
+    return [Finding("silent_hang", timeline.profile.logs.main_track, component, at, text, blind_end,
+                    event_evidence(health, 3), host)]
