@@ -56,19 +56,43 @@ def figure_div(fig: go.Figure, div_id: str) -> str:
                        config={"displaylogo": False, "responsive": True})
 
 
+FOLD_ROWS = 12  # a longer table shows its first rows, the whole of it a click away
+WRAP_CHARS = 32  # a cell longer than this wraps within WRAP_WIDTH instead of widening its table
+WRAP_WIDTH = "28em"
+# the table scrolls inside the output area rather than widening the page; cells wrap anywhere
+TABLE_BOX = "max-width:100%;overflow-x:auto"
+LEFT = "text-align:left"  # words read from the left; JupyterLab's own style aligns every cell right
+WRAPPED_CELL = f"max-width:{WRAP_WIDTH};min-width:10em;overflow-wrap:anywhere;white-space:normal;{LEFT}"
+
+
 def table(frame: pl.DataFrame | Sequence[dict[str, Any]], redact: Redact | None = None,
-          columns: Sequence[str] | None = None, numeric: Iterable[str] = ()) -> str:
-    """Rows as an HTML table, every cell escaped (and redacted when asked)."""
+          columns: Sequence[str] | None = None, numeric: Iterable[str] = (), fold: int | None = FOLD_ROWS) -> str:
+    """Rows as an HTML table, every cell escaped (and redacted when asked), in the width of the
+    page: long cells wrap, and a wide table scrolls in its own box. More than `fold` rows show
+    the first `fold`, with every row in a `<details>` one click away (`fold=None`: all at once).
+
+    Styles are inline because a notebook's output carries no stylesheet of ours."""
     rows = frame.to_dicts() if isinstance(frame, pl.DataFrame) else list(frame)
     names = list(columns or (rows[0].keys() if rows else []))
     numbers = set(numeric)
-    head = "".join(f"<th>{safe(n)}</th>" for n in names)
-    body = []
-    for row in rows:
-        cells = "".join(f'<td class="num">{safe(_cell(row.get(n)))}</td>' if n in numbers
-                        else f"<td>{safe(_cell(row.get(n)), redact)}</td>" for n in names)
-        body.append(f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    head = "".join(f'<th style="{LEFT}">{safe(n)}</th>' for n in names)
+
+    def cell(name: str, value: Any) -> str:
+        text = _cell(value)
+        if name in numbers:
+            return f'<td class="num" style="text-align:right">{safe(text)}</td>'
+        return f'<td style="{WRAPPED_CELL if len(text) > WRAP_CHARS else LEFT}">{safe(text, redact)}</td>'
+
+    body = ["<tr>" + "".join(cell(n, row.get(n)) for n in names) + "</tr>" for row in rows]
+
+    def box(lines: list[str]) -> str:
+        return (f'<div style="{TABLE_BOX}"><table><thead><tr>{head}</tr></thead>'
+                f"<tbody>{''.join(lines)}</tbody></table></div>")
+
+    if fold is None or len(body) <= fold:
+        return box(body)
+    return (f"{box(body[:fold])}<details><summary>all {len(body):,} rows ({len(body) - fold:,} more)</summary>"
+            f"{box(body)}</details>")
 
 
 def _cell(value: Any) -> str:

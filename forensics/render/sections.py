@@ -234,8 +234,12 @@ class ReportSession:
 
     def sources(self) -> Html:
         """Records, parsed, quarantined and time span per input."""
-        rows = [{**{k: e.get(k) for k in ("path", "format", "records", "parsed", "quarantined", "first_ts", "last_ts",
-                                          "error")}, "notes": "; ".join(e.get("notes", [])) or None}
+        def second(at: str | None) -> str | None:  # ISO text: its width goes to paths and notes, not to "T…+00:00"
+            return at[:19].replace("T", " ") if at else at
+
+        rows = [{**{k: e.get(k) for k in ("path", "format", "records", "parsed", "quarantined")},
+                 "first (UTC)": second(e.get("first_ts")), "last (UTC)": second(e.get("last_ts")),
+                 "error": e.get("error"), "notes": "; ".join(e.get("notes", [])) or None}
                 for e in self.analysis.timeline.manifest["inputs"]]
         rows += [{"path": s["path"], "format": "skipped", "notes": s["reason"]}
                  for s in self.analysis.timeline.manifest["skipped"]]
@@ -337,11 +341,19 @@ class ReportSession:
             out.append(Html("<h3>templates new in the incident window</h3>"
                             + html.table(table, self.redact, numeric=("count", "peak_per_minute"))))
         tracebacks = errors.fold_tracebacks(a.timeline.events).select("ts", "component", "pid", "lines", "message")
-        out.append(Html("<h3>tracebacks</h3>" + (
-            "".join(f'<p>{safe(row["ts"])} {safe(row["component"], self.redact)} pid {safe(row["pid"])} '
-                    f'({row["lines"]} lines)</p><pre class="log">{safe(row["message"], self.redact)}</pre>'
-                    for row in tracebacks.iter_rows(named=True)) if tracebacks.height else "<p>none</p>")))
+        out.append(Html("<h3>tracebacks</h3>" + ("".join(self._traceback(row) for row in tracebacks.iter_rows(named=True))
+                                                   if tracebacks.height else "<p>none</p>")))
         return out
+
+    def _traceback(self, row: dict[str, Any]) -> str:
+        """A folded traceback: who and when, and its last line (the exception) in the summary; a
+        long one's every line a click away."""
+        head = f'{safe(row["ts"])} {safe(row["component"], self.redact)} pid {safe(row["pid"])} ({row["lines"]} lines)'
+        body = f'<pre class="log">{safe(row["message"], self.redact)}</pre>'
+        if row["lines"] <= html.FOLD_ROWS:
+            return f"<p>{head}</p>{body}"
+        last = next((line for line in reversed(row["message"].splitlines()) if line.strip()), "")
+        return f"<details><summary>{head}: <code>{safe(last.strip(), self.redact)}</code></summary>{body}</details>"
 
     def data_quality(self) -> Html:
         """Quarantined records, clock offsets applied, wall-clock jumps, and gaps in each source."""
