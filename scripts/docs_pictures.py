@@ -1,7 +1,9 @@
 """Make the docs' pictures of the reference incident, and record what they were made from.
 
 - `docs/timeline.png`: the shared timeline (`timeline.html`'s figure at 1600×1000), the README's picture;
-- `docs/notebook.png`: the report notebook's first screen in JupyterLab after Run All (1400×900).
+- `docs/notebook.png`: the report notebook's first screen in JupyterLab after Run All (1400×900);
+- `docs/thin-timeline.png`: the timeline of a bundle holding one real `/metrics` paste (the
+  corpus' SGLang docs scrape, `FORENSICS_CORPUS` or `../shared/corpus`), how thin data is drawn.
 
 `docs/pictures.json` keeps a digest of the files the pictures depend on (the reference bundle, the
 render stage, the analysis' sentences, the profile, the report notebook); `tests/test_docs_pictures.py`
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -26,6 +29,9 @@ DIGESTS = REPOSITORY / "docs" / "pictures.json"
 TIMELINE = REPOSITORY / "docs" / "timeline.png"
 NOTEBOOK = REPOSITORY / "docs" / "notebook.png"
 NOTEBOOK_SIZE = (1400, 900)
+THIN = REPOSITORY / "docs" / "thin-timeline.png"
+CORPUS = Path(os.environ.get("FORENSICS_CORPUS", REPOSITORY.parent / "shared" / "corpus"))
+ONE_SCRAPE = CORPUS / "prometheus" / "metrics_sglang_production_metrics_doc_llama3.1-8b.prom"
 
 
 def inputs_digest(root: Path = REPOSITORY) -> str:
@@ -51,6 +57,18 @@ def timeline_picture(work: Path) -> None:
     shutil.copyfile(wide, TIMELINE)
 
 
+def thin_picture(work: Path) -> None:
+    from forensics.render import screens
+    from forensics.render.sections import ReportSession
+
+    bundle = work / "one-scrape"
+    (bundle / "metrics").mkdir(parents=True)
+    shutil.copy(ONE_SCRAPE, bundle / "metrics")
+    page = Path(ReportSession.open(bundle, work / "thin-out").write_outputs()["timeline.html"])
+    (laptop,) = [p for p in screens.take(page, work / "thin-screens") if p.name == "timeline-1280x720.png"]
+    shutil.copyfile(laptop, THIN)
+
+
 def notebook_picture(work: Path) -> None:
     from forensics.lab.jupyterlab import run_all, serve
     from forensics.render.screens import chromium
@@ -70,10 +88,14 @@ def main() -> None:
         work = Path(folder)
         timeline_picture(work)
         notebook_picture(work)
+        if ONE_SCRAPE.is_file():
+            thin_picture(work)
+        else:
+            print(f"{THIN} not made: no corpus at {CORPUS}", file=sys.stderr)
     DIGESTS.write_text(json.dumps({"inputs": list(INPUTS), "sha256": inputs_digest(),
-                                   "pictures": [p.relative_to(REPOSITORY).as_posix() for p in (TIMELINE, NOTEBOOK)]},
+                                   "pictures": [p.relative_to(REPOSITORY).as_posix() for p in (TIMELINE, NOTEBOOK, THIN)]},
                                   indent=2) + "\n")
-    print(f"wrote {TIMELINE}, {NOTEBOOK} and {DIGESTS}", file=sys.stderr)
+    print(f"wrote {TIMELINE}, {NOTEBOOK}, {THIN} and {DIGESTS}", file=sys.stderr)
 
 
 if __name__ == "__main__":

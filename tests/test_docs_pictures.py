@@ -34,6 +34,7 @@ def test_pictures_are_made_from_the_files_as_they_are_now() -> None:
         "the report's code, notebook or reference bundle changed since docs/timeline.png and docs/notebook.png "
         "were made: run `.venv/bin/python scripts/docs_pictures.py` and commit the pictures")
     assert _png_size(script.NOTEBOOK) == script.NOTEBOOK_SIZE
+    assert _png_size(script.THIN) == (1280, 720) or _png_size(script.THIN)[0] > 1000
     width, height = _png_size(script.TIMELINE)
     assert width > 1000 and height > 600
     assert "docs/timeline.png" in (REPO / "README.md").read_text()

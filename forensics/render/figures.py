@@ -205,6 +205,8 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
         fig.update_layout({f"legend{row}": {"y": top, "yanchor": "top", "x": 1.01, "xanchor": "left",
                                             "font": {"size": 9}, "bgcolor": "rgba(255,255,255,0.6)"}})
     _vertical_marks(fig, analysis, axis, redact)
+    if not lanes:
+        no_samples(fig, 1, "no log lines and no stacks in this bundle")
     fig.update_yaxes(tickmode="array", tickvals=[lane_y[lane] for lane in lanes], ticktext=shown,
                      range=[-0.6, len(lanes) - 0.4], showgrid=False, zeroline=False, row=1, col=1, automargin=True)
     fig.update_xaxes(type="date", range=x_range(axis))
@@ -443,11 +445,12 @@ def metric_frame(analysis: Analysis, gauges: tuple[str, ...], rates: tuple[str, 
     frames = []
     if gauges:
         frames.append(samples.filter(named(list(gauges)))
-                      .select(pl.coalesce("sample_ts", "ts").alias("at"), pl.col("instance").cast(pl.String),
+                      .select(pl.coalesce("sample_ts", "ts").alias("at"), instance_name(),
                               pl.col("name").cast(pl.String), "value")
                       .group_by("at", "instance", "name").agg(pl.col("value").max()).collect())
     if rates:
-        frames.append(counter_rates(one_copy_per_engine(samples.filter(named(list(rates)))))
+        frames.append(counter_rates(one_copy_per_engine(samples.filter(named(list(rates)))
+                                                        .with_columns(instance_name())))
                       .group_by(pl.col("end").alias("at"), "instance", "name")
                       .agg(pl.col("rate").sum().alias("value"))
                       .with_columns(pl.col("name") + "/s"))
@@ -467,6 +470,13 @@ def metric_frame(analysis: Analysis, gauges: tuple[str, ...], rates: tuple[str, 
             .agg(pl.col("value").mean())
             .sort("series", "bucket")
             .select("series", wall_ms("bucket", axis.zone).alias("x"), "value"))
+
+
+def instance_name() -> pl.Expr:
+    """A scrape's instance, else the name of the file it was read from (a bare `/metrics` paste
+    names no instance), so no series is drawn nameless."""
+    return pl.coalesce(pl.col("instance").cast(pl.String),
+                       pl.col("source_file").cast(pl.String).str.split("/").list.last()).alias("instance")
 
 
 def _fold_uninvolved(points: pl.DataFrame, analysis: Analysis) -> pl.DataFrame:
@@ -520,7 +530,12 @@ def metric_panels(analysis: Analysis, axis: Axis,
                for family, kind in other_families(analysis)]
     budget = POINT_BUDGET // max(len(panels), 1)
     frames = [(p, metric_frame(analysis, p.gauges, p.rates, axis, budget)) for p in panels]
-    return [(p, frame) for p, frame in frames if frame.height]
+    # a panel whose metrics are in the bundle but give no point (one scrape: no rate) is kept, and
+    # says so; a panel of metrics the bundle does not have at all is left out
+    present = set(analysis.timeline.samples.select(pl.col("name").cast(pl.String)).unique().collect()
+                  .get_column("name").to_list())
+    return [(p, frame) for p, frame in frames
+            if frame.height or any(n in present or n.replace(":", "_") in present for n in (*p.gauges, *p.rates))]
 
 
 COMPONENT_COLOURS = {"decode": "#1f77b4", "prefill": "#2ca02c", "router": "#9467bd", "engine": "#ff7f0e"}
@@ -549,6 +564,11 @@ def metric_panel(fig: go.Figure, frame: pl.DataFrame, row: int, redact: Redact |
     `unit` on its y axis."""
     if unit:
         fig.update_yaxes(title_text=unit, title_font={"size": 10}, row=row, col=1)
+    if frame.is_empty():
+        no_samples(fig, row, "no samples in this window (a rate needs two scrapes or more)")
+        return
+    if frame.get_column("value").min() >= 0:  # counts, rates, fractions: the axis starts at 0
+        fig.update_yaxes(rangemode="tozero", row=row, col=1)
     show = legend if legend is not None else frame.get_column("series").n_unique() <= LEGEND_SERIES
     metrics = sorted({series.rsplit(" ", 1)[-1] for series in frame.get_column("series").unique().to_list()})
     others = iter(OTHER_COLOURS * 8)
@@ -558,13 +578,26 @@ def metric_panel(fig: go.Figure, frame: pl.DataFrame, row: int, redact: Redact |
         component = series.split(" ", 1)[0]
         colour = COMPONENT_COLOURS.get(component) or colours.setdefault(series.rsplit(" ", 1)[0], next(others))
         x, y = _with_gaps(rows.get_column("x").to_numpy(), rows.get_column("value").to_numpy())
-        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, legendgroup=f"panel{row}",
+        single = rows.height == 1  # a line of one point draws nothing: a marker with its value instead
+        fig.add_trace(go.Scatter(x=x, y=y, mode="markers+text" if single else "lines", name=name,
+                                 text=[f"{v:.4g}" for v in y] if single else None, textposition="middle right",
+                                 marker={"color": colour, "size": 9}, legendgroup=f"panel{row}",
                                  legend=f"legend{row}", connectgaps=False,
                                  line={"width": 1.5, "color": colour,
                                        "dash": DASHES[metrics.index(series.rsplit(" ", 1)[-1]) % len(DASHES)]},
                                  meta=name,  # evidence in the data, never in the template (`%{y}` in a label)
                                  hovertemplate="%{meta}<br>%{x|%Y-%m-%d %H:%M:%S}<br>%{y:.4g}<extra></extra>",
                                  showlegend=show), row=row, col=1)
+
+
+def no_samples(fig: go.Figure, row: int | None, sentence: str) -> None:
+    """An empty panel: the sentence where the data would be, and no axes ticking an empty range."""
+    where = {"row": row, "col": 1} if row is not None else {}
+    ref = "" if row in (None, 1) else str(row)
+    fig.update_xaxes(showticklabels=row is not None, **where)
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, range=[0, 1], **where)
+    fig.add_annotation(text=sentence, showarrow=False, font={"size": 12, "color": "#666"},
+                       xref=f"x{ref} domain", yref=f"y{ref} domain", x=0.5, y=0.5)
 
 
 def _vertical_marks(fig: go.Figure, analysis: Analysis, axis: Axis, redact: Redact | None) -> None:
@@ -662,6 +695,8 @@ def errors_figure(analysis: Analysis, redact: Redact | None = None, top: int = 1
         fig.add_trace(go.Bar(x=rows.select(wall("minute", analysis.display_zone)).to_series().to_list(),
                              y=rows.get_column("count").to_list(), name=name, meta=name,
                              hovertemplate="%{meta}<br>%{x}<br>%{y} lines<extra></extra>"))
+    if leaders.is_empty():
+        no_samples(fig, None, "no notable lines (warning or worse) in this bundle")
     fig.update_layout(barmode="stack", height=420, template="plotly_white", title="notable lines per minute",
                       xaxis_title=f"minute ({analysis.display_zone})", margin={"l": 10, "r": 10, "t": 50, "b": 40},
                       legend={"font": {"size": 9}})

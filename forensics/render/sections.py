@@ -227,10 +227,13 @@ class ReportSession:
         with in_display_zone(a):
             day = postmortem.incident_day(a)
             sentence = code_spans(postmortem.verdict_sentence(a, lambda text: safe(text, r)))
+            # "no incident found … Checked:" is followed by what was checked, on the first screen too
+            checked = ("" if a.incident_found else
+                       "<ul>" + "".join(f"<li>{safe(line, r)}</li>" for line in a.checked()) + "</ul>")
             return Html(f"<h1>{safe(a.timeline.incident.title, r)}</h1>"
                         f'<p class="note">{safe(day) + " · " if day else ""}times in {safe(a.display_zone)} · '
                         f"{safe(a.bundle.name, r)} · profile {safe(a.timeline.profile.name)}</p>"
-                        f'<p class="verdict">{sentence}</p>{html.key_times_block(a, r)}')
+                        f'<p class="verdict">{sentence}</p>{checked}{html.key_times_block(a, r)}')
 
     def sources(self) -> Html:
         """Records, parsed, quarantined and time span per input."""

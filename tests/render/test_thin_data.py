@@ -1,0 +1,88 @@
+"""Thin data drawn honestly: a bundle of one real `/metrics` paste (the corpus' SGLang docs scrape,
+one sample per series, no logs, no stacks). Each gauge is a marker with its value (a line of one
+point draws nothing), axes of quantities that are never negative start at 0, a panel or chart with
+nothing to show says so instead of drawing an empty range, series carry the file's name when the
+scrape names no instance, and the no-incident first screen lists what was checked. In Chromium at
+both report sizes the values and the sentences are on screen."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_corpus import CORPUS
+
+SCRAPE = CORPUS / "prometheus" / "metrics_sglang_production_metrics_doc_llama3.1-8b.prom"
+pytestmark = pytest.mark.skipif(not SCRAPE.is_file(), reason=f"no corpus at {CORPUS}")
+SIZES = [(1280, 720), (1600, 1000)]
+# the profile's panel gauges, each one sample in the paste
+GAUGES = ("sglang:gen_throughput", "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage")
+
+
+def _value(name: str) -> float:
+    """The sample's value as the paste prints it (the ground truth, read without the suite)."""
+    (line,) = [line for line in SCRAPE.read_text().splitlines() if line.startswith(name + "{")]
+    return float(line.rsplit(" ", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def thin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    bundle = tmp_path_factory.mktemp("thin") / "one-scrape"
+    (bundle / "metrics").mkdir(parents=True)
+    shutil.copy(SCRAPE, bundle / "metrics")
+    return bundle
+
+
+def test_one_scrape_draws_markers_with_values_axes_from_zero_and_says_what_is_missing(thin: Path,
+                                                                                      tmp_path: Path) -> None:
+    from forensics.render import figures
+    from forensics.render.sections import ReportSession
+
+    session = ReportSession.open(thin, tmp_path / "out")
+    fig = session.timeline().fig
+    drawn = {t.name.rsplit(" ", 1)[-1]: t for t in fig.data if t.name and t.name.startswith(SCRAPE.name)}
+    assert set(GAUGES) <= set(drawn), sorted(drawn)
+    for name in GAUGES:
+        trace = drawn[name]
+        assert trace.mode == "markers+text" and len(trace.y) == 1
+        assert trace.y[0] == pytest.approx(_value(name))
+        assert float(trace.text[0]) == pytest.approx(_value(name), rel=1e-3)
+    panels = [k for k in fig.layout if re.fullmatch(r"yaxis\d+", k) and k != "yaxis"]
+    assert panels and all(fig.layout[k].rangemode == "tozero" for k in panels)
+    notes = [a.text for a in fig.layout.annotations]
+    assert "no log lines and no stacks in this bundle" in notes
+    empty_errors = figures.errors_figure(session.analysis)
+    assert [a.text for a in empty_errors.layout.annotations] == ["no notable lines (warning or worse) in this bundle"]
+    first = session.answer().body
+    assert "Checked:" in first
+    checked = re.findall(r"<li>(.*?)</li>", first.split("Checked:", 1)[1])
+    assert len(checked) == len(session.analysis.checked()) >= 3
+    assert "1 input" in checked[0]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_one_scrape_values_and_sentences_are_on_screen(thin: Path, browser: Any, size: tuple[int, int],
+                                                       tmp_path_factory: pytest.TempPathFactory) -> None:
+    from forensics.render import screens
+    from forensics.report import render
+
+    out = tmp_path_factory.mktemp("thin-out") / f"out-{size[0]}"
+    rendered = render(thin, out, progress=False).out
+    page = screens.open_offline(browser, rendered / "timeline.html", size).page
+    texts = page.evaluate("() => [...document.querySelectorAll(\"div.js-plotly-plot[id$='timeline'] .textpoint\")]"
+                          ".map(t => t.textContent)")
+    for name in GAUGES:
+        assert any(float(t) == pytest.approx(_value(name), rel=1e-3) for t in texts), (name, texts)
+    notes = page.evaluate("() => [...document.querySelectorAll(\"div.js-plotly-plot[id$='timeline'] g.annotation\")]"
+                          ".map(g => g.textContent)")
+    assert "no log lines and no stacks in this bundle" in notes
+    report = screens.open_offline(browser, rendered / "report.html", size).page
+    first_screen = report.evaluate("() => document.body.innerText")
+    lines = len(SCRAPE.read_text().splitlines())  # every line of the paste is a record read
+    assert "No incident found" in first_screen and f"{lines} records read from 1 input" in first_screen
+    page.context.close()
+    report.context.close()
