@@ -16,6 +16,7 @@ UTC, the axis title names the zone. Every string from the evidence goes through
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,7 +32,7 @@ from forensics.detect.lifecycle import FAILED, RESTART_SCHEDULED, STARTED, START
 from forensics.detect.stacks import Verdict
 from forensics.timeline.metrics import counter_rates, named, one_copy_per_engine
 from forensics.profiles import MetricPanel
-from forensics.render.text import Redact, hover
+from forensics.render.text import Redact, hover, shorten
 
 
 LIFECYCLE_IDS = {STARTING: "starting", STARTED: "started", STOPPING: "stopping", STOPPED: "stopped",
@@ -49,6 +50,7 @@ PHASE_COLOURS = {"collective": "#d62728", "idle": "#1f77b4", "transfer": "#9467b
                  "device_sync": "#8c564b", "unknown": "#7f7f7f"}
 KEY_TIME_COLOURS = {"started": "#d62728", "detected": "#ff7f0e", "mitigated": "#9467bd", "resolved": "#2ca02c"}
 ERROR_KINDS_COLOUR = "#d62728"
+LANE_CHARS = 44  # a lane's name on the axis; longer ones lose their middle
 LEGEND_SERIES = 16  # more metric series than this are told apart by their hover, not a legend
 
 
@@ -123,8 +125,14 @@ def lane_expr() -> pl.Expr:
     """The swimlane of an event: host · component (or unit) · rank."""
     what = pl.coalesce(pl.col("component"), pl.col("identifier"),
                        pl.col("unit").cast(pl.String).str.replace(r"\.service$", ""), pl.lit("?"))
-    return pl.concat_str([pl.col("host").fill_null("?"), what, rank_label()], separator=" · ",
+    # a line with no host (a plain log file) is named by its file alone, not by "?"
+    return pl.concat_str([pl.col("host"), what, rank_label()], separator=" · ",
                          ignore_nulls=True).alias("lane")
+
+
+def stack_lane(host: str | None, group: str, label: str) -> str:
+    """The swimlane of a py-spy rank: host · group · rank, as `lane_expr` names a log line's."""
+    return " · ".join(part for part in (host, group, label) if part)
 
 
 def _lane_order(lanes: list[str], involved: set[str | None]) -> list[str]:
@@ -163,18 +171,22 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     panels = metric_panels(analysis, axis, extra_panels)
     events = analysis.timeline.events.with_columns(lane_expr())
     marked = [(mark, marked_rows(analysis, events, mark.where)) for mark in marks]
-    stack_lanes = [(r.host or "?") + f" · {r.group} · {r.label}" for v in analysis.verdicts for r in v.ranks]
+    stack_lanes = [stack_lane(r.host, r.group, r.label) for v in analysis.verdicts for r in v.ranks]
     track_lanes = [f"track · {t.name}" for t in analysis.tracks]
     involved = {f.host for f in analysis.findings if f.host} | {r.host for v in analysis.verdicts for r in v.ranks}
     # every line's lane, the routine lines a lean timeline only counts included
     logged = analysis.timeline.activity.select(lane_expr()).get_column("lane").unique().to_list()
-    lanes = ([f"mark · {mark.label}" for mark in marks] + track_lanes + _lane_order(logged + stack_lanes, involved))
+    health = health_lines(events).get_column("lane").unique().to_list()
+    lanes = ([f"mark · {mark.label}" for mark in marks] + track_lanes
+             + _lane_order(logged + stack_lanes + health, involved))
     progress_counts = analysis.timeline.progress_counts.with_columns(lane_expr())
     logging = set(progress_counts.get_column("lane").unique().to_list())
     quiet = {lane for lane in lanes if lane not in logging and " · TP" in lane
              and any(other.rsplit(" · ", 1)[0] == lane.rsplit(" · ", 1)[0] for other in logging)}
     # a rank whose engine logs its batches on another rank (SGLang: TP0) is not frozen for lacking them
-    shown = [hover(lane + (" (logs no batches)" if lane in quiet else ""), redact, 60) for lane in lanes]
+    # one line per lane (a wrapped name runs into the next lane); the full name is in each cell's hover
+    shown = [hover(shorten((redact(lane) or "") if redact else lane, LANE_CHARS)
+                   + (" (logs no batches)" if lane in quiet else ""), None, 200) for lane in lanes]
     # lanes are numbered (top lane highest) rather than categorical: plotly.js fails on a heatmap
     # whose categories are a subset of the axis' category array
     lane_y = {lane: len(lanes) - 1 - n for n, lane in enumerate(lanes)}
@@ -187,6 +199,7 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
                         subplot_titles=["swimlanes: progress lines per " + _words(axis.bucket_s)]
                         + [panel.title for panel, _ in panels])
     _progress_strip(fig, progress_counts, axis, lane_y, redact)
+    _health_checks(fig, events, axis, lane_y, redact)
     _error_markers(fig, events, axis, lane_y, redact)
     _lifecycle_markers(fig, events, axis, lane_y, redact)
     _stack_markers(fig, analysis.verdicts, axis, lane_y, redact)
@@ -252,16 +265,24 @@ def overview_figure(analysis: Analysis, redact: Redact | None = None) -> go.Figu
                               f"{wall_time(a, axis.zone):%H:%M:%S}–{wall_time(b, axis.zone):%H:%M:%S} "
                               f"({span((b - a).total_seconds())})", redact) for c, _, a, b in mine],
             hovertemplate="%{customdata}<extra></extra>"))
-    for name, colour in KEY_TIME_COLOURS.items():
-        at = getattr(analysis.key_times, name)
-        if at:
-            fig.add_vline(x=wall_time(at, axis.zone), line={"dash": "dash", "width": 1, "color": colour})
+    marks = [(at, f"{name} {wall_time(at, axis.zone):%H:%M:%S}", colour)
+             for name, colour in KEY_TIME_COLOURS.items() if (at := getattr(analysis.key_times, name))]
+    label_rows = _label_rows(marks, axis)
+    for (at, text, colour), row in zip(marks, label_rows, strict=True):
+        fig.add_vline(x=wall_time(at, axis.zone), line={"dash": "dash", "width": 1, "color": colour})
+        # each key time labelled above the strip, rows stacked so that no label covers another
+        fig.add_annotation(x=wall_time(at, axis.zone), y=1.0, yref="paper", yanchor="bottom", yshift=2 + 15 * row,
+                           showarrow=False, text=text, font={"size": 10, "color": colour}, xanchor="left",
+                           bgcolor="rgba(255,255,255,0.85)", name="key-time")
     fig.update_xaxes(type="date", range=x_range(axis))
     fig.update_yaxes(autorange="reversed")
     rows = max(spans.height, 1)
-    fig.update_layout(height=90 + 34 * rows, barmode="overlay", template="plotly_white", showlegend=True,
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
-                      margin={"l": 10, "r": 10, "t": 30, "b": 30})
+    label_px = 15 * (max(label_rows, default=-1) + 1)
+    plot_px = 40 + 34 * rows
+    # the legend under the time axis and its date line (about 45 px down), not over the labels
+    fig.update_layout(height=plot_px + 85 + 10 + label_px, barmode="overlay", template="plotly_white", showlegend=True,
+                      legend={"orientation": "h", "yanchor": "top", "y": -50 / plot_px, "x": 0},
+                      margin={"l": 10, "r": 10, "t": 10 + label_px, "b": 85})
     return fig
 
 
@@ -301,7 +322,8 @@ def _progress_strip(fig: go.Figure, progress_counts: pl.DataFrame, axis: Axis, l
         x=buckets.to_frame("b").select(wall_ms("b", axis.zone)).to_series().to_numpy(), y=list(range(len(lane_y))), z=z,
         zmin=0, zmax=max(top, 1.0), showscale=True, name="progress lines", xgap=0, ygap=2, text=text,
         colorbar={"title": {"text": f"batch lines<br>per {_words(int(every[:-1]))}", "side": "top"},
-                  "thickness": 10, "len": 0.25, "y": 1.0, "yanchor": "top", "x": 1.0, "xpad": 4},
+                  # in pixels: a fraction of the figure shrank it into its own title on short figures
+                  "thickness": 10, "lenmode": "pixels", "len": 110, "y": 1.0, "yanchor": "top", "x": 1.0, "xpad": 4},
         colorscale=[[0, "rgba(0,0,0,0)"], [0.5 / max(top, 1.0), "rgba(0,0,0,0)"], [0.5 / max(top, 1.0), "#c7e9c0"],
                     [1, "#006d2c"]], xhoverformat="%Y-%m-%d %H:%M:%S",
         hovertemplate=("%{text}<br>" if text else "") + "%{x}: %{z} progress lines<extra></extra>"), row=1, col=1)
@@ -320,11 +342,16 @@ def _last_batches(fig: go.Figure, analysis: Analysis, events: pl.DataFrame, axis
             points.append((f, rows.item(0, 0)))
     if not points:
         return
-    fig.add_trace(go.Scatter(
-        x=[wall_time(f.at, axis.zone) for f, _ in points if f.at], y=[lane_y[lane] for _, lane in points],
-        mode="markers", name="last batch before a freeze",
-        hovertext=[hover(f.text, redact) for f, _ in points], hovertemplate="%{hovertext}<extra></extra>",
-        marker={"symbol": "line-ns", "size": 16, "line": {"width": 3, "color": "#b2182b"}}), row=1, col=1)
+    xs, ys = [wall_time(f.at, axis.zone) for f, _ in points if f.at], [lane_y[lane] for _, lane in points]
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="last batch before a freeze", hoverinfo="skip",
+                             marker={"symbol": "line-ns", "size": 16, "line": {"width": 3, "color": "#b2182b"}}),
+                  row=1, col=1)
+    # plotly's closest hover ranks a point under the mouse by 1 - 3 px / its radius, so the error
+    # markers of the same seconds would win over a big marker: the hover sits on a 3 px point
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="last batch (hover)", showlegend=False,
+                             hovertext=[hover(f.text, redact) for f, _ in points],
+                             hovertemplate="%{hovertext}<extra></extra>",
+                             marker={"size": 6, "color": "rgba(178,24,43,0.01)"}), row=1, col=1)
     # the label sits up and to the left, a short line pointing at the marker: to the right are the
     # py-spy rounds taken while frozen, and annotations are drawn over every trace
     for f, lane in points:
@@ -333,6 +360,43 @@ def _last_batches(fig: go.Figure, analysis: Analysis, events: pl.DataFrame, axis
                            showarrow=True, arrowhead=0, arrowcolor="#b2182b", ax=-14, ay=-16, xanchor="right",
                            font={"size": 11, "color": "#b2182b"}, bgcolor="rgba(255,255,255,0.9)",
                            name="last-batch")
+
+
+HEALTH = {"answered": ("#5aae61", "square"), "failed": (ERROR_KINDS_COLOUR, "square-x")}
+HEALTH_LANE = " · health checks"
+
+
+def health_lines(events: pl.DataFrame) -> pl.DataFrame:
+    """Access lines of health checks (answered OK by the profile's `health_ok`, or a /health
+    request with a status), each in its component's health lane (beside, not over, its log)."""
+    if "http_path" not in events.columns:
+        return events.clear().select("ts", "lane", "health_ok")
+    return (events.filter(pl.col("health_ok") | (pl.col("http_path").str.starts_with("/health")
+                                                 & pl.col("http_status").is_not_null()))
+            .select("ts", pl.col("lane") + HEALTH_LANE, "health_ok"))
+
+
+def _health_checks(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: dict[str, int],
+                   redact: Redact | None) -> None:
+    """Health checks per minute in the lane of the log that answered them: answered OK (the
+    profile's `health_ok`) and answered otherwise (a /health request with another status). A
+    frozen engine answering 200 is the blind spot the report names; here it is seen."""
+    checks = (health_lines(events).group_by(pl.col("ts").dt.truncate("1m").alias("minute"), "lane")
+              .agg(pl.col("health_ok").sum().alias("answered"), (~pl.col("health_ok")).sum().alias("failed"))
+              .sort("minute", "lane"))
+    for state, (colour, symbol) in HEALTH.items():
+        rows = checks.filter(pl.col(state) > 0)
+        if rows.is_empty():
+            continue
+        x = rows.select(wall_ms(pl.col("minute") + pl.duration(seconds=30), axis.zone)).to_series().to_numpy()
+        text = [hover(f"{lane}: {n} health check{'s' if n > 1 else ''} {'answered OK' if state == 'answered' else 'failed'} "
+                      f"in the minute from {wall_time(minute, axis.zone):%H:%M}", redact)
+                for minute, lane, n in rows.select("minute", "lane", state).iter_rows()]
+        fig.add_trace(go.Scatter(
+            x=x, y=[lane_y[lane] for lane in rows.get_column("lane")], mode="markers",
+            name=f"health checks {'answered OK' if state == 'answered' else 'failed'} (per minute)",
+            text=text, hovertemplate="%{text}<extra></extra>", customdata=rows.get_column(state).to_list(),
+            marker={"symbol": symbol, "size": 7, "color": colour, "line": {"width": 0}}), row=1, col=1)
 
 
 def _error_markers(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: dict[str, int],
@@ -383,7 +447,7 @@ def _stack_markers(fig: go.Figure, verdicts: list[Verdict], axis: Axis, lane_y: 
         ranks = [(v, r) for v in verdicts for r in v.ranks if r.phase.phase == phase and r.ts]
         fig.add_trace(go.Scatter(
             x=[wall_time(r.ts, axis.zone) for _, r in ranks if r.ts],
-            y=[lane_y[(r.host or "?") + f" · {r.group} · {r.label}"] for _, r in ranks],
+            y=[lane_y[stack_lane(r.host, r.group, r.label)] for _, r in ranks],
             mode="markers", name=f"py-spy: {phase}",
             text=[hover(f"{v.verdict} ({v.group}, round {v.round + 1}): {r.label} {phase} in "
                         f"{r.phase.frame.function if r.phase.frame else '?'}"
@@ -416,22 +480,31 @@ def _failure_markers(fig: go.Figure, analysis: Analysis, axis: Axis, lane_y: dic
                     "line": {"width": 1.5, "color": "black"}}), row=1, col=1)
 
 
+def track_colour(analysis: Analysis, track: str) -> str:
+    """The main track's colour is the first of TRACK_COLOURS in every report; others by name."""
+    main = analysis.timeline.profile.logs.main_track
+    return TRACK_COLOURS[0] if track == main else stable_colour(track, TRACK_COLOURS[1:])
+
+
 def _finding_lanes(fig: go.Figure, analysis: Analysis, axis: Axis, lane_y: dict[str, int],
                    redact: Redact | None) -> None:
     for track in analysis.tracks:
         lane = lane_y[f"track · {track.name}"]
+        colour = track_colour(analysis, track.name)
         points = [f for f in track.findings if f.at]
         fig.add_trace(go.Scatter(
             x=[wall_time(f.at, axis.zone) for f in points if f.at], y=[lane] * len(points), mode="markers",
             name=f"findings: {track.name}", text=[hover(f"[{f.kind}] {f.text}", redact) for f in points],
-            hovertemplate="%{text}<extra></extra>", marker={"symbol": "circle", "size": 11}), row=1, col=1)
+            hovertemplate="%{text}<extra></extra>", marker={"symbol": "circle", "size": 11, "color": colour}),
+            row=1, col=1)
         windows = [f for f in points if f.until and f.at and f.until > f.at]
         if windows:
             xs: list[datetime | None] = []
             for f in windows:
                 xs += [wall_time(f.at, axis.zone), wall_time(f.until, axis.zone), None]  # type: ignore[arg-type]
             fig.add_trace(go.Scatter(x=xs, y=[lane, lane, None] * len(windows), mode="lines", showlegend=False,
-                                     hoverinfo="skip", line={"width": 6}, opacity=0.35), row=1, col=1)
+                                     hoverinfo="skip", line={"width": 6, "color": colour}, opacity=0.35),
+                          row=1, col=1)
 
 
 def metric_frame(analysis: Analysis, gauges: tuple[str, ...], rates: tuple[str, ...], axis: Axis,
@@ -538,9 +611,26 @@ def metric_panels(analysis: Analysis, axis: Axis,
             if frame.height or any(n in present or n.replace(":", "_") in present for n in (*p.gauges, *p.rates))]
 
 
-COMPONENT_COLOURS = {"decode": "#1f77b4", "prefill": "#2ca02c", "router": "#9467bd", "engine": "#ff7f0e"}
+# The colour language, the same in every report: states (working green, frozen / error red,
+# detected orange, lifecycle purple: OVERVIEW_COLOURS, KEY_TIME_COLOURS, ERROR_KINDS_COLOUR) never
+# name a component, and a component or a track keeps its colour whatever else a report draws.
+STATE_COLOURS = frozenset({*OVERVIEW_COLOURS.values(), *KEY_TIME_COLOURS.values(), ERROR_KINDS_COLOUR,
+                           "#9467bd", "#b2182b"})
+COMPONENT_COLOURS = {"decode": "#1f77b4", "prefill": "#8c564b", "router": "#e377c2", "engine": "#17becf"}
 DASHES = ("solid", "dot", "dash", "dashdot", "longdash")
-OTHER_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#d62728")
+OTHER_COLOURS = ("#7f7f7f", "#bcbd22", "#393b79", "#843c39", "#6b6ecf", "#8c6d31", "#e7969c", "#9edae5")
+TRACK_COLOURS = ("#393b79", "#8c6d31", "#7b4173", "#5254a3", "#636363")
+
+
+def stable_colour(name: str, palette: Sequence[str]) -> str:
+    """A colour of `palette` chosen by `name` alone (not by what else is drawn, nor the order)."""
+    return palette[zlib.crc32(name.encode()) % len(palette)]
+
+
+def series_colour(series: str) -> str:
+    """A metric series' colour: its component's, else one fixed by its instance's name."""
+    component = series.split(" ", 1)[0]
+    return COMPONENT_COLOURS.get(component) or stable_colour(series.rsplit(" ", 1)[0], OTHER_COLOURS)
 
 
 def _with_gaps(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -571,12 +661,9 @@ def metric_panel(fig: go.Figure, frame: pl.DataFrame, row: int, redact: Redact |
         fig.update_yaxes(rangemode="tozero", row=row, col=1)
     show = legend if legend is not None else frame.get_column("series").n_unique() <= LEGEND_SERIES
     metrics = sorted({series.rsplit(" ", 1)[-1] for series in frame.get_column("series").unique().to_list()})
-    others = iter(OTHER_COLOURS * 8)
-    colours: dict[str, str] = {}
     for (series,), rows in frame.group_by("series", maintain_order=True):
         name = hover(series, redact, 80)
-        component = series.split(" ", 1)[0]
-        colour = COMPONENT_COLOURS.get(component) or colours.setdefault(series.rsplit(" ", 1)[0], next(others))
+        colour = series_colour(series)
         x, y = _with_gaps(rows.get_column("x").to_numpy(), rows.get_column("value").to_numpy())
         single = rows.height == 1  # a line of one point draws nothing: a marker with its value instead
         fig.add_trace(go.Scatter(x=x, y=y, mode="markers+text" if single else "lines", name=name,

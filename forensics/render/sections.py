@@ -393,8 +393,8 @@ class ReportSession:
         """Log lines per minute per host and component."""
         a = self.analysis
         counts = (a.timeline.activity.group_by(
-            "minute", pl.concat_str([pl.col("host").fill_null("?"), pl.col("component").fill_null("other")],
-                                    separator=" · ").alias("where")).agg(pl.col("lines").sum().alias("len"))
+            "minute", pl.concat_str([pl.col("host"), pl.coalesce("component", "identifier", pl.lit("other"))],
+                                    separator=" · ", ignore_nulls=True).alias("where")).agg(pl.col("lines").sum().alias("len"))
                   .sort("minute", "where"))
         fig = go.Figure()
         for (where,), rows in counts.group_by("where", maintain_order=True):

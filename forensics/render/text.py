@@ -24,6 +24,16 @@ def safe(text: object, redact: Redact | None = None) -> str:
     return html.escape(value, quote=True)
 
 
+def shorten(text: str, width: int) -> str:
+    """`text` on one line of at most `width` characters, its middle left out (`…`): both the
+    host at the start and the rank at the end of a long lane name stay readable."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
 def hover(text: object, redact: Redact | None = None, width: int = 100, max_lines: int = 12) -> str:
     """`text` for a plotly hover or label: redacted, escaped, wrapped at `width` characters with
     `<br>` (the only markup added), at most `max_lines` lines."""

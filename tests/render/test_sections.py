@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 import pytest
 
 from forensics.render import figures
@@ -123,3 +124,44 @@ def test_every_metric_panel_names_its_unit_on_its_axis(shanghai: ReportSession) 
     fig = figures.timeline_figure(shanghai.analysis)
     units = {fig.layout[name].title.text for name in fig.layout if name.startswith("yaxis") and name != "yaxis"}
     assert units == {"token/s", "requests", "fraction of KV tokens"}  # from the title's "(token/s)" or `unit`
+
+
+def test_one_colour_language_states_apart_from_components_and_fixed_per_name(shanghai: ReportSession) -> None:
+    """States (working, frozen, errors, key times, lifecycle) use colours no component, series or
+    track uses, and a series or track keeps its colour whatever else the report draws."""
+    import polars as pl
+
+    palettes = [*figures.COMPONENT_COLOURS.values(), *figures.OTHER_COLOURS, *figures.TRACK_COLOURS]
+    assert not set(palettes) & figures.STATE_COLOURS
+    fig = shanghai.timeline().fig
+    lines = {t.name: t.line.color for t in fig.data if t.type == "scatter" and t.mode == "lines" and t.name}
+    assert lines and all(colour not in figures.STATE_COLOURS for colour in lines.values())
+    # one series drawn alone or among others: the same colour
+    frame = pl.DataFrame({"series": ["a host-9:1 x", "b host-7:1 x", "b host-7:1 x"],
+                          "x": [0.0, 0.0, 1.0], "value": [1.0, 2.0, 3.0]})
+    together, alone = make_subplots(rows=1, cols=1), make_subplots(rows=1, cols=1)
+    figures.metric_panel(together, frame, 1, None)
+    figures.metric_panel(alone, frame.filter(pl.col("series") == "b host-7:1 x"), 1, None)
+    assert [t.line.color for t in together.data if t.name == "b host-7:1 x"] == [alone.data[0].line.color]
+    tracks = {t.name: t.marker.color for t in fig.data if t.name and t.name.startswith("findings: ")}
+    assert tracks[f"findings: {shanghai.analysis.timeline.profile.logs.main_track}"] == figures.TRACK_COLOURS[0]
+
+
+def test_health_checks_are_drawn_per_minute_in_their_lane(shanghai: ReportSession) -> None:
+    """Every health check the journal holds as an access line answered 200 (read here from the
+    export itself, not through the suite) is counted in the per-minute markers, in the lanes of the
+    components that answered them, frozen minutes included: the blind spot is seen."""
+    import re
+
+    import zstandard
+
+    raw = zstandard.ZstdDecompressor().stream_reader((REFERENCE / "journal" / "gpu-node-00.export.zst").open("rb")).read()
+    answered = len(re.findall(rb'^MESSAGE=.*"GET /health(?:_generate)?[^"]*" 200', raw, re.M))
+    fig = shanghai.timeline().fig
+    (ok,) = _traces(fig, "health checks answered OK")
+    assert sum(ok.customdata) == answered > 0
+    lanes = dict(zip(fig.layout.yaxis.tickvals, fig.layout.yaxis.ticktext, strict=True))
+    assert {lanes[y] for y in ok.y} == {"gpu-node-00 · decode · health checks", "gpu-node-00 · prefill · health checks"}
+    frozen = [f for f in shanghai.analysis.findings if f.kind == "frozen" and f.component == "decode"][0]
+    minutes = {t[-5:] for t in (re.search(r"from (\d\d:\d\d)", text).group(1) for text in ok.text)}
+    assert f"{figures.wall_time(frozen.at, 'Asia/Shanghai'):%H:%M}" in minutes

@@ -86,3 +86,27 @@ def test_one_scrape_values_and_sentences_are_on_screen(thin: Path, browser: Any,
     assert "No incident found" in first_screen and f"{lines} records read from 1 input" in first_screen
     page.context.close()
     report.context.close()
+
+
+def test_lanes_of_plain_log_files_are_one_line_named_after_the_file(tmp_path: Path) -> None:
+    """Two real SGLang logs with long file names and no host: every lane's name is one line of at
+    most LANE_CHARS characters, starts with the file's name (no "?" for the missing host), keeps
+    its rank at the end, and the full name is in the hover of the lane's cells."""
+    from forensics.render.figures import LANE_CHARS
+    from forensics.render.sections import ReportSession
+
+    names = ["server_log_skypilot_ray_prefix_dp2_tp2_2025-02-14.log", "server_log_disagg_dp_tp_ep_tags_quoted_2025-11-04.log"]
+    bundle = tmp_path / "two-logs"
+    (bundle / "logs").mkdir(parents=True)
+    for name in names:
+        shutil.copy(CORPUS / "logs" / name, bundle / "logs")
+    fig = ReportSession.open(bundle, tmp_path / "out").timeline().fig
+    ticks = [t.split(" (logs no batches)")[0] for t in fig.layout.yaxis.ticktext]
+    assert ticks
+    for tick in ticks:
+        assert "<br>" not in tick and len(tick) <= LANE_CHARS and not tick.startswith("?")
+        assert any(tick.startswith(Path(n).stem[:LANE_CHARS // 2 - 1]) for n in names), tick
+        assert re.search(r"· (DP\d+ )?TP\d+$", tick), tick
+    (strip,) = [t for t in fig.data if t.type == "heatmap"]
+    hovers = {cell.replace("<br>", "") for row in strip.text for cell in row if cell}
+    assert any(Path(names[0]).stem in h for h in hovers) and any(Path(names[1]).stem in h for h in hovers)

@@ -83,3 +83,54 @@ def test_every_lane_cell_hover_has_the_full_time_and_the_lane(pages: dict[str, P
     lanes = page.evaluate("document.getElementById('timeline').layout.yaxis.ticktext")
     assert "host-1 · decode · TP1 (logs no batches)" in lanes  # not drawn as frozen for lacking batch lines
     page.context.close()
+
+
+MARKER_PIXELS = """(name) => { const gd = document.getElementById('timeline');
+    const t = gd.data.find(d => d.name === name); const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+    const box = gd.getBoundingClientRect();
+    return t.x.map((x, k) => [box.left + xa._offset + xa.d2p(x), box.top + ya._offset + ya.d2p(t.y[k])]); }"""
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_last_batch_marker_is_on_top_and_its_hover_is_its_own(pages: dict[str, Path], browser: Any,
+                                                                  size: tuple[int, int]) -> None:
+    """Under the mouse at each last-batch marker, the hover is the freeze's own sentence, not the
+    KV-transfer errors logged in the same seconds (the reference README: decode's last batch
+    21:34:47, prefill's 21:39:07)."""
+    page = _open(browser, pages["timeline.html"], size)
+    assert len(page.evaluate(MARKER_PIXELS, "last batch before a freeze")) == 2
+    said = []
+    for k in range(2):
+        page.evaluate("(y) => window.scrollBy(0, y - window.innerHeight / 2)",
+                      page.evaluate(MARKER_PIXELS, "last batch before a freeze")[k][1])
+        x, y = page.evaluate(MARKER_PIXELS, "last batch before a freeze")[k]  # in the viewport now
+        page.mouse.move(x, y)
+        page.wait_for_timeout(200)
+        said.append(page.evaluate("() => [...document.querySelectorAll('#timeline .hoverlayer .hovertext')].map(h => h.textContent)"))
+        page.mouse.move(5, 5)
+        page.wait_for_timeout(100)
+    # one hover label under the mouse, and it is the freeze's
+    assert [len(labels) for labels in said] == [1, 1], said
+    assert said[0][0].startswith("decode froze at 21:34:47"), said
+    assert said[1][0].startswith("prefill froze at 21:39:07"), said
+    page.context.close()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_status_strip_labels_its_key_times_apart(pages: dict[str, Path], browser: Any,
+                                                     size: tuple[int, int]) -> None:
+    """The report's first-screen strip names each dashed line (the reference README's key times),
+    and no label covers another or the legend."""
+    page = _open(browser, pages["report.html"], size)
+    boxes = page.evaluate("""() => [...document.querySelectorAll("div.js-plotly-plot[id$='overview'] g.annotation")]
+        .map(g => { const r = g.querySelector('rect.bg').getBoundingClientRect();
+                    return [g.textContent, r.left, r.top, r.right, r.bottom]; })""")
+    assert sorted(b[0] for b in boxes) == ["detected 21:38:30", "mitigated 21:40:45", "resolved 21:42:00",
+                                           "started 21:34:47"]
+    legend = page.evaluate("""() => { const r = document.querySelector("div.js-plotly-plot[id$='overview'] g.legend")
+        .getBoundingClientRect(); return ['legend', r.left, r.top, r.right, r.bottom]; }""")
+    for n, a in enumerate(boxes):
+        assert _apart(a, legend), (a, legend)
+        for b in boxes[n + 1:]:
+            assert _apart(a, b), (a, b, size)
+    page.context.close()
