@@ -230,6 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_an.add_argument("--case", type=_case_place, help="case folder or object-store URL such as s3://bucket/cases/x "
                                                       "(default: ~/.cache/forensics/<bundle>-<id>/case)")
     p_an.add_argument("--json", action="store_true", help="print summary.json instead of text")
+    p_an.add_argument("--brief", action="store_true", help="print the headline only: what happened, TTD/TTM/TTR, "
+                                                         "the other symptom tracks (the README's block)")
     p_an.add_argument("--profile", default="", help="profile name or .toml path (default: chosen from the evidence)")
     p_an.add_argument("--display-tz", default="UTC", help="time zone the text writes times in (default: UTC)")
     _dask_option(p_an)
@@ -493,7 +495,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"case: {case_dir}", file=sys.stderr)
         result = analyze(args.bundle, case_dir, load_profile(args.profile) if args.profile else None,
                          display_zone=args.display_tz, on_progress=_progress)
-        print(json.dumps(result.summary(), indent=2) if args.json else report_text(result))
+        if args.brief:
+            from forensics.render.postmortem import brief
+            print(brief(result))
+        else:
+            print(json.dumps(result.summary(), indent=2) if args.json else report_text(result))
     elif args.command == "reference":
         from forensics.lab.reference import write_reference
         write_reference(args.out, scale=args.scale, hosts=args.hosts, time_zone=args.time_zone,

@@ -81,3 +81,17 @@ def test_help_does_not_import_the_data_stack() -> None:
             "print(sorted(m for m in ('polars', 'numpy', 'pyarrow', 'plotly') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_readme_headline_is_what_analyze_brief_prints(tmp_path: Path) -> None:
+    """The README's headline block cannot drift: it is `forensics analyze --brief` of the reference,
+    and that says the reference README's times (decode's last batch 21:34:47, prefill's 21:39:07,
+    the restart 21:40:45, healthy at 21:42:00)."""
+    reference = REPO / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"
+    done = _forensics("analyze", str(reference), "--brief", "--case", str(tmp_path / "case"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for time in ("decode froze at 21:34:47", "prefill froze at 21:39:07", "21:40:45", "21:42:00"):
+        assert time in done.stdout
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("--brief` prints it:\n\n```\n", 1)[1].split("```", 1)[0]
+    assert block == done.stdout

@@ -148,6 +148,37 @@ def verdict_sentence(analysis: Analysis, quote: Callable[[object], str]) -> str:
     return ("No engine froze in the evidence." + (f" The first anomaly: {quote(first.text)}" if first else ""))
 
 
+BRIEF_WIDTH = 100
+
+
+def brief(analysis: Analysis) -> str:
+    """The headline block (`forensics analyze --brief`, the README's): what happened in one
+    sentence, TTD / TTM / TTR, and each other symptom track with how it relates, wrapped at
+    BRIEF_WIDTH. Built from the findings, so the README cannot say more than a run shows."""
+    import textwrap
+
+    with in_display_zone(analysis):
+        t = analysis.key_times
+        sentence = verdict_sentence(analysis, str)
+        if not analysis.incident_found:
+            sentence += " " + "; ".join(analysis.checked()) + "."
+        lines = textwrap.wrap(sentence, BRIEF_WIDTH)
+        measures = "   ".join(f"{label} {span(s)}" for label, name in (("TTD", "detected"), ("TTM", "mitigated"),
+                                                                        ("TTR", "resolved"))
+                               if (s := t.seconds(name)) is not None)
+        if measures:
+            lines.append(measures)
+        main = analysis.timeline.profile.logs.main_track
+        for track in analysis.tracks:
+            if track.name == main:
+                continue
+            when = f" ({_at(track.first)}–{_at(track.last)})" if track.first else ""
+            related = next((link for link in analysis.links if track.name in link), "")
+            kept = ": kept apart, a common cause only a hypothesis" if "separate problems" in related else ""
+            lines += textwrap.wrap(f"also: {track.name}{when}{kept}", BRIEF_WIDTH)
+    return "\n".join(lines)
+
+
 def _root_cause_prompt(analysis: Analysis, modes: list[Finding]) -> str:
     """What people must add under Root Causes, asked so that it agrees with what the evidence showed."""
     last = {v.verdict for v in latest(analysis.verdicts)}

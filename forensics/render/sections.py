@@ -293,6 +293,11 @@ class ReportSession:
         `timeline.html` written afterwards (`write_outputs`) carries it too."""
         if not gauges and not rates:
             raise ForensicsError(f"panel {title!r} names no gauges and no rates")
+        present = (self.analysis.timeline.samples.select(pl.col("name").cast(pl.String)).unique().collect()
+                   .get_column("name").to_list())
+        for name in (*gauges, *rates):
+            if name not in present and name.replace(":", "_") not in present:
+                _warn_unknown(f"add_panel {title!r}: no metric named {name!r} in this case", name, present)
         self.panels.append(MetricPanel(title, tuple(gauges), tuple(rates)))
         return self.timeline()
 
@@ -300,6 +305,11 @@ class ReportSession:
         """A lane of markers for the events a polars expression picks (e.g.
         `pl.col("message").str.contains("OOM")`; on a big case's lean timeline it searches every
         record's text in the case: `figures.marked_rows`); returns the timeline redrawn."""
+        columns = self.analysis.timeline.events.columns
+        for name in where.meta.root_names():
+            if name not in columns:  # the lane could not be drawn: stop here, with the names there are
+                raise ForensicsError(f"mark {label!r}: the events have no column {name!r}"
+                                     + _closest(name, columns))
         self.marks.append(figures.Mark(label, where))
         return self.timeline()
 
@@ -311,6 +321,9 @@ class ReportSession:
         t = self.analysis.timeline
         frames: dict[str, Any] = {"events": t.events, "samples": t.samples.collect(), "stacks": t.stacks,
                                   "quarantine": t.quarantine, "findings": self.analysis.findings_frame()}
+        # categorical columns (hosts, units, metric names) as plain strings: `.str` works on every
+        # text column a notebook filters, and the frames equal what a user would build by hand
+        frames = {name: frame.with_columns(pl.col(pl.Categorical).cast(pl.String)) for name, frame in frames.items()}
         if backend == "pandas":
             return {name: to_pandas(frame) for name, frame in frames.items()}
         if backend != "polars":
@@ -501,6 +514,21 @@ class ReportSession:
         """The summary as a notebook output of type application/json (what tests read)."""
         from IPython.display import JSON
         return JSON(json.loads(json.dumps(self.summary(), default=str)), metadata={"forensics": "summary"})
+
+
+def _warn_unknown(what: str, name: str, known: Sequence[str]) -> None:
+    """A name the case does not have, said with the closest names it does (a typo shows at once
+    instead of as an empty panel or lane)."""
+    import warnings
+
+    warnings.warn(what + _closest(name, known), UserWarning, stacklevel=3)
+
+
+def _closest(name: str, known: Sequence[str]) -> str:
+    import difflib
+
+    closest = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
+    return f"; closest: {', '.join(closest)}" if closest else f"; {len(known)} names known"
 
 
 def source_gaps(analysis: Analysis) -> pl.DataFrame:

@@ -165,3 +165,38 @@ def test_health_checks_are_drawn_per_minute_in_their_lane(shanghai: ReportSessio
     frozen = [f for f in shanghai.analysis.findings if f.kind == "frozen" and f.component == "decode"][0]
     minutes = {t[-5:] for t in (re.search(r"from (\d\d:\d\d)", text).group(1) for text in ok.text)}
     assert f"{figures.wall_time(frozen.at, 'Asia/Shanghai'):%H:%M}" in minutes
+
+
+def test_a_typo_in_add_panel_or_mark_warns_with_the_closest_names(shanghai: ReportSession) -> None:
+    """A metric the case lacks draws an empty panel: a warning naming the closest metrics. A column
+    the events lack cannot be drawn at all: one sentence naming the closest columns."""
+    import polars as pl
+
+    from forensics.errors import ForensicsError
+
+    with pytest.warns(UserWarning, match=r"no metric named 'sglang:num_runing_reqs'.*closest: sglang:num_running_reqs"):
+        shanghai.add_panel("typo", gauges=["sglang:num_runing_reqs"])
+    with pytest.raises(ForensicsError, match=r"no column 'mesage'.*closest: message"):
+        shanghai.mark("typo", pl.col("mesage").str.contains("x"))
+    shanghai.panels.clear()
+    shanghai.marks.clear()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # names the case has: no warning
+        shanghai.add_panel("fine", gauges=["sglang:num_running_reqs"])
+        shanghai.mark("fine", pl.col("message").str.contains("KV transfer"))
+    shanghai.panels.clear()
+    shanghai.marks.clear()
+
+
+def test_every_text_column_of_the_frames_takes_str_as_it_is(shanghai: ReportSession) -> None:
+    """A notebook user filters hosts, units and metric names with `.str` with no cast first."""
+    import polars as pl
+
+    for name, frame in shanghai.frames().items():
+        assert not [c for c, t in frame.schema.items() if t == pl.Categorical], name
+        for column in [c for c, t in frame.schema.items() if t == pl.String]:
+            frame.select(pl.col(column).str.contains("gpu"))
+    samples = shanghai.frames()["samples"]
+    assert samples.filter(pl.col("name").str.starts_with("sglang:")).height > 0
+    assert samples.filter(pl.col("instance").str.contains("30002")).height > 0
