@@ -86,9 +86,9 @@ def test_every_lane_cell_hover_has_the_full_time_and_the_lane(pages: dict[str, P
 
 
 MARKER_PIXELS = """(name) => { const gd = document.getElementById('timeline');
-    const t = gd.data.find(d => d.name === name); const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+    const t = gd._fullData.find(d => d.name === name); const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
     const box = gd.getBoundingClientRect();
-    return t.x.map((x, k) => [box.left + xa._offset + xa.d2p(x), box.top + ya._offset + ya.d2p(t.y[k])]); }"""
+    return Array.from(t.x, (x, k) => [box.left + xa._offset + xa.d2p(x), box.top + ya._offset + ya.d2p(t.y[k])]); }"""
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -133,4 +133,28 @@ def test_the_status_strip_labels_its_key_times_apart(pages: dict[str, Path], bro
         assert _apart(a, legend), (a, legend)
         for b in boxes[n + 1:]:
             assert _apart(a, b), (a, b, size)
+    page.context.close()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_health_checks_are_drawn_and_say_so_under_the_mouse(pages: dict[str, Path], browser: Any,
+                                                           size: tuple[int, int]) -> None:
+    """Every per-minute health marker is drawn inside the swimlanes, and the one under the mouse
+    in the frozen minutes says how many checks decode answered OK (the blind spot, seen)."""
+    page = _open(browser, pages["timeline.html"], size)
+    name = "health checks answered OK (per minute)"
+    drawn = page.evaluate("""(name) => { const gd = document.getElementById('timeline');
+        const full = gd._fullData.find(d => d.name === name);
+        const trace = gd.querySelector('.scatterlayer .trace' + full.uid);
+        return [full.x.length, trace.querySelectorAll('path.point').length]; }""", name)
+    assert drawn[0] == drawn[1] > 0
+    points = page.evaluate(MARKER_PIXELS, name)
+    texts = page.evaluate("(name) => document.getElementById('timeline')._fullData.find(d => d.name === name).text", name)
+    k = next(n for n, t in enumerate(texts) if "decode" in t and "from 21:36" in t)
+    page.evaluate("(y) => window.scrollBy(0, y - window.innerHeight / 2)", points[k][1])
+    x, y = page.evaluate(MARKER_PIXELS, name)[k]
+    page.mouse.move(x, y)
+    page.wait_for_timeout(200)
+    said = page.evaluate("() => [...document.querySelectorAll('#timeline .hoverlayer .hovertext')].map(h => h.textContent)")
+    assert len(said) == 1 and "decode · health checks" in said[0] and "answered OK in the minute from 21:36" in said[0]
     page.context.close()
