@@ -19,7 +19,9 @@ def test_journal_ingest_checks_every_row_on_a_tiny_input() -> None:
     done = subprocess.run([sys.executable, "-m", "bench", "journal_ingest"], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "BENCH_JOURNAL_ENTRIES": "1500"}, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "| forensics ingest (export -> Parquet case) |" in done.stdout
+    assert "| forensics ingest (export -> Parquet case), cold |" in done.stdout
+    for fmt in ("export", ".journal", "JSON"):  # each input beside a peer reading the same input
+        assert f"| {fmt} | forensics " in done.stdout
 
 
 def test_a_bench_row_that_read_nothing_fails(tmp_path: Path) -> None:

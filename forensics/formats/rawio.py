@@ -16,7 +16,7 @@ import os
 import queue
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -433,6 +433,15 @@ def pieces(path: str | os.PathLike[str], size: int, separator: bytes, slack: int
                 return
             yield from _plain_pieces(_map_file(f), size, separator, slack)
             return
+    yield from pieces_from(lambda: _Decompressing(path, kind), f"decompress {path.name}", size, separator, slack)
+
+
+def pieces_from(opened: Callable[[], Any], name: str, size: int, separator: bytes, slack: int = 16
+                ) -> Iterator[Piece]:
+    """Like `pieces`, from any reader: `opened()` gives a context manager whose value has
+    `readinto` (a decompressor, another program's output) and, optionally, `raise_damage` to say
+    after the last piece why the input broke off. It is read one piece ahead in a thread named
+    `name`."""
     ahead: queue.Queue = queue.Queue(maxsize=2)
     stop = threading.Event()
 
@@ -448,17 +457,18 @@ def pieces(path: str | os.PathLike[str], size: int, separator: bytes, slack: int
 
     def produce() -> None:
         try:
-            with _Decompressing(path, kind) as reader:
+            with opened() as reader:
                 for piece in _decompressed_pieces(reader, size, separator, slack, _Buffers()):
                     if not hand_over(piece):
                         return
-                reader.raise_damage()  # after every piece before the break was handed on
+                if hasattr(reader, "raise_damage"):
+                    reader.raise_damage()  # after every piece before the break was handed on
         except BaseException as error:  # noqa: BLE001 - re-raised in the consumer
             hand_over(error)
             return
         hand_over(None)
 
-    producer = threading.Thread(target=produce, name=f"decompress {path.name}", daemon=True)
+    producer = threading.Thread(target=produce, name=name, daemon=True)
     producer.start()
     try:
         while (item := ahead.get()) is not None:

@@ -150,7 +150,7 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
     return frame
 
 
-def _read_piece(piece: Piece, line_base: int, source_file: str
+def _read_piece(piece: Piece, line_base: int, source_file: str, fmt: str = NAME
                 ) -> tuple[pl.DataFrame, pl.DataFrame, int, bool] | _Overrun:
     """One piece's `events` and `quarantine` rows, its record count, and whether its last entry
     ended the file without a blank line."""
@@ -158,28 +158,28 @@ def _read_piece(piece: Piece, line_base: int, source_file: str
         fields = _parse_chunk(piece.data, piece.length, piece.at_eof, piece.offset, line_base, piece.reusable)
     except _Overrun as overrun:
         return overrun
-    events, quarantine = assemble_events(fields, source_file=source_file, fmt=NAME)
+    events, quarantine = assemble_events(fields, source_file=source_file, fmt=fmt)
     return events, quarantine, fields.height, "@unclosed" in fields.columns
 
 
 IN_FLIGHT = 4  # pieces parsed or waiting for a worker: enough to keep two busy
 
 
-def _finish(waiting: deque[tuple[Piece, int, Future]], source_file: str
+def _finish(waiting: deque[tuple[Piece, int, Future]], source_file: str, fmt: str
             ) -> tuple[pl.DataFrame, pl.DataFrame, int, bool]:
     """The oldest waiting piece's rows; its memory goes back for later pieces."""
     piece, line_base, job = waiting.popleft()
     result = job.result()
     while isinstance(result, _Overrun):  # a binary value crosses the cut: parse it with the next piece
         if not waiting:  # there is none (the input broke off after this one): this piece ends the file
-            result = _read_piece(dataclasses.replace(piece, at_eof=True), line_base, source_file)
+            result = _read_piece(dataclasses.replace(piece, at_eof=True), line_base, source_file, fmt)
             break
         after, _, its_job = waiting.popleft()
         its_job.result()  # that piece was parsed on its own as well: wait for it, then drop that
         joined = piece.joined(after, SLACK)
         piece.release()
         after.release()
-        piece, result = joined, _read_piece(joined, line_base, source_file)
+        piece, result = joined, _read_piece(joined, line_base, source_file, fmt)
     piece.release()
     return result
 
@@ -187,6 +187,13 @@ def _finish(waiting: deque[tuple[Piece, int, Future]], source_file: str
 def stream(path: Path) -> Iterator[ParseResult]:
     """An export file's `events` and `quarantine` rows, a part per piece of the file (about
     CHUNK_BYTES each) in file order; the input's damage and notes come last, in a part of no rows."""
+    yield from stream_pieces(pieces(path, CHUNK_BYTES, b"\n\n", SLACK), str(path), NAME)
+
+
+def stream_pieces(parts: Iterator[Piece], source_file: str, fmt: str) -> Iterator[ParseResult]:
+    """`stream` over pieces of export text from anywhere (a file, `journalctl -o export` of a
+    journal: `forensics.sources.journal_native`), the rows labelled with `fmt`; a ParseError while
+    reading the pieces ends the input as its damage, the rows before it kept."""
     # Pieces are independent and numpy/polars release the GIL, so parsing uses both cores while
     # the next piece is decompressed. A piece is finished in file order once the piece after it
     # has arrived (a binary value may run on into it).
@@ -195,17 +202,17 @@ def stream(path: Path) -> Iterator[ParseResult]:
         waiting: deque[tuple[Piece, int, Future]] = deque()
         line_base = 0
         try:
-            for piece in pieces(path, CHUNK_BYTES, b"\n\n", SLACK):
-                waiting.append((piece, line_base, pool.submit(_read_piece, piece, line_base, str(path))))
+            for piece in parts:
+                waiting.append((piece, line_base, pool.submit(_read_piece, piece, line_base, source_file, fmt)))
                 # the parser finds the newlines too, but the next piece's line numbers are needed now
                 line_base += _export_scan.count_newlines(piece.data, piece.length)
                 while len(waiting) > IN_FLIGHT:
-                    events, quarantine, records, unclosed = _finish(waiting, str(path))
+                    events, quarantine, records, unclosed = _finish(waiting, source_file, fmt)
                     yield ParseResult("events", events, quarantine, records=records)
         except ParseError as error:  # a compressed copy cut short: keep the entries before the break
             damage = str(error)
         while waiting:
-            events, quarantine, records, unclosed = _finish(waiting, str(path))
+            events, quarantine, records, unclosed = _finish(waiting, source_file, fmt)
             yield ParseResult("events", events, quarantine, records=records)
     notes = ["the last entry ends the file without its blank line: read as whole (systemd-journal-remote would "
              "drop it as a premature end of file)"] if unclosed else []

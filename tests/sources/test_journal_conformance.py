@@ -19,6 +19,7 @@ import zstandard
 from polars.testing import assert_frame_equal
 
 from forensics import sources
+from forensics.errors import ParseError
 from forensics.lab.synth import entries, write_export_entry
 from tests.conftest import export_entry, journalctl, to_journal
 
@@ -84,6 +85,27 @@ def test_export_json_and_native_loaders_give_identical_frames(journal: Path, exp
     assert_frame_equal(_events(exported["export"]), native)
     assert_frame_equal(_events(exported["json"]), native)
     assert_frame_equal(_events(exported["json-seq"]), native)
+
+
+def test_journalctl_and_python_systemd_read_a_journal_alike(journal: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two ways a .journal is read — systemd's journalctl streaming its export into the C
+    scanner (the default), python-systemd stepping entry by entry (no journalctl) — give the same
+    frame, and a file systemd cannot open is refused in the same words by both."""
+    from forensics.sources import journal_native
+
+    through_journalctl = _events(journal)
+    monkeypatch.setenv(journal_native.JOURNALCTL_ENV, "")
+    assert journal_native.journalctl() is None
+    assert_frame_equal(_events(journal), through_journalctl)
+    broken = journal.with_name("broken.journal")
+    broken.write_bytes(b"LPKSHHRH" + b"\0" * 100)
+    refusals = []
+    for program in ("", "journalctl"):
+        monkeypatch.setenv(journal_native.JOURNALCTL_ENV, program)
+        with pytest.raises(ParseError, match="systemd cannot open it as a journal") as caught:
+            journal_native.parse(broken)
+        refusals.append(str(caught.value).split(":")[0])
+    assert refusals == [str(broken)] * 2
 
 
 def test_a_journal_directory_reads_like_its_file(journal: Path, tmp_path: Path) -> None:
