@@ -199,11 +199,9 @@ def finish_partition(partition: str | Place, name: str, extras: list[str]) -> di
         files = parts if not is_remote(partition) else [place_text(p) for p in parts]
         scan = pl.scan_parquet(files, schema=schema, missing_columns="insert").with_row_index("_row")
         repeats = repeated_records(scan, schema) if name == "events" else None
-        if (repeats is None or repeats.is_empty()) and all(dict(_scan(p).collect_schema()) == schema for p in parts):
-            # every part already has every column (any column order) and nothing repeats: the parts
-            # are the partition as they are (a reader, pyarrow included, sees one schema), and
-            # rewriting them as one file would only cost a read and a write of every row
-            return {}
+        if (repeats is None or repeats.is_empty()) and len(parts) == 1 \
+                and dict(_scan(parts[0]).collect_schema()) == schema:  # any column order
+            return {}  # already one whole file
         dropped = dict(repeats.group_by("source_file").len().iter_rows()) if repeats is not None else {}
         if repeats is not None and repeats.height:
             scan = scan.filter(~pl.col("_row").is_in(repeats.get_column("_row").implode()))
