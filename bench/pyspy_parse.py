@@ -28,6 +28,7 @@ from forensics.sources import get
 start = time.perf_counter()
 result = get(sys.argv[1]).parse(Path(sys.argv[2]))
 result.check_accounting(Path(sys.argv[2]))
+assert result.rows.height == int(sys.argv[3]), f"read {result.rows.height:,} frames of {sys.argv[3]}: not the work timed"
 print(result.rows.height, time.perf_counter() - start)
 """
 
@@ -53,6 +54,7 @@ with open(sys.argv[1]) as f:
             pid, title = int(m[1]), m[2]
 frame = pl.DataFrame(rows, schema=["pid", "title", "thread", "status", "depth", "function", "file", "line"],
                      orient="row")
+assert frame.height == int(sys.argv[2]), f"read {frame.height:,} frames of {sys.argv[2]}"
 print(frame.height, time.perf_counter() - start)
 """
 
@@ -69,6 +71,7 @@ for part in re.split(r"(?m)^# capture .*$", text):
         for depth, f in enumerate(t["frames"]):
             rows.append((t["pid"], t["os_thread_id"], depth, f["name"], f["short_filename"], f["line"] or None))
 frame = pl.DataFrame(rows, schema=["pid", "thread", "depth", "function", "file", "line"], orient="row")
+assert frame.height == int(sys.argv[2]), f"read {frame.height:,} frames of {sys.argv[2]}"
 print(frame.height, time.perf_counter() - start)
 """
 
@@ -93,11 +96,11 @@ def main() -> None:
             while f.read(1 << 24):
                 pass
     rows: list[Measurement] = [
-        python("forensics text -> stacks", OURS, "pyspy_text", str(text)),
-        python("plain Python regex loop over the text", PLAIN_TEXT, str(text)),
+        python("forensics text -> stacks", OURS, "pyspy_text", str(text), str(frames)),
+        python("plain Python regex loop over the text", PLAIN_TEXT, str(text), str(frames)),
         run("grep -cE (article's frame names), text", ["grep", "-cE", GREP, str(text)])[0],
-        python("forensics --json -> stacks", OURS, "pyspy_json", str(as_json)),
-        python("json.load + loop over frames", PLAIN_JSON, str(as_json)),
+        python("forensics --json -> stacks", OURS, "pyspy_json", str(as_json), str(frames)),
+        python("json.load + loop over frames", PLAIN_JSON, str(as_json), str(frames)),
     ]
     rows[2].note = "counts matching lines, builds nothing"
     print(f"\n## py-spy dumps: {DUMPS:,} dumps x 64 threads x 40 frames = {frames:,} frames "

@@ -30,6 +30,7 @@ start = time.perf_counter()
 events = load_case(sys.argv[1]).events.select("ts", "unit", "message").collect()
 fig = px.scatter(events, x="ts", y="unit", hover_data=["message"])
 fig.write_html(sys.argv[2], include_plotlyjs=True)
+assert events.height > 0 and len(fig.data[0].x) == events.height, "not every event plotted"
 print(time.perf_counter() - start)
 """
 
@@ -38,6 +39,11 @@ def _report(label: str, bundle: Path, out: Path) -> tuple[Measurement, int]:
     shutil.rmtree(out, ignore_errors=True)
     forensics = str(Path(sys.executable).parent / "forensics")
     measured, _ = run(label, [forensics, "report", str(bundle), "--out", str(out)])
+    # the work timed is a report of the incident: its first sentence names decode's freeze
+    said = (out / "summary.json").read_text()
+    if "21:34:47" not in said or "TP_DESYNC" not in said:
+        raise RuntimeError(f"{label}: {out / 'summary.json'} does not show the reference incident (decode froze "
+                           "at 21:34:47, TP_DESYNC): not the work timed")
     return measured, (out / "timeline.html").stat().st_size
 
 
