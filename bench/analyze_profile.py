@@ -37,7 +37,8 @@ busy = collections.defaultdict(float)
 walls = {}
 lock = threading.Lock()
 
-def summed(module, name, key):
+def wrap(module, name, key, into):
+    """Time every call of module.name into into[key] (summed: over threads too)."""
     original = getattr(module, name)
     def timed(*args, **kwargs):
         began = time.perf_counter()
@@ -45,18 +46,11 @@ def summed(module, name, key):
             return original(*args, **kwargs)
         finally:
             with lock:
-                busy[key] += time.perf_counter() - began
+                into[key] = into.get(key, 0.0) + time.perf_counter() - began
     setattr(module, name, timed)
 
-def walled(module, name, key):
-    original = getattr(module, name)
-    def timed(*args, **kwargs):
-        began = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            walls[key] = walls.get(key, 0.0) + time.perf_counter() - began
-    setattr(module, name, timed)
+summed = lambda module, name, key: wrap(module, name, key, busy)
+walled = lambda module, name, key: wrap(module, name, key, walls)
 
 summed(R._Decompressing, "readinto", "decompress")
 summed(J, "_read_piece", "scan + assemble (journal pieces)")
