@@ -66,3 +66,16 @@ def test_object_store_bench_alternates_rounds_and_checks_each_on_a_tiny_fleet() 
     for row in ("| on local disk |", "| in S3 (SeaweedFS, loopback) |"):
         (line,) = [line for line in done.stdout.splitlines() if line.startswith(row)]
         assert len(line.split("|")[5].split(" / ")) == 2  # every run listed
+
+
+@pytest.mark.parametrize("bench", ["analyze_reference", "analyze_profile"])
+def test_reference_benches_check_their_answers_on_the_small_reference(bench: str) -> None:
+    """At scale 1 (~10 k entries) each row still checks its answer: the analysis finds decode frozen
+    at 21:34:47 with TP_DESYNC, the query both units, the phases add up to the analysis."""
+    done = subprocess.run([sys.executable, "-m", "bench", bench], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "BENCH_REFERENCE_SCALE": "1", "BENCH_ROUNDS": "1"}, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    if bench == "analyze_reference":
+        assert "| forensics analyze, cold: whole process" in done.stdout
+    else:
+        assert "| **analyze, in process** |" in done.stdout and "| &nbsp;&nbsp;decompress |" in done.stdout
