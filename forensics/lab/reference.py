@@ -215,6 +215,20 @@ def _systemd(j: Journal, role: str, when: datetime, message_id: str, text: str, 
     j.add(when, text, unit=None, pid=1, ident="systemd", transport="journal", extra=tuple(extra))
 
 
+def _transfer_failed(role: str, rank: int, drawn: int, room: int) -> str:
+    """SGLang's own wording of a failed KV transfer on each side of a PD pair (as in the corpus'
+    `sglang_pd_nixl_mooncake_router_smg_kv_transfer_failed_prefill_decode_2026-02-26.log`; the
+    f-strings are in sglang/srt/disaggregation/prefill.py and decode.py)."""
+    rid = f"{drawn:016x}{(drawn * 0x9E3779B97F4A7C15) % 2**64:016x}"  # a uuid4 hex, from the one draw
+    if role == "prefill":
+        return (f"Prefill transfer failed for request rank={rank} req.rid='{rid}' req.bootstrap_room={room} with "
+                f"exception KVTransferError(bootstrap_room={room}): Decode instance could be dead, remote mooncake "
+                f"session 127.0.0.1:{16000 + rank} is not alive")
+    return (f"Decode transfer failed for request rank={rank} decode_req.req.rid='{rid}' "
+            f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): "
+            "Failed to get kvcache from prefill instance, it might be dead")
+
+
 def _incident(j: Journal, scale: int) -> None:
     """What only the incident host logs: cancellations, aborts, leaks, the restart and recovery."""
     host, rng, s = j.host, j.host.rng, STORY
@@ -223,10 +237,12 @@ def _incident(j: Journal, scale: int) -> None:
         j.add(t, f"[{_local(host, t)}] router: request {rng.getrandbits(64):016x} aborted: client disconnected",
               unit=UNITS["router"], pid=host.pids["router"], ident="sglang-router", priority=4)
     for n in range(40):
+        room = None
         for role in ("prefill", "decode"):
             t = s.cancel + timedelta(seconds=0.3 + n * 0.38)
-            j.add(t, f"[{_local(host, t, millis=True)} TP{n % 4}] KV transfer failed for request "
-                     f"{rng.getrandbits(64):016x}: aborted (peer closed the transfer)",
+            drawn = rng.getrandbits(64)  # one draw per line, as ever: the rest of the story keeps its numbers
+            room = room or drawn >> 2  # both sides name the transfer's bootstrap room, as SGLang logs it
+            j.add(t, f"[{_local(host, t, millis=True)} TP{n % 4}] {_transfer_failed(role, n % 4, drawn, room)}",
                   unit=UNITS[role], pid=host.pids[role] + n % 4, ident="python3", priority=4)
     for t in s.leaks:
         j.add(t, f"[{_local(host, t)} TP0] Detokenizer: output for request {rng.getrandbits(64):016x} contains "

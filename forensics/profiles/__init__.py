@@ -88,6 +88,7 @@ class LogSample:
     kind: str | None
     tag: str | None
     fields: dict[str, float]
+    source: str | None = None  # where a real line was copied from ("corpus2/logs/FILE:LINE"); None: a shape
 
 
 @dataclass(frozen=True)
@@ -382,8 +383,11 @@ def _log_rules(path: Path, logs: dict[str, Any], layer: str | None = None) -> Lo
                                str(event.get("track", event["kind"])), str(event.get("text", event["kind"])),
                                pattern(f"{where} annotation", event["annotation"]) if "annotation" in event else None,
                                fault, layer))
+    for n, s in enumerate(logs.get("sample", [])):
+        if unknown := set(s) - {"line", "kind", "tag", "fields", "source"}:
+            raise ProfileError(f"{path}: [[logs.sample]] #{n + 1}: unknown key(s) {', '.join(sorted(unknown))}")
     samples = [LogSample(str(_required(path, s, "line", f"[[logs.sample]] #{n + 1}")), s.get("kind"), s.get("tag"),
-                         {k: float(v) for k, v in s.get("fields", {}).items()})
+                         {k: float(v) for k, v in s.get("fields", {}).items()}, s.get("source"))
                for n, s in enumerate(logs.get("sample", []))]
     fields = _fields(path, logs.get("fields", {}))
     working = logs.get("working_when", [])
