@@ -78,6 +78,8 @@ def detect(timeline: Timeline) -> list[Finding]:
         words = {"collective_timeout": _collective_timeout, "gpu_xid_error": _xid, "oom_kill": _oom,
                  "crash_loop": _crash_loop, "operator_stop": _operator_stop}.get(str(kind))
         text = words(group, where) if words else None
+        if kind == "crash_loop":
+            text = f"{text}{_first_errors(timeline, group)}"
         if text is None:
             sample = _matching_line(group, event.pattern)
             text = (f"{group.height} × {event.text} on {where}, {clock(first)}–{clock(last)}"
@@ -187,7 +189,35 @@ def _crash_loop(group: pl.DataFrame, where: str) -> str:
     text += f" at {clock(latest_time(times))}"
     if gaps.len():
         text += f", one restart every {span(float(gaps.median()))} over the {times.len()} restarts in the evidence"
-    return text + ". Each start's first error says why it died."
+    return text + "."
+
+
+FIRST_ERRORS_SHOWN = 3
+
+
+def _first_errors(timeline: Timeline, group: pl.DataFrame) -> str:
+    """The first error each start of the looping unit logged before its restart (an error-priority
+    record, or a raised exception's line), the same ones counted together: why it kept dying."""
+    units = group.get_column("unit").drop_nulls().unique().to_list()
+    restarts = group.get_column("ts").drop_nulls().sort()
+    if not units or restarts.is_empty():
+        return ""
+    lines = (timeline.events.filter(pl.col("unit").cast(pl.String).is_in(units) & (pl.col("ts") <= restarts.max())
+                                    & pl.col("event").ne_missing("crash_loop")
+                                    & ((pl.col("priority") <= ERROR) | pl.col("message").str.contains(RAISED)))
+             .sort("ts").select("ts", "message"))
+    # a start runs from one restart line to the next (the first from the start of the evidence)
+    starts = lines.with_columns(restarts.search_sorted(lines.get_column("ts"), side="left").alias("start"))
+    firsts = starts.group_by("start", maintain_order=True).agg(pl.col("message").first())
+    if firsts.is_empty():
+        return (" No start logged an error line before it died: the evidence holds systemd's restarts only "
+                "(the unit's own output, or the kernel's log, would say why).")
+    tallies = (firsts.with_columns(pl.col("message").str.split("\n").list.last().str.strip_chars().alias("line"))
+               .group_by("line", maintain_order=True).agg(pl.len().alias("starts")).sort("starts", descending=True))
+    shown = "; ".join(f"“{line[:140]}” ({n} of {firsts.height} start{'s' if firsts.height > 1 else ''})"
+                      for line, n in tallies.head(FIRST_ERRORS_SHOWN).iter_rows())
+    more = f"; and {tallies.height - FIRST_ERRORS_SHOWN} other errors" if tallies.height > FIRST_ERRORS_SHOWN else ""
+    return f" First error of each start: {shown}{more}."
 
 
 def stop_time_logged(message: str | None) -> bool:

@@ -83,6 +83,32 @@ def test_a_crash_loop_says_its_counter_and_how_often(tmp_path: Path) -> None:
     assert "restart counter at 3" in loop.text and "one restart every 30 s over the 3 restarts" in loop.text
 
 
+def test_a_crash_loop_gives_the_first_error_of_each_start(tmp_path: Path) -> None:
+    """Each start of the unit logs its traceback's last line on stderr (priority 3) and dies;
+    systemd schedules the restart. The finding counts the same first error across starts."""
+    unit = "sglang-decode.service"
+    entries = []
+    for n, error in enumerate(["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"] * 3
+                              + ["RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275"]):
+        entries += [(30 * n + 5, unit, "6", "[2026-06-18 21:27:00 TP0] Load weight begin. avail mem=78.50 GB"),
+                    (30 * n + 9, unit, "3", error),
+                    (30 * n + 10, unit, "3", "RuntimeError: a second error of the same start, not its first"),
+                    (30 * n + 20, unit, "6", f"{unit}: Scheduled restart job, restart counter is at {n + 1}.")]
+    analysis = _analysis(tmp_path, {"journal/host.export": _journal(*entries)})
+    (loop,) = _found(analysis, "crash_loop")
+    assert ("First error of each start: “torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB” "
+            "(3 of 4 starts); “RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275” "
+            "(1 of 4 starts).") in loop.text
+    assert "a second error of the same start" not in loop.text
+
+
+def test_a_crash_loop_with_no_error_lines_says_where_to_look(tmp_path: Path) -> None:
+    journal = _journal(*[(30 * n, "sglang-decode.service", "6",
+                          f"sglang-decode.service: Scheduled restart job, restart counter is at {n}.") for n in (1, 2)])
+    (loop,) = _found(_analysis(tmp_path, {"journal/host.export": journal}), "crash_loop")
+    assert "No start logged an error line before it died" in loop.text
+
+
 SGLANG_START = """\
 [2026-06-18 21:50:01] server_args=ServerArgs(model_path='deepseek-ai/DeepSeek-V3', tp_size=8)
 [2026-06-18 21:50:40 TP0] Init torch distributed begin.
