@@ -26,6 +26,7 @@ import polars as pl
 from forensics.detect import Finding, clock, earliest, event_evidence, latest_time, span
 from forensics.profiles import LogEvent, available, load_profile, meaning
 from forensics.timeline.align import Timeline
+from forensics.timeline.progress import FREEZE_GAP_S
 
 ERROR = 3  # syslog priority: error and worse
 # an exception raised or a traceback begun: an error in a start-up whatever its level says
@@ -87,6 +88,7 @@ def detect(timeline: Timeline) -> list[Finding]:
         out.append(Finding(str(kind), str(track), component, first, text, last, event_evidence(group), host))
     out += _error_records(timeline, several_hosts)
     out += _startups(timeline, several_hosts)
+    out += _died_serving(timeline, several_hosts)
     return out
 
 
@@ -337,6 +339,60 @@ def _startups(timeline: Timeline, several_hosts: bool) -> list[Finding]:
                                "outside — look for the OOM killer or an Xid in the kernel log of that minute.",
                                None, event_evidence(last), host))
     return out
+
+
+SILENT_AFTER_S = 120.0  # evidence that goes on this long after a serving log's last line makes its end a death
+END_SAYS_WHY_S = 10.0  # an error, a stop or systemd's lines this close to a log's end explain it
+
+
+def _died_serving(timeline: Timeline, several_hosts: bool) -> list[Finding]:
+    """A unit that served (batch lines, health answers, ready) whose log then ends with no error and
+    no shutdown, while the evidence goes on for SILENT_AFTER_S and nothing after shows it alive (its
+    metrics still scraped, its stacks dumped): it most likely died from outside."""
+    events, end = timeline.events, timeline.last_ts
+    if events.is_empty() or end is None:
+        return []
+    text = [pl.col("host").cast(pl.String), pl.col("unit").cast(pl.String)]  # the lean and full timelines alike
+    served = (events.filter(pl.col("progress").is_not_null() | pl.col("ready") | pl.col("health_ok"))
+              .select(text).unique())
+    ends = (timeline.activity.with_columns(text).join(served, on=["host", "unit"], nulls_equal=True)
+            .group_by("host", "unit").agg(pl.col("last").max(), pl.col("component").drop_nulls().first()))
+    out = []
+    for host, unit, last_at, component in ends.iter_rows():
+        if last_at is None or (end - last_at).total_seconds() < SILENT_AFTER_S:
+            continue
+        mine = events.filter(pl.col("host").eq_missing(host) & pl.col("unit").eq_missing(unit))
+        tail = mine.filter(pl.col("ts") >= last_at - timedelta(seconds=END_SAYS_WHY_S))
+        said_why = tail.filter((pl.col("priority") <= ERROR) | pl.col("event").is_not_null()
+                               | pl.col("message_id").is_not_null() | pl.col("message").str.contains(RAISED))
+        if not said_why.is_empty() or _alive_after(timeline, host, component, last_at):
+            continue
+        last = mine.filter(pl.col("ts") == mine.get_column("ts").max()).tail(1)
+        line = ((last.get_column("message").to_list() or [""])[0] or "").splitlines()[:1]
+        where = _where(component or unit, host, several_hosts)
+        out.append(Finding("silent_death", timeline.profile.logs.main_track, component, last_at,
+                           f"the log of {where} ends at {clock(last_at)} while it was serving"
+                           + (f" (“{line[0][:120]}”)" if line else "")
+                           + f", with no error and no shutdown line, and nothing after shows it alive though the "
+                           f"evidence goes on until {clock(end)}: the process most likely died from outside — look "
+                           "for the OOM killer or an Xid in the kernel log of that minute.", None,
+                           event_evidence(last), host))
+    return out
+
+
+def _alive_after(timeline: Timeline, host: str | None, component: str | None, at: datetime) -> bool:
+    """Whether a scrape of the component's metrics or a py-spy dump of it comes after `at`."""
+    if component is None:
+        return False
+    later = at + timedelta(seconds=FREEZE_GAP_S)
+    stacks = timeline.stacks
+    if not stacks.is_empty() and not stacks.filter((pl.col("group") == component) & (pl.col("ts") > at)).is_empty():
+        return True
+    ports = timeline.incident.components.get(component)
+    if ports is None or not ports.ports:
+        return False
+    scraped = timeline.samples.filter(pl.col("port").is_in(list(ports.ports)) & (pl.col("ts") > later))
+    return scraped.select(pl.len()).collect().item() > 0
 
 
 # The failure modes a report leads with, most telling first: what a first screen says when no engine froze.

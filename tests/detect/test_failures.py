@@ -211,3 +211,37 @@ def test_what_was_checked_never_denies_a_finding(tmp_path: Path) -> None:
     assert any("(a hang shown: see the findings)" in line for line in checked)
     for n, files in enumerate([{"logs/h/train.log": NCCL_WATCHDOG}, {"logs/h/decode.log": SGLANG_START}]):
         assert _denials(_analysis(tmp_path / str(n), files)) == []
+
+
+def _served_then_silent(tmp_path: Path, *, after: bytes = b"") -> Analysis:
+    """The corpus' single-GPU SGLang log (its README: last Decode batch 2025-08-08 03:35:19, then the
+    log ends) beside a kernel journal that goes on for ten minutes with nothing about it."""
+    from tests.test_corpus import CORPUS
+
+    log = CORPUS / "logs" / "server_log_qwen3_0.6b_single_gpu_2025-08-08.log"
+    if not log.is_file():
+        pytest.skip(f"no corpus at {CORPUS}")
+    later = 1_754_624_400_000_000  # 2025-08-08 03:40:00 UTC, in µs
+    kernel = b"".join(export_entry(("__REALTIME_TIMESTAMP", str(later + n * 300_000_000)), ("_HOSTNAME", "gpu-node-00"),
+                                   ("PRIORITY", "6"), ("_TRANSPORT", "kernel"),
+                                   ("MESSAGE", f"usb 1-{n}: new high-speed USB device number {n + 2} using xhci_hcd"))
+                      for n in range(3))
+    return _analysis(tmp_path, {"logs/gpu-node-00/sglang.log": log.read_bytes(), "journal/kernel.export": kernel + after})
+
+
+def test_a_serving_log_that_ends_while_the_evidence_goes_on_is_a_silent_death(tmp_path: Path) -> None:
+    (death,) = _found(_served_then_silent(tmp_path), "silent_death")
+    assert death.at.strftime("%Y-%m-%d %H:%M:%S") == "2025-08-08 03:35:19"
+    assert "ends at 03:35:19 while it was serving" in death.text and "until 03:50:00" in death.text
+    assert "look for the OOM killer or an Xid" in death.text
+
+
+def test_a_serving_log_alone_is_not_called_dead(tmp_path: Path) -> None:
+    """With nothing after its last line, the log's end is the evidence's end: no claim."""
+    from tests.test_corpus import CORPUS
+
+    log = CORPUS / "logs" / "server_log_qwen3_0.6b_single_gpu_2025-08-08.log"
+    if not log.is_file():
+        pytest.skip(f"no corpus at {CORPUS}")
+    analysis = _analysis(tmp_path, {"logs/gpu-node-00/sglang.log": log.read_bytes()})
+    assert _found(analysis, "silent_death") == []
