@@ -39,7 +39,7 @@ from forensics.detect import (
 )
 from forensics.detect import stacks as stack_detector
 from forensics.detect.keytimes import HANG_VERDICTS, KeyTimes, annotation_track, key_times
-from forensics.detect.stacks import Verdict, latest
+from forensics.detect.stacks import WAITING_IN_ONE_SNAPSHOT, Verdict, latest
 from forensics.detect.tracks import Track, links, tracks
 from forensics.errors import ForensicsError
 from forensics.case.incident import load_incident
@@ -64,8 +64,8 @@ def is_anomaly(finding: Finding) -> bool:
     verdicts that show no hang (ordinary work, every rank idle)."""
     if finding.kind in NOT_ANOMALIES:
         return False
-    if finding.kind == "stack_verdict":
-        return any(word in finding.text for word in HANG_VERDICTS)
+    if finding.kind == "stack_verdict":  # a hang, or threads waiting on each other in one snapshot
+        return any(word in finding.text for word in (*HANG_VERDICTS, WAITING_IN_ONE_SNAPSHOT))
     return True
 
 

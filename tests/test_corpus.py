@@ -86,11 +86,6 @@ PYSPY = {
 # Where the suite reads a dump otherwise than the README's ground truth today (issue 37): each a
 # strict xfail naming the gap, so that it flips when the gap closes.
 PYSPY_GAPS = {
-    "bigscience_tr11_dataloader_deadlock_idle.txt":
-        "a rank waiting on a DataLoader queue in one snapshot is read as ORDINARY_WORK, not as 'waiting at X in one "
-        "snapshot; a second round would tell a deadlock from a slow producer'",
-    "deadlock_lab_py312_truncated.txt":
-        "threads blocked in their own code in one snapshot (a lock deadlock) are read as ORDINARY_WORK",
     "bigscience_hang_debug_6plus2_processes.txt":
         "the counts the author wrote in prose (6 processes, 2 processes) are not read: 1 + 1 ranks are counted",
     "sglang_native_dp_attention_annotated_fragments.txt":

@@ -347,8 +347,9 @@ END_SAYS_WHY_S = 10.0  # an error, a stop or systemd's lines this close to a log
 
 def _died_serving(timeline: Timeline, several_hosts: bool) -> list[Finding]:
     """A unit that served (batch lines, health answers, ready) whose log then ends with no error and
-    no shutdown, while the evidence goes on for SILENT_AFTER_S and nothing after shows it alive (its
-    metrics still scraped, its stacks dumped): it most likely died from outside."""
+    no shutdown, while another source of its host that was logging alongside goes on for
+    SILENT_AFTER_S, and nothing after shows it alive (its metrics still scraped, its stacks
+    dumped): it most likely died from outside."""
     events, end = timeline.events, timeline.last_ts
     if events.is_empty() or end is None:
         return []
@@ -358,8 +359,19 @@ def _died_serving(timeline: Timeline, several_hosts: bool) -> list[Finding]:
     ends = (timeline.activity.with_columns(text).join(served, on=["host", "unit"], nulls_equal=True)
             .group_by("host", "unit").agg(pl.col("last").max(), pl.col("component").drop_nulls().first()))
     out = []
+    # what else was logging: per host and source, from its first line to its last
+    spans = (timeline.activity.with_columns(text)
+             .group_by("host", "unit", "identifier").agg(pl.col("first").min(), pl.col("last").max()))
     for host, unit, last_at, component in ends.iter_rows():
         if last_at is None or (end - last_at).total_seconds() < SILENT_AFTER_S:
+            continue
+        # another source of the same host (any, when this log names none) that was logging before
+        # this log's end and went on SILENT_AFTER_S past it: the capture did not simply stop there
+        went_on = spans.filter(~(pl.col("unit").eq_missing(unit) & pl.col("host").eq_missing(host))
+                               & (pl.col("host").eq_missing(host) if host is not None else pl.lit(True))
+                               & (pl.col("first") <= last_at)
+                               & (pl.col("last") >= last_at + timedelta(seconds=SILENT_AFTER_S)))
+        if went_on.is_empty():
             continue
         mine = events.filter(pl.col("host").eq_missing(host) & pl.col("unit").eq_missing(unit))
         tail = mine.filter(pl.col("ts") >= last_at - timedelta(seconds=END_SAYS_WHY_S))

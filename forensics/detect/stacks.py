@@ -14,6 +14,9 @@ STAT merges traces, and judged (docs/verdicts.md has the taxonomy with examples)
   barrier): the group agrees, so the hang is below Python or in a peer outside the dump.
 - `STRAGGLER_OR_MISSING`: the ranks present wait in a collective and others of the group are not
   in the bundle (named, with py-spy's reason when it failed), or one rank alone waits in one.
+- `WAITING_IN_ONE_SNAPSHOT`: one round only, and a thread waits on another thread of its process
+  (the main thread on a queue's item, joining threads stopped in their own code, or at the line
+  another idle thread is stopped at): neither a hang nor "no incident" — a second round would tell.
 - `ALL_IDLE`: every rank (two or more) waits for work: nothing reaches the engine.
 - `ORDINARY_WORK`: anything else: the stacks show no hang (a single process at work, ranks in
   different phases none of them waiting on the others).
@@ -40,7 +43,12 @@ from forensics.profiles import Profile, StackRules, load_profile
 
 TP_DESYNC, UNIFORM_WAIT, STRAGGLER_OR_MISSING = "TP_DESYNC", "UNIFORM_WAIT", "STRAGGLER_OR_MISSING"
 ALL_IDLE, ORDINARY_WORK = "ALL_IDLE", "ORDINARY_WORK"
-VERDICTS = (TP_DESYNC, UNIFORM_WAIT, STRAGGLER_OR_MISSING, ALL_IDLE, ORDINARY_WORK)
+WAITING_IN_ONE_SNAPSHOT = "WAITING_IN_ONE_SNAPSHOT"
+VERDICTS = (TP_DESYNC, UNIFORM_WAIT, STRAGGLER_OR_MISSING, WAITING_IN_ONE_SNAPSHOT, ALL_IDLE, ORDINARY_WORK)
+# Where a Python thread blocks on another thread of its process (the standard library's own files)
+_THREAD_SYNC_FILE = re.compile(r"(^|/)(threading|queue)\.py$")
+_STDLIB_WAIT_FILE = re.compile(r"(^|/)(threading|queue|selectors|socket|ssl|subprocess|asyncio/[a-z_]+|"
+                               r"concurrent/futures/[a-z_]+|multiprocessing/[a-z_]+)\.py$")
 WAITING_PHASES = ("collective", "device_sync", "transfer")  # a rank here waits on something outside it
 STUCK, PROGRESSING = "STUCK", "PROGRESSING"
 _FRAME_TEXT = re.compile(r"^(?P<function>\S.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
@@ -127,6 +135,7 @@ class RankStack:
     phase: Phase
     round: int = 0
     ts_confidence: str | None = None  # how sure the capture time is: high, medium or low (a file's mtime)
+    dump: tuple[str, int | None] | None = None  # (file, dump number) of the capture, for its other threads
 
 
 @dataclass
@@ -154,6 +163,7 @@ class Verdict:
     holds_without_missing: bool
     progress: dict[int, str] = field(default_factory=dict)  # rank -> STUCK / PROGRESSING over rounds
     explanation: str = ""
+    waiting: list[str] = field(default_factory=list)  # what one snapshot shows threads waiting on (thread_waits)
 
     def tree(self) -> pl.DataFrame:
         """The merged prefix tree of the ranks' stacks (outermost first), for an icicle figure."""
@@ -274,8 +284,64 @@ def _rank_stacks(processes: pl.DataFrame, profile: Profile, by_pid: Mapping[int,
                                     row["pp"], split_dp=split_dp),
             rank=rank, label=label, pid=row["pid"], title=row["title"], host=row["host"], ts=row["ts"],
             source=f"{row['source_file']} line {row['first_line']}", frames=frames,
-            phase=classify(frames, profile.stacks), ts_confidence=row["ts_confidence"]))
+            phase=classify(frames, profile.stacks), ts_confidence=row["ts_confidence"],
+            dump=(row["source_file"], row["dump"])))
     return out
+
+
+def thread_waits(stacks: pl.DataFrame | pl.LazyFrame, profile: Profile) -> dict[tuple[str, int | None], str]:
+    """Per dump (file, dump number), what its threads show of one thread waiting on another, in
+    words: the main thread waiting for a queue's item, joining threads that are themselves blocked
+    in their own code, or stopped at the very line another idle thread is stopped at. One snapshot
+    cannot tell a deadlock from a slow producer; it can say where to look, and a second round would."""
+    frame = stacks.lazy() if isinstance(stacks, pl.DataFrame) else stacks
+    rows = (frame.filter(pl.col("depth").is_not_null() & (pl.col("depth") <= 6))
+            .select("source_file", "dump", "thread_id", "thread_name", "pid", "status", "depth", "function", "file",
+                    "line").sort("source_file", "dump", "thread_id", "depth").collect())
+    out: dict[tuple[str, int], str] = {}
+    for (source_file, dump), threads in rows.group_by("source_file", "dump", maintain_order=True):
+        stacks_of = {t: [Frame(f, fi or "", ln) for f, fi, ln in part.select("function", "file", "line").rows()]
+                     for (t,), part in threads.group_by("thread_id", maintain_order=True)}
+        heads = threads.filter(pl.col("depth") == 0)
+        main = heads.filter(pl.col("thread_name") == profile.stacks.main_thread)
+        if main.is_empty():
+            main = heads.filter(pl.col("thread_id") == pl.col("pid"))
+        if main.is_empty() or len(stacks_of) == 0:
+            continue
+        main_id = main.get_column("thread_id")[0]
+        said = _wait_in_words(stacks_of, main_id, heads)
+        if said:
+            out[(str(source_file), dump)] = said
+    return out
+
+
+def _own_code(frame: Frame) -> bool:
+    """A Python frame of the program's (or a library's) own code: not the standard library's
+    waiting places, not a native frame (`read (libc.so.6)`, which threads share all the time)."""
+    return frame.file.endswith(".py") and not _STDLIB_WAIT_FILE.search(frame.file)
+
+
+def _wait_in_words(stacks_of: Mapping[int, list[Frame]], main_id: int, heads: pl.DataFrame) -> str | None:
+    main = stacks_of.get(main_id) or []
+    if not main:
+        return None
+    idle = {t for t, status in heads.select("thread_id", "status").rows() if status == "idle"}
+    first = main[0]
+    caller = next((f for f in main if not _THREAD_SYNC_FILE.search(f.file)), None)
+    if any(f.function == "get" and f.file.endswith("queue.py") for f in main[:3]):
+        return (f"the main thread waits for an item from a queue (`get` in queue.py"
+                + (f", called from `{caller}`" if caller else "") + "), the queue empty at that moment")
+    if first.function in ("_wait_for_tstate_lock", "join") and _THREAD_SYNC_FILE.search(first.file):
+        blocked = [stacks_of[t][0] for t in idle if t != main_id and stacks_of.get(t) and _own_code(stacks_of[t][0])]
+        if blocked:
+            return (f"the main thread joins threads that are themselves stopped in their own code "
+                    f"({', '.join(f'`{f}`' for f in blocked[:4])}): consistent with a lock deadlock")
+    if main_id in idle and _own_code(first):
+        same = [t for t in idle if t != main_id and stacks_of.get(t) and stacks_of[t][0] == first]
+        if same:
+            return (f"the main thread and {len(same)} other thread{'s' if len(same) > 1 else ''} are stopped at the "
+                    f"same line, `{first}`, all idle: contention for a lock there, or a deadlock")
+    return None
 
 
 def _assign_rounds(ranks: list[RankStack]) -> None:
@@ -429,6 +495,10 @@ def explain(v: Verdict) -> str:
         else:
             parts.append("One rank alone waits in a collective: its peers are not in the bundle, so whether the "
                          "group desynced cannot be told. Next: dump every rank of its group at the same moment.")
+    elif v.verdict == WAITING_IN_ONE_SNAPSHOT:
+        parts.append("In this one snapshot " + "; ".join(v.waiting) + ". One snapshot cannot tell a deadlock from "
+                     "a slow producer or a lock passing through: a second round of dumps a few seconds later "
+                     "would (the same stacks again: stuck).")
     elif v.verdict == ALL_IDLE:
         parts.append("Every rank waits for work: nothing reaches this engine; look upstream (router, peer engine).")
     else:
@@ -460,6 +530,7 @@ def judge(stacks: pl.DataFrame | pl.LazyFrame, quarantine: pl.DataFrame | pl.Laz
     headers, paths and titles say."""
     profile = profile or load_profile()
     processes = main_thread_stacks(stacks, profile)
+    waiting = thread_waits(stacks, profile)
     ranks = _rank_stacks(processes, profile, groups_by_pid or {})
     if isinstance(quarantine, pl.LazyFrame):
         quarantine = quarantine.collect()
@@ -484,6 +555,9 @@ def judge(stacks: pl.DataFrame | pl.LazyFrame, quarantine: pl.DataFrame | pl.Laz
         for number in rounds:
             v = _judge(group, number, [r for r in members if r.round == number],
                        (expected or {}).get(group), lost)
+            waits = [waiting[r.dump] for r in v.ranks if r.dump in waiting]
+            if len(rounds) == 1 and v.verdict == ORDINARY_WORK and waits:
+                v.verdict, v.waiting = WAITING_IN_ONE_SNAPSHOT, waits
             if number == rounds[-1] and len(rounds) > 1:
                 v.progress = {rank: STUCK if len(set(seen)) == 1 else PROGRESSING
                               for rank, seen in sorted(history.items()) if len(seen) > 1}

@@ -215,14 +215,14 @@ def test_what_was_checked_never_denies_a_finding(tmp_path: Path) -> None:
 
 def _served_then_silent(tmp_path: Path, *, after: bytes = b"") -> Analysis:
     """The corpus' single-GPU SGLang log (its README: last Decode batch 2025-08-08 03:35:19, then the
-    log ends) beside a kernel journal that goes on for ten minutes with nothing about it."""
+    log ends) beside a kernel journal of the same time that goes on to 03:50 with nothing about it."""
     from tests.test_corpus import CORPUS
 
     log = CORPUS / "logs" / "server_log_qwen3_0.6b_single_gpu_2025-08-08.log"
     if not log.is_file():
         pytest.skip(f"no corpus at {CORPUS}")
-    later = 1_754_624_400_000_000  # 2025-08-08 03:40:00 UTC, in µs
-    kernel = b"".join(export_entry(("__REALTIME_TIMESTAMP", str(later + n * 300_000_000)), ("_HOSTNAME", "gpu-node-00"),
+    since = 1_754_623_800_000_000  # 2025-08-08 03:30:00 UTC, in µs: the kernel logs before and after the end
+    kernel = b"".join(export_entry(("__REALTIME_TIMESTAMP", str(since + n * 600_000_000)), ("_HOSTNAME", "gpu-node-00"),
                                    ("PRIORITY", "6"), ("_TRANSPORT", "kernel"),
                                    ("MESSAGE", f"usb 1-{n}: new high-speed USB device number {n + 2} using xhci_hcd"))
                       for n in range(3))
@@ -234,6 +234,22 @@ def test_a_serving_log_that_ends_while_the_evidence_goes_on_is_a_silent_death(tm
     assert death.at.strftime("%Y-%m-%d %H:%M:%S") == "2025-08-08 03:35:19"
     assert "ends at 03:35:19 while it was serving" in death.text and "until 03:50:00" in death.text
     assert "look for the OOM killer or an Xid" in death.text
+
+
+def test_a_serving_log_beside_a_later_unrelated_log_is_not_called_dead(tmp_path: Path) -> None:
+    """Another log that only begins after this one ended (another day's paste) shows nothing of
+    whether this process lived on: no claim."""
+    later = 1_754_624_400_000_000  # 2025-08-08 03:40:00 UTC: after the log's end
+    kernel = b"".join(export_entry(("__REALTIME_TIMESTAMP", str(later + n * 300_000_000)), ("_HOSTNAME", "gpu-node-00"),
+                                   ("PRIORITY", "6"), ("_TRANSPORT", "kernel"), ("MESSAGE", f"usb 1-{n}: reset"))
+                      for n in range(3))
+    from tests.test_corpus import CORPUS
+
+    log = CORPUS / "logs" / "server_log_qwen3_0.6b_single_gpu_2025-08-08.log"
+    if not log.is_file():
+        pytest.skip(f"no corpus at {CORPUS}")
+    analysis = _analysis(tmp_path, {"logs/gpu-node-00/sglang.log": log.read_bytes(), "journal/kernel.export": kernel})
+    assert _found(analysis, "silent_death") == []
 
 
 def test_a_serving_log_alone_is_not_called_dead(tmp_path: Path) -> None:
