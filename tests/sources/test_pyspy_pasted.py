@@ -140,3 +140,21 @@ def test_every_rank_at_one_device_synchronize_is_a_uniform_wait(tmp_path: Path) 
 def test_one_rank_alone_in_a_collective_says_its_peers_are_missing(tmp_path: Path) -> None:
     verdict, explanation = _verdict(tmp_path, MAIN + STACK)
     assert verdict == STRAGGLER_OR_MISSING and "its peers are not in the bundle" in explanation
+
+
+def test_a_big_tool_output_is_checked_at_its_ends_and_loses_nothing_in_between(tmp_path: Path) -> None:
+    """A 2 MiB canonical dump file (a collector's rounds) with an author's `...` in its middle is not
+    normalised (the line-shape marks are searched in its first and last 256 KiB only), and every
+    line it cannot read is quarantined with its line: records = parsed + quarantined. The same mark
+    near its end, or in a small paste, is normalised as ever."""
+    from forensics.formats.pyspy_paste import END_CHARS, WHOLE_CHECK_CHARS, needs_normalizing
+
+    dump = "Process 4242: python train.py\nPython v3.11.2 (/usr/bin/python3)\n\n" + MAIN + STACK + "\n"
+    copies = WHOLE_CHECK_CHARS * 2 // len(dump)
+    middle = dump * (copies // 2) + "...\n" + dump * (copies // 2)
+    assert len(middle) > WHOLE_CHECK_CHARS and middle.index("...\n") > END_CHARS
+    assert not needs_normalizing(middle)
+    result = _parse(tmp_path, middle)  # check_accounting: every record parsed or quarantined
+    assert result.rows.filter(pl.col("depth") == 0).height == 2 * (copies // 2)
+    assert needs_normalizing(dump * (copies // 2) + "...\n")
+    assert needs_normalizing(dump + "...\n" + dump)
