@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from bench.measure import Measurement, run
+from forensics.lab.synth import sparse_tarball
 
 FORENSICS = str(Path(sys.executable).parent / "forensics")
 
@@ -37,17 +36,6 @@ def _bomb(folder: Path) -> Path:
         for _ in range(64):  # 4 GiB
             out.write(block)
     return folder / "bomb"
-
-
-def _sparse_tar(folder: Path) -> Path:
-    source = folder / "sparse-src" / "bundle" / "logs"
-    source.mkdir(parents=True)
-    (source / "server.log").write_text("[2026-06-18 21:00:00] hello\n")
-    subprocess.run(["truncate", "-s", "40G", str(source / "huge.log")], check=True)
-    tarball = folder / "sparse.tar.gz"
-    subprocess.run(["tar", "-S", "-czf", str(tarball), "-C", str(folder / "sparse-src"), "bundle"], check=True)
-    shutil.rmtree(folder / "sparse-src")
-    return tarball
 
 
 def _long_line(folder: Path) -> Path:
@@ -76,7 +64,7 @@ def main() -> None:
         said = str(entry.get("notes")) + str(entry.get("error")) + str(entry.get("damage"))
         assert "decompression limit reached" in said and entry["parsed"] >= 1, entry
         rows.append((bomb, f"{entry['parsed']} sample kept; {said[said.find('decompression'):][:60]}…"))
-        sparse, manifest = _ingest("a .tar.gz holding a sparse 40 GB log", _sparse_tar(folder), folder / "case-sparse")
+        sparse, manifest = _ingest("a .tar.gz holding a sparse 40 GB log", sparse_tarball(folder), folder / "case-sparse")
         reasons = [s["reason"] for s in manifest["skipped"] if s["path"].endswith("huge.log")]
         assert reasons and "sparse" in reasons[0] and manifest["inputs"][0]["parsed"] == 1, manifest
         rows.append((sparse, "huge.log not unpacked; server.log read (1 record)"))

@@ -12,7 +12,9 @@ import hashlib
 import json
 import random
 import re
+import shutil
 import struct
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -217,3 +219,16 @@ def write_pyspy_dumps(text_path: Path, json_path: Path, count: int, *, threads: 
             text_out.write(header + pyspy_text(dump, f"sglang::scheduler_TP{tp}"))
             json_out.write(header + json.dumps(dump, indent=2) + "\n")
     return total
+
+
+def sparse_tarball(folder: Path) -> Path:
+    """`folder/sparse.tar.gz`: a bundle holding a one-line log and a sparse 40 GB file (GNU tar and
+    truncate), a few KiB packed: the shape of an archive that must not be unpacked whole."""
+    source = folder / "sparse-src" / "bundle" / "logs"
+    source.mkdir(parents=True)
+    (source / "server.log").write_text("[2026-06-18 21:00:00] hello\n")
+    subprocess.run(["truncate", "-s", "40G", str(source / "huge.log")], check=True)
+    tarball = folder / "sparse.tar.gz"
+    subprocess.run(["tar", "-S", "-czf", str(tarball), "-C", str(folder / "sparse-src"), "bundle"], check=True)
+    shutil.rmtree(folder / "sparse-src")
+    return tarball

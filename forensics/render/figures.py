@@ -176,7 +176,8 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     involved = {f.host for f in analysis.findings if f.host} | {r.host for v in analysis.verdicts for r in v.ranks}
     # every line's lane, the routine lines a lean timeline only counts included
     logged = analysis.timeline.activity.select(lane_expr()).get_column("lane").unique().to_list()
-    health = health_lines(events).get_column("lane").unique().to_list()
+    checks = health_lines(events)
+    health = checks.get_column("lane").unique().to_list()
     lanes = ([f"mark · {mark.label}" for mark in marks] + track_lanes
              + _lane_order(logged + stack_lanes + health, involved))
     progress_counts = analysis.timeline.progress_counts.with_columns(lane_expr())
@@ -199,7 +200,7 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
                         subplot_titles=["swimlanes: progress lines per " + _words(axis.bucket_s)]
                         + [panel.title for panel, _ in panels])
     _progress_strip(fig, progress_counts, axis, lane_y, redact)
-    _health_checks(fig, events, axis, lane_y, redact)
+    _health_checks(fig, checks, axis, lane_y, redact)
     _error_markers(fig, events, axis, lane_y, redact)
     _lifecycle_markers(fig, events, axis, lane_y, redact)
     _stack_markers(fig, analysis.verdicts, axis, lane_y, redact)
@@ -376,12 +377,12 @@ def health_lines(events: pl.DataFrame) -> pl.DataFrame:
             .select("ts", pl.col("lane") + HEALTH_LANE, "health_ok"))
 
 
-def _health_checks(fig: go.Figure, events: pl.DataFrame, axis: Axis, lane_y: dict[str, int],
+def _health_checks(fig: go.Figure, lines: pl.DataFrame, axis: Axis, lane_y: dict[str, int],
                    redact: Redact | None) -> None:
     """Health checks per minute in the lane of the log that answered them: answered OK (the
     profile's `health_ok`) and answered otherwise (a /health request with another status). A
     frozen engine answering 200 is the blind spot the report names; here it is seen."""
-    checks = (health_lines(events).group_by(pl.col("ts").dt.truncate("1m").alias("minute"), "lane")
+    checks = (lines.group_by(pl.col("ts").dt.truncate("1m").alias("minute"), "lane")
               .agg(pl.col("health_ok").sum().alias("answered"), (~pl.col("health_ok")).sum().alias("failed"))
               .sort("minute", "lane"))
     for state, (colour, symbol) in HEALTH.items():
