@@ -110,6 +110,13 @@ class Analysis:
             self._impact = impact(self.timeline, self.key_times)
         return self._impact
 
+    def collectives(self) -> pl.DataFrame:
+        """One row per process group and rank from every source that saw the collectives (Flight
+        Recorder, watchdog lines, py-spy phase): `forensics.detect.collectives.collective_table`."""
+        if not hasattr(self, "_collectives"):
+            self._collectives = collectives.collective_table(self.timeline, self.verdicts)
+        return self._collectives
+
     def consequences(self) -> list[tuple[str, str, list[str]]]:
         """Components that stopped because a peer stopped, as (component, the peer, the evidence in
         words): a freeze that came after another's, with its ranks all idle (nothing reached it) or
@@ -455,6 +462,17 @@ def _report_text(analysis: Analysis) -> str:
             lines.append(f"  {clock(f.at)}  [{f.kind}] {f.text}")
     if analysis.links:
         lines += ["", "## between tracks"] + [f"  {text}" for text in analysis.links]
+    table = analysis.collectives()
+    if table.height:
+        lines += ["", "## collectives (per process group and rank)"]
+        for row in table.iter_rows(named=True):
+            said = [f"{name} {row[key]}" for name, key in (
+                ("seq", "seq"), ("op", "op"), ("state", "state"), ("sizes", "sizes"),
+                ("last enqueued", "last_enqueued"), ("last completed", "last_completed"),
+                ("watchdog seq", "watchdog_seq"), ("watchdog op", "watchdog_op"), ("stack", "stack_phase"))
+                if row[key] is not None]
+            job = f"{row['job'].split('/')[0]} " if row["job"] else ""
+            lines.append(f"  {job}group {row['pg']} rank {row['rank']}: " + ", ".join(said))
     if not analysis.incident_found:
         lines += ["", "## " + no_incident_heading(analysis)] + [f"  - {line}" for line in analysis.checked()]
     checks = analysis.timeline.clock_checks

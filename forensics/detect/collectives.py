@@ -15,7 +15,11 @@ phase of each rank. `collective_table` puts them side by side, one row per proce
   the code).
 
 Where the sources disagree (the watchdog names another sequence number than the recorder), the
-verdict says so.
+verdict says so. A recorder dump is a snapshot: ranks dumped while passing a collective are a
+moment apart, not stuck. So a missing rank or a uniform wait is only a verdict when the collective
+had waited at least `MOMENT_S` when the dumps were written (or when that time is unknown, which the
+verdict then says); different collectives or sizes at one sequence number are wrong at any moment.
+Dumps of different jobs (folders) are kept apart: each job has its own rank 0 and group 0.
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ import re
 
 import polars as pl
 
-from forensics.detect import Evidence, Finding, clock
+from forensics.detect import Evidence, Finding, clock, span
 from forensics.detect.stacks import STRAGGLER_OR_MISSING, TP_DESYNC, UNIFORM_WAIT, Verdict, latest
 from forensics.timeline.align import Timeline
 
 SIZE_MISMATCH = "SIZE_MISMATCH"
+MOMENT_S = 1.0  # a collective in flight for less than this when dumped is a rank passing through it
 RECORDER = "torch:flight_recorder"
-TABLE_SCHEMA = {"pg": pl.String, "rank": pl.Int64, "seq": pl.Int64, "op": pl.String, "state": pl.String,
+TABLE_SCHEMA = {"job": pl.String, "pg": pl.String, "rank": pl.Int64, "seq": pl.Int64, "op": pl.String, "state": pl.String,
                 "sizes": pl.String, "last_enqueued": pl.Int64, "last_completed": pl.Int64,
                 "watchdog_seq": pl.Int64, "watchdog_op": pl.String, "stack_phase": pl.String}
 _WATCHDOG = re.compile(r"(?:\[PG ID (?P<pg>[0-9]+)[^\]]* Rank (?P<pg_rank>[0-9]+)\]|\[Rank (?P<rank>[0-9]+)\])"
@@ -48,14 +53,17 @@ def _recorded(timeline: Timeline) -> pl.DataFrame:
     events = timeline.events
     if "FR_SEQ" not in events.columns:
         return pl.DataFrame()
-    numbers = ("FR_RANK", "FR_SEQ", "FR_LAST_ENQUEUED", "FR_LAST_STARTED", "FR_LAST_COMPLETED")
+    numbers = ("FR_RANK", "FR_SEQ", "FR_LAST_ENQUEUED", "FR_LAST_STARTED", "FR_LAST_COMPLETED", "FR_DUMPED_AT")
     rows = (events.lazy().filter((pl.col("data_type") == RECORDER) & pl.col("FR_SEQ").is_not_null()
                                  & (pl.col("FR_P2P") != "true").fill_null(True))
-            .with_columns(pl.col(c).cast(pl.Int64, strict=False) for c in numbers).collect())
+            .with_columns(pl.col(c).cast(pl.Int64, strict=False) for c in numbers if c in events.columns)
+            .with_columns(*(pl.lit(None, pl.Int64).alias(c) for c in ("FR_DUMPED_AT",) if c not in events.columns),
+                          *(pl.lit("").alias(c) for c in ("FR_JOB",) if c not in events.columns))
+            .with_columns(pl.col("FR_JOB").fill_null("")).collect())
     if rows.is_empty():
         return rows
-    return (rows.sort("FR_SEQ", "ts").group_by("FR_PG", "FR_RANK", maintain_order=True)
-            .agg(pl.all().last()).sort("FR_PG", "FR_RANK"))
+    return (rows.sort("FR_SEQ", "ts").group_by("FR_JOB", "FR_PG", "FR_RANK", maintain_order=True)
+            .agg(pl.all().last()).sort("FR_JOB", "FR_PG", "FR_RANK"))
 
 
 def _watchdog(timeline: Timeline) -> dict[tuple[str, int], dict[str, str]]:
@@ -76,37 +84,50 @@ def _watchdog(timeline: Timeline) -> dict[tuple[str, int], dict[str, str]]:
     return said
 
 
-def _phases(verdicts: list[Verdict]) -> dict[int, str]:
-    """Each rank's py-spy phase, when the stacks hold one group (its ranks numbered as the job's)."""
+def _phases(verdicts: list[Verdict], job: str) -> dict[int, str]:
+    """Each rank's py-spy phase: from the stack group named as the job's folder (`decode/…` and the
+    group `decode`), else when the stacks hold one group (its ranks numbered as the job's)."""
     last = latest(verdicts)
-    if len(last) != 1:
+    named = [v for v in last if v.group == job.split("/")[0]]
+    chosen = named or (last if len(last) == 1 else [])
+    if not chosen:
         return {}
     return {r.rank: f"{r.phase.phase} in {r.phase.frame.function}" if r.phase.frame else r.phase.phase
-            for r in last[0].ranks}
+            for r in chosen[0].ranks}
 
 
 def collective_table(timeline: Timeline, verdicts: list[Verdict] | None = None) -> pl.DataFrame:
     """One row per process group and rank: the recorder's latest collective (seq, op, state,
     sizes), its group's last enqueued and completed work, what the watchdog said, the py-spy phase."""
-    recorded, watchdog, phases = _recorded(timeline), _watchdog(timeline), _phases(verdicts or [])
-    rows: dict[tuple[str, int], dict[str, object]] = {}
+    recorded, watchdog = _recorded(timeline), _watchdog(timeline)
+    rows: dict[tuple[str, str, int], dict[str, object]] = {}
     for r in recorded.iter_rows(named=True) if recorded.height else []:
         if r["FR_RANK"] is None:
             continue
-        rows[(r["FR_PG"], r["FR_RANK"])] = {
-            "pg": r["FR_PG"], "rank": r["FR_RANK"], "seq": r["FR_SEQ"], "op": r["FR_OP"], "state": r["FR_STATE"],
-            "sizes": r["FR_INPUT_SIZES"], "last_enqueued": r["FR_LAST_ENQUEUED"], "last_completed": r["FR_LAST_COMPLETED"]}
+        rows[(r["FR_JOB"], r["FR_PG"], r["FR_RANK"])] = {
+            "job": r["FR_JOB"], "pg": r["FR_PG"], "rank": r["FR_RANK"], "seq": r["FR_SEQ"], "op": r["FR_OP"],
+            "state": r["FR_STATE"], "sizes": r["FR_INPUT_SIZES"], "last_enqueued": r["FR_LAST_ENQUEUED"],
+            "last_completed": r["FR_LAST_COMPLETED"]}
     for (pg, rank), said in watchdog.items():
-        # a watchdog line names its group by id; the recorder by name, which is the id for unnamed groups
-        row = rows.setdefault((pg, rank), {"pg": pg, "rank": rank})
-        row["watchdog_seq"] = int(said.get("seq") or said.get("status_seq") or 0) if (said.get("seq") or
-                                                                                    said.get("status_seq")) else None
-        row["watchdog_op"] = said.get("op")
-        if row.get("last_completed") is None and said.get("completed"):
-            row.update(last_enqueued=int(said["enqueued"]), last_completed=int(said["completed"]))
+        # a watchdog line names its group by id (the recorder by name, which is the id for unnamed
+        # groups) and no job: it joins every job's row of that group and rank, else one of its own
+        matching = [row for (_, p, k), row in rows.items() if p == pg and k == rank]
+        if not matching:
+            matching = [rows.setdefault(("", pg, rank), {"job": "", "pg": pg, "rank": rank})]
+        for row in matching:
+            _say(row, said)
     for row in rows.values():
-        row["stack_phase"] = phases.get(int(row["rank"]))  # type: ignore[call-overload]
-    return pl.DataFrame(list(rows.values()), schema=TABLE_SCHEMA).sort("pg", "rank")
+        row["stack_phase"] = _phases(verdicts or [], str(row["job"])).get(int(row["rank"]))  # type: ignore[call-overload]
+    return pl.DataFrame(list(rows.values()), schema=TABLE_SCHEMA).sort("job", "pg", "rank")
+
+
+def _say(row: dict[str, object], said: dict[str, str]) -> None:
+    """What a watchdog line says of one rank, into its table row."""
+    named = said.get("seq") or said.get("status_seq")
+    row["watchdog_seq"] = int(named) if named else None
+    row["watchdog_op"] = said.get("op")
+    if row.get("last_completed") is None and said.get("completed"):
+        row.update(last_enqueued=int(said["enqueued"]), last_completed=int(said["completed"]))
 
 
 def _names(ranks: list[int]) -> str:
@@ -120,7 +141,8 @@ def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list
         return []
     table = collective_table(timeline, verdicts)
     out = []
-    for (pg,), rows in recorded.group_by("FR_PG", maintain_order=True):
+    jobs = recorded.get_column("FR_JOB").n_unique()
+    for (job, pg), rows in recorded.group_by("FR_JOB", "FR_PG", maintain_order=True):
         expected = _ranks(rows.get_column("FR_PG_RANKS").drop_nulls().head(1).to_list()[0]
                           if rows.get_column("FR_PG_RANKS").drop_nulls().len() else "")
         seen = sorted(r for r in rows.get_column("FR_RANK").to_list() if r is not None)
@@ -131,8 +153,12 @@ def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list
         ops = dict(at_latest.group_by("FR_OP").agg(pl.col("FR_RANK")).iter_rows())
         sizes = dict(at_latest.group_by("FR_INPUT_SIZES").agg(pl.col("FR_RANK")).iter_rows())
         desc = rows.get_column("FR_PG_DESC").drop_nulls().head(1).to_list()
-        group = f"process group {pg}" + (f" ({desc[0]})" if desc and desc[0] else "")
+        group = ((f"{job.split('/')[0]}: " if jobs > 1 else "") + f"process group {pg}"
+                 + (f" ({desc[0]})" if desc and desc[0] else ""))
         op_at = ", ".join(sorted(ops))
+        mine = table.filter((pl.col("job") == job) & (pl.col("pg") == pg))
+        timed_out = mine.get_column("watchdog_seq").drop_nulls().len() > 0
+        waited = _waited(at_latest)
         parts = []
         if len(ops) > 1:
             verdict = TP_DESYNC
@@ -140,6 +166,12 @@ def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list
                          + "; ".join(f"{_names(r)} in {op}" for op, r in sorted(ops.items()))
                          + ". A collective completes only when every rank enters the same one: the group is "
                          "desynchronised.")
+        elif len(sizes) > 1:
+            verdict = SIZE_MISMATCH
+            parts.append(f"Collective {latest_seq} ({op_at}) has different sizes on different ranks: "
+                         + "; ".join(f"{_names(r)}: {s}" for s, r in sorted(sizes.items())) + ".")
+        elif waited is not None and waited < MOMENT_S and not timed_out:
+            continue  # dumped while passing a collective: a moment, not a wait
         elif behind.height or not_dumped:
             verdict = STRAGGLER_OR_MISSING
             if behind.height:
@@ -153,10 +185,6 @@ def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list
             if not_dumped:
                 parts.append(f"No Flight Recorder dump of {_names(not_dumped)} of the group's ranks "
                              f"{expected}: what they did is not in the evidence.")
-        elif len(sizes) > 1:
-            verdict = SIZE_MISMATCH
-            parts.append(f"Collective {latest_seq} ({op_at}) has different sizes on different ranks: "
-                         + "; ".join(f"{_names(r)}: {s}" for s, r in sorted(sizes.items())) + ".")
         else:
             completed = at_latest.get_column("FR_LAST_COMPLETED").drop_nulls()
             if completed.len() and (completed >= latest_seq).all():
@@ -165,7 +193,13 @@ def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list
             parts.append(f"Every rank ({', '.join(map(str, seen))}) is in collective {latest_seq} ({op_at}) and none "
                          "completed it: the ranks agree with each other, so the wait is below them (the transport, "
                          "the device, communicator init).")
-        mine = table.filter(pl.col("pg") == pg)
+        if waited is not None:
+            parts.append(f"When the dumps were written, {_names(at_latest.get_column('FR_RANK').to_list())} had "
+                         f"waited {span(waited) if waited >= 1 else f'{waited:.2f} s'} in collective {latest_seq}.")
+        elif not timed_out and verdict in (STRAGGLER_OR_MISSING, UNIFORM_WAIT):
+            parts.append("The dumps do not say when they were written (their file times were not kept), so how long "
+                         "the collective had waited is unknown: a watchdog timeout line or a second dump would tell "
+                         "a hang from a moment.")
         disagree = mine.filter(pl.col("watchdog_seq").is_not_null() & pl.col("seq").is_not_null()
                                & (pl.col("watchdog_seq") != pl.col("seq")))
         if disagree.height:
@@ -178,3 +212,10 @@ def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list
                     for r in rows.sort("FR_RANK").iter_rows(named=True)][:8]
         out.append(Finding("collective_verdict", main_track, None, at, text, None, evidence))
     return out
+
+
+def _waited(at_latest: pl.DataFrame) -> float | None:
+    """How long the latest collective had waited when the dumps were written (the shortest over
+    the ranks in it), or None when a dump's time is unknown."""
+    waits = at_latest.select((pl.col("FR_DUMPED_AT") - pl.col("ts").dt.epoch("ns")) / 1e9).to_series()
+    return None if waits.null_count() or waits.is_empty() else max(0.0, float(waits.min()))  # type: ignore[arg-type]

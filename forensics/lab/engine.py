@@ -11,6 +11,11 @@ it sends the ranks a batch flagged as aborted by a KV-transfer cascade. Ranks 0-
 enter `all_reduce`; rank 3 takes the abort path into `on_idle`, waiting for transfers that never
 drain: the collective never completes, a real hang. The prefill engine stops receiving work and
 idles. Each rank writes `ready-<role>-<rank>` after its first batches, and its pid file.
+
+With the Flight Recorder on (`TORCH_FR_BUFFER_SIZE` in the environment), a file `dump-fr` in the
+control folder makes every rank write its recorder's dump, as torch's own
+`_dump_fr_trace()` gives it, to `fr/<role>/nccl_trace_rank_<rank>` there: a thread beside the event
+loop does it, so the ranks blocked in the collective dump too (gloo waits without the GIL).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import argparse
 import ctypes
 import os
 import signal
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -109,6 +115,17 @@ class Scheduler:
                 self.on_idle()
 
 
+def dump_recorder_on_request(role: str, rank: int, control: Path) -> None:
+    """Wait for `dump-fr` in the control folder, then write this rank's Flight Recorder dump once."""
+    while not (control / "dump-fr").exists():
+        time.sleep(0.1)
+    out = control / "fr" / role / f"nccl_trace_rank_{rank}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    partial.write_bytes(torch._C._distributed_c10d._dump_fr_trace())
+    partial.rename(out)  # the lab waits for the final name: never a half-written dump
+
+
 def main() -> None:
     """Start one rank and run its event loop until killed."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -124,6 +141,9 @@ def main() -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
     dist.init_process_group("gloo", rank=args.rank, world_size=args.world, timeout=timedelta(hours=1))
     scheduler = Scheduler(args.role, args.rank, args.world, args.control)
+    if os.environ.get("TORCH_FR_BUFFER_SIZE"):
+        threading.Thread(target=dump_recorder_on_request, args=(args.role, args.rank, args.control),
+                         daemon=True).start()
     if args.role == "decode":
         scheduler.event_loop_overlap_disagg_decode()
     else:

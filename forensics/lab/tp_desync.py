@@ -6,7 +6,10 @@
 writes a bundle folder OUT with `stacks/text/round-N.txt` (all 8 `py-spy dump` outputs of a round,
 each after its capture header) and `stacks/json/round-N/<role>-tp<rank>.json` (`--json`). `--at`
 dates the first round at that time instead of now (later rounds keep their real spacing), so the
-dumps can stand in a reference incident's timeline. Every process the lab starts is killed when
+dumps can stand in a reference incident's timeline. `--flight-recorder` also leaves each rank's
+Flight Recorder dump (torch's own, the ranks record with `TORCH_FR_BUFFER_SIZE`) in
+`flight_recorder/<role>/nccl_trace_rank_<rank>`, taken after the last round; their times are the
+real clock's, so it does not go with `--at`. Every process the lab starts is killed when
 it stops, also when it fails; the ranks also ask the kernel to kill them if the lab dies.
 """
 
@@ -31,6 +34,8 @@ from forensics.errors import ForensicsError, MissingSystemDependency
 
 ROLES = ("prefill", "decode")
 READY_TIMEOUT_S = 180.0
+RECORDER_TIMEOUT_S = 30.0
+RECORDER_ENTRIES = "2000"  # the ring each rank's Flight Recorder keeps (TORCH_FR_BUFFER_SIZE)
 SETTLE_S = 1.0  # after the trigger: the wedge forms within one loop iteration (milliseconds)
 
 
@@ -102,7 +107,8 @@ class TpDesyncLab:
                     process = subprocess.Popen(
                         [sys.executable, "-m", "forensics.lab.engine", "--role", role, "--rank", str(rank),
                          "--world", str(self.world), "--port", str(port), "--control", str(self.control)],
-                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                        env={**os.environ, "TORCH_FR_BUFFER_SIZE": RECORDER_ENTRIES})
                 self.ranks.append(Rank(role, rank, process, log))
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not all((self.control / f"ready-{r.role}-{r.rank}").exists() for r in self.ranks):
@@ -159,6 +165,26 @@ class TpDesyncLab:
                 written.append(path)
         return written
 
+    def dump_flight_recorders(self, bundle: Path) -> list[Path]:
+        """Have every rank write its Flight Recorder dump (the ranks in the hung collective too) into
+        `bundle/flight_recorder/<role>/`; returns the files written."""
+        (self.control / "dump-fr").touch()
+        made = [self.control / "fr" / r.role / f"nccl_trace_rank_{r.rank}" for r in self.ranks]
+        deadline = time.monotonic() + RECORDER_TIMEOUT_S
+        while not all(path.is_file() for path in made):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                missing = [str(path) for path in made if not path.is_file()]
+                raise LabError(f"no Flight Recorder dump after {RECORDER_TIMEOUT_S:.0f} s: {missing}")
+            time.sleep(0.1)
+        written = []
+        for r, path in zip(self.ranks, made, strict=True):
+            target = bundle / "flight_recorder" / r.role / path.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)  # its time says when it was written
+            written.append(target)
+        return written
+
     def stop(self) -> None:
         """Kill every rank (and anything it started) and reap it."""
         for r in self.ranks:
@@ -185,12 +211,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--at", help="ISO-8601 UTC time to date the first round at")
     parser.add_argument("--format", action="append", choices=["text", "json"])
     parser.add_argument("--host", help="host name for the capture headers (default: this machine's)")
+    parser.add_argument("--flight-recorder", action="store_true",
+                        help="also leave every rank's Flight Recorder dump (real times: not with --at)")
     args = parser.parse_args(argv)
+    if args.flight_recorder and args.at:
+        parser.error("--flight-recorder records real times, which --at would not match: use one or the other")
     at = datetime.fromisoformat(args.at) if args.at else None
     with TpDesyncLab() as lab:
         lab.trigger()
         files = lab.capture(args.out, rounds=args.rounds, interval=args.interval,
                             formats=tuple(args.format or ("text", "json")), at=at, host=args.host)
+        if args.flight_recorder:
+            files += lab.dump_flight_recorders(args.out)
     for path in files:
         print(path)
     return 0

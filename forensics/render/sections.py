@@ -331,10 +331,11 @@ class ReportSession:
         return frames
 
     def stacks(self) -> list[Any]:
-        """Phase per rank (every round) and the merged-stack icicle of each group's last round."""
+        """Phase per rank (every round) and the merged-stack icicle of each group's last round; then
+        one table per process group of what the Flight Recorder, the watchdog and the stacks say."""
         verdicts = self.analysis.verdicts
         if not verdicts:
-            return [Html("<p>No py-spy stacks in this bundle.</p>")]
+            return [Html("<p>No py-spy stacks in this bundle.</p>"), *self._collectives()]
         rows = [{"group": v.group, "round": v.round + 1, "at": v.at, "verdict": v.verdict, "collective": v.collective,
                  "ranks by phase": "; ".join(f"{p}: {', '.join(map(str, ranks))}"
                                              for p, ranks in v.ranks_by_phase.items()),
@@ -344,6 +345,18 @@ class ReportSession:
         for v in latest(verdicts):
             out += [Html(f"<p>{safe(v.explanation, self.redact)}</p>"),
                     Figure(figures.icicle_figure(v, self.redact), f"icicle-{v.group}")]
+        return out + self._collectives()
+
+    def _collectives(self) -> list[Any]:
+        """Per process group, a row per rank: its last collective (seq, op, state, sizes), its group's
+        last enqueued and completed work, what the watchdog named, its py-spy phase."""
+        table = self.analysis.collectives()
+        out: list[Any] = []
+        for (job, pg), rows in table.group_by("job", "pg", maintain_order=True):
+            title = f"{str(job).split('/')[0] + ': ' if job else ''}process group {pg}"
+            out.append(Html(f"<h3>collectives: {safe(title, self.redact)}</h3>"
+                            + html.table(rows.drop("job", "pg"), self.redact,
+                                         numeric=("rank", "seq", "last_enqueued", "last_completed", "watchdog_seq"))))
         return out
 
     def errors(self) -> list[Any]:

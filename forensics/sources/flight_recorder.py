@@ -14,8 +14,11 @@ The pickle is read by an unpickler that builds plain data only (dicts, lists, tu
 numbers) and refuses every class and function a pickle can name: a dump is evidence, and
 evidence never runs. Each entry is one `events` row at its `time_created_ns` (`data_type`
 `torch:flight_recorder`), its fields in `FR_*` columns; the dump's rank comes from its own `rank`
-key, else from the digits that end its file name. `forensics.detect.collectives` puts the ranks
-side by side.
+key, else from the digits that end its file name. A dump holds no time of its own: the file's
+modification time, when it is not before the dump's last entry, says when it was written
+(`FR_DUMPED_AT`, ns) — how long the last collective had waited by then. `FR_JOB` names the job the
+dump belongs to: its folder and file-name prefix (`decode/nccl_trace_rank_`), since two jobs each
+have a rank 0 in a process group 0. `forensics.detect.collectives` puts the ranks side by side.
 """
 
 from __future__ import annotations
@@ -78,6 +81,21 @@ def _rank(dump: dict[str, Any], path: Path) -> int | None:
     return int(found[1]) if found else None
 
 
+def _dumped_at(path: Path, entries: list[Any]) -> tuple[int | None, list[str]]:
+    """When the dump was written: its file's modification time, unless that is before its own last
+    entry (a copy that did not keep the time), then unknown."""
+    try:
+        written = path.stat().st_mtime_ns
+    except OSError:
+        return None, []
+    last = max((e["time_created_ns"] for e in entries if isinstance(e, dict)
+                and isinstance(e.get("time_created_ns"), int)), default=None)
+    if last is not None and written < last:
+        return None, ["the dump's file time is before its last entry (a copy that did not keep it): "
+                      "when it was written is unknown"]
+    return written, []
+
+
 def _frames(entry: dict[str, Any]) -> str:
     frames = entry.get("frames") or []
     return " ← ".join(f"{f.get('name', '?')} ({f.get('filename', '?')}:{f.get('line', '?')})"
@@ -93,6 +111,8 @@ def parse(path: Path) -> ParseResult:
                                   ).cast(dict(QUARANTINE_SCHEMA))  # type: ignore[arg-type]
         return ParseResult("events", empty(EVENTS_SCHEMA), quarantine, 1)
     rank = _rank(dump, path)
+    dumped_at, notes = _dumped_at(path, dump["entries"])
+    job = f"{path.parent.name}/{_RANK_IN_NAME.sub('', path.name)}"
     status = dump.get("pg_status") if isinstance(dump.get("pg_status"), dict) else {}
     configs = dump.get("pg_config") if isinstance(dump.get("pg_config"), dict) else {}
     rows, bad = [], []
@@ -108,7 +128,8 @@ def parse(path: Path) -> ParseResult:
         op = str(entry.get("profiling_name", "?"))
         seq = entry.get("p2p_seq_id") if entry.get("is_p2p") else entry.get("collective_seq_id")
         rows.append({
-            "ts_ns": entry["time_created_ns"], "FR_RANK": rank, "FR_PG": pg_name, "FR_PG_DESC": pg_desc,
+            "ts_ns": entry["time_created_ns"], "FR_RANK": rank, "FR_JOB": job, "FR_DUMPED_AT": dumped_at,
+            "FR_PG": pg_name, "FR_PG_DESC": pg_desc,
             "FR_PG_RANKS": str(config.get("ranks", "")) if isinstance(config, dict) else "",
             "FR_SEQ": seq if isinstance(seq, int) else None, "FR_P2P": bool(entry.get("is_p2p")), "FR_OP": op,
             "FR_STATE": str(entry.get("state", "")), "FR_RETIRED": entry.get("retired"),
@@ -127,7 +148,8 @@ def parse(path: Path) -> ParseResult:
                                "offset": [None] * len(bad), "line": [n + 1 for n, _, _ in bad],
                                "reason": [why for _, why, _ in bad], "excerpt": [excerpt_text(t) for _, _, t in bad],
                                "subject": [None] * len(bad)}).cast(dict(QUARANTINE_SCHEMA))  # type: ignore[arg-type]
-    notes = [] if rank is not None else ["the dump's rank is neither in it nor at the end of its file name"]
+    if rank is None:
+        notes.append("the dump's rank is neither in it nor at the end of its file name")
     if not rows:
         return ParseResult("events", empty(EVENTS_SCHEMA), quarantine, len(bad),
                            notes=notes + ["a Flight Recorder dump with no entries: nothing was recorded"])

@@ -59,8 +59,9 @@ EVENT_COLUMNS = ("ts", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_I
                  "source_offset", "source_line")
 #: Fields some readers add that detectors read too, kept where the case has them: the rank torch
 #: prefixes a line with, and the Flight Recorder's entries (`forensics.detect.collectives`).
-DETECTOR_EXTRAS = ("LOG_RANK", "FR_RANK", "FR_PG", "FR_PG_DESC", "FR_PG_RANKS", "FR_SEQ", "FR_P2P", "FR_OP",
-                   "FR_STATE", "FR_INPUT_SIZES", "FR_LAST_ENQUEUED", "FR_LAST_STARTED", "FR_LAST_COMPLETED")
+DETECTOR_EXTRAS = ("LOG_RANK", "FR_RANK", "FR_JOB", "FR_DUMPED_AT", "FR_PG", "FR_PG_DESC", "FR_PG_RANKS",
+                   "FR_SEQ", "FR_P2P", "FR_OP", "FR_STATE", "FR_INPUT_SIZES", "FR_LAST_ENQUEUED", "FR_LAST_STARTED",
+                   "FR_LAST_COMPLETED")
 
 
 def _event_columns(available: list[str]) -> list[str]:

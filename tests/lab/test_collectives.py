@@ -8,6 +8,7 @@ checked against the job's own construction: which rank skipped which collective.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 
 from forensics.analyze import analyze
 from forensics.lab.collectives import run
+from tests.lab.frtrace import check_torchfrtrace
 
 pytest.importorskip("torch")
 
@@ -34,6 +36,7 @@ def test_the_rank_that_skipped_the_collective_is_named_with_its_sequence_number(
     assert "STRAGGLER_OR_MISSING" in verdict.text
     assert "Rank 1 never entered collective 4 (gloo:all_reduce), which ranks 0, 2, 3 entered" in verdict.text
     assert "the last each recorded is rank 1 at 3 (gloo:all_reduce)" in verdict.text
+    assert "When the dumps were written, ranks 0, 2, 3 had waited" in verdict.text  # the 3 s timeout, at least
     (timeout,) = [f for f in analysis.findings if f.kind == "collective_timeout"]
     assert "Timed out waiting 3000ms" in timeout.text and "rank 1" not in timeout.text  # the others time out
     assert analysis.incident_found and "symptom: collective_verdict" in analysis.signature()["parts"]
@@ -41,16 +44,27 @@ def test_the_rank_that_skipped_the_collective_is_named_with_its_sequence_number(
     assert all(inputs[f"flight_recorder/nccl_trace_rank_{r}"]["quarantined"] == 0 for r in range(4))
 
 
+def test_dumps_copied_without_their_times_say_the_wait_is_unknown(skipped: Path, tmp_path: Path) -> None:
+    """A dump holds no time of its own; copied without its file time (cp, scp without -p), how long the
+    collective had waited is unknown, and the verdict says what would tell: here the ranks' own timeout
+    lines are dropped too, so only the recorder speaks."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(skipped / "flight_recorder", bundle / "flight_recorder")
+    for dump in (bundle / "flight_recorder").iterdir():
+        os.utime(dump, ns=(0, 0))
+    analysis = analyze(bundle, tmp_path / "case")
+    (verdict,) = [f for f in analysis.findings if f.kind == "collective_verdict"]
+    assert "Rank 1 never entered collective 4" in verdict.text
+    assert "how long the collective had waited is unknown" in verdict.text
+    assert "had waited" not in verdict.text.replace("had waited is unknown", "")
+    assert any("file time is before its last entry" in n for e in analysis.timeline.manifest["inputs"]
+               for n in e.get("notes", []))
+
+
 def test_torchfrtrace_on_the_same_dumps(skipped: Path) -> None:
     """torch's own analyser, run on the same files: recorded here for the comparison in
     docs/failure-modes.md. If a later torch reads gloo dumps, it must agree on rank 1."""
-    tool = shutil.which("torchfrtrace") or str(Path(sys.executable).parent / "torchfrtrace")
-    done = subprocess.run([tool, "-p", "nccl_trace_rank_", str(skipped / "flight_recorder")], capture_output=True,
-                          text=True, timeout=120)
-    if done.returncode != 0:
-        assert "KeyError" in done.stderr and "build_collectives" in done.stderr, done.stderr[-2000:]
-    else:
-        assert "1" in done.stdout
+    check_torchfrtrace(skipped / "flight_recorder", rank=1)
 
 
 def test_a_rank_in_another_collective_is_a_desync(tmp_path: Path) -> None:

@@ -1,12 +1,14 @@
 """The real thing: 8 ranks on torch.distributed (gloo), a real TP-desync hang, real py-spy dumps.
 
 One lab run serves every test here (starting 8 PyTorch processes takes seconds); the dumps are
-captured twice, a second apart, in both py-spy forms.
+captured twice, a second apart, in both py-spy forms, and then every rank writes its own Flight
+Recorder dump.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +17,9 @@ import pytest
 from forensics.case import ingest, load_case
 from forensics.cli import main as cli
 from forensics.detect.stacks import ALL_IDLE, STUCK, TP_DESYNC, judge, latest
+from forensics.analyze import analyze
 from forensics.lab.tp_desync import TpDesyncLab
+from tests.lab.frtrace import check_torchfrtrace
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +29,7 @@ def lab_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, li
         pids = [r.process.pid for r in lab.ranks]
         lab.trigger()
         lab.capture(bundle, rounds=2, interval=1.0)
+        lab.dump_flight_recorders(bundle)
     yield bundle, pids
 
 
@@ -69,6 +74,34 @@ def test_the_stacks_command_prints_each_groups_verdict(lab_run: tuple[Path, list
     out = capsys.readouterr().out
     assert "== decode: TP_DESYNC" in out and "== prefill: ALL_IDLE" in out
     assert out.count(" collective  all_reduce (torch/distributed/distributed_c10d.py:") == 3
+
+
+def _last_collective(dump: Path) -> tuple[int, str]:
+    """The last collective a rank recorded, read with torch's own format (a plain pickle)."""
+    last = pickle.loads(dump.read_bytes())["entries"][-1]
+    return last["collective_seq_id"], last["profiling_name"]
+
+
+def test_the_flight_recorder_names_the_rank_that_never_entered_the_all_reduce(
+        lab_run: tuple[Path, list[int]], tmp_path: Path) -> None:
+    """The lab's construction: decode ranks 0-2 enter the step's all_reduce, rank 3 takes the abort
+    path and never does; prefill keeps passing its broadcasts, dumped mid-way (a moment, no verdict)."""
+    bundle, _ = lab_run
+    recorder = bundle / "flight_recorder"
+    decode = {r: _last_collective(recorder / "decode" / f"nccl_trace_rank_{r}") for r in range(4)}
+    seq, op = decode[0]
+    assert op == "gloo:all_reduce" and decode[1] == decode[2] == (seq, op) and decode[3][0] == seq - 1
+    analysis = analyze(bundle, tmp_path / "case")
+    verdicts = [f.text for f in analysis.findings if f.kind == "collective_verdict"]
+    assert len(verdicts) == 1 and verdicts[0].startswith("decode: process group 0 (default_pg)"), verdicts
+    assert f"Rank 3 never entered collective {seq} (gloo:all_reduce), which ranks 0, 1, 2 entered" in verdicts[0]
+    inputs = analysis.timeline.manifest["inputs"]
+    assert sum(1 for e in inputs if e["path"].startswith("flight_recorder/") and e["quarantined"] == 0) == 8
+
+
+def test_torchfrtrace_on_the_lab_dumps(lab_run: tuple[Path, list[int]]) -> None:
+    bundle, _ = lab_run
+    check_torchfrtrace(bundle / "flight_recorder" / "decode", rank=3)
 
 
 def test_the_lab_leaves_no_process_behind(lab_run: tuple[Path, list[int]]) -> None:
