@@ -30,7 +30,7 @@ def test_unknown_and_empty_files_are_named(tmp_path: Path) -> None:
     notes.write_text("copied the logs at 21:45\n")
     empty = tmp_path / "empty.log"
     empty.write_bytes(b"")
-    with pytest.raises(WrongFormat, match=r"notes\.txt: not a recognised input \(tried flight_recorder, journal_export"):
+    with pytest.raises(WrongFormat, match=r"notes\.txt: not a recognised input \(tried flight_recorder, flight_recorder_text, journal_export"):
         sources.detect(notes)
     with pytest.raises(WrongFormat, match=r"empty\.log: empty file"):
         sources.detect(empty)

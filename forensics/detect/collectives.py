@@ -20,6 +20,10 @@ moment apart, not stuck. So a missing rank or a uniform wait is only a verdict w
 had waited at least `MOMENT_S` when the dumps were written (or when that time is unknown, which the
 verdict then says); different collectives or sizes at one sequence number are wrong at any moment.
 Dumps of different jobs (folders) are kept apart: each job has its own rank 0 and group 0.
+
+`torchfrtrace`'s own text, pasted (`sources.flight_recorder_text`), gives a verdict per block in
+the same words: its missing ranks, its culprit and error type. That text holds no time, so these
+verdicts are placed at no time and say so.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ from forensics.timeline.align import Timeline
 SIZE_MISMATCH = "SIZE_MISMATCH"
 MOMENT_S = 1.0  # a collective in flight for less than this when dumped is a rank passing through it
 RECORDER = "torch:flight_recorder"
+PASTED = "torch:frtrace_text"
+#: torchfrtrace's error types (`MatchState`), in the taxonomy's words
+_MATCH_STATES = {"COLLECTIVE_TYPE_MISMATCH": TP_DESYNC, "SIZE_OR_SYNTAX_MISMATCH": SIZE_MISMATCH,
+                 "COLLECTIVE_DTYPE_MISMATCH": SIZE_MISMATCH, "COLLECTIVE_STATE_MISMATCH": STRAGGLER_OR_MISSING}
 TABLE_SCHEMA = {"job": pl.String, "pg": pl.String, "rank": pl.Int64, "seq": pl.Int64, "op": pl.String, "state": pl.String,
                 "sizes": pl.String, "last_enqueued": pl.Int64, "last_completed": pl.Int64,
                 "watchdog_seq": pl.Int64, "watchdog_op": pl.String, "stack_phase": pl.String}
@@ -51,7 +59,7 @@ def _ranks(text: str | None) -> list[int]:
 def _recorded(timeline: Timeline) -> pl.DataFrame:
     """Each rank's latest recorded collective per process group (p2p work left out)."""
     events = timeline.events
-    if "FR_SEQ" not in events.columns:
+    if "FR_RANK" not in events.columns:  # only the dumps' rows carry a rank (a paste names none)
         return pl.DataFrame()
     numbers = ("FR_RANK", "FR_SEQ", "FR_LAST_ENQUEUED", "FR_LAST_STARTED", "FR_LAST_COMPLETED", "FR_DUMPED_AT")
     rows = (events.lazy().filter((pl.col("data_type") == RECORDER) & pl.col("FR_SEQ").is_not_null()
@@ -109,6 +117,8 @@ def collective_table(timeline: Timeline, verdicts: list[Verdict] | None = None) 
             "state": r["FR_STATE"], "sizes": r["FR_INPUT_SIZES"], "last_enqueued": r["FR_LAST_ENQUEUED"],
             "last_completed": r["FR_LAST_COMPLETED"]}
     for (pg, rank), said in watchdog.items():
+        if not (said.get("seq") or said.get("status_seq") or said.get("completed")):
+            continue  # a watchdog line that names a rank but no work (`HCCL watchdog thread terminated`)
         # a watchdog line names its group by id (the recorder by name, which is the id for unnamed
         # groups) and no job: it joins every job's row of that group and rank, else one of its own
         matching = [row for (_, p, k), row in rows.items() if p == pg and k == rank]
@@ -135,10 +145,11 @@ def _names(ranks: list[int]) -> str:
 
 
 def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list[Finding]:
-    """A verdict per process group that the Flight Recorder recorded."""
+    """A verdict per process group that the Flight Recorder recorded, and one per block of
+    torchfrtrace's pasted text."""
     recorded = _recorded(timeline)
     if recorded.is_empty():
-        return []
+        return _pasted(timeline, main_track)
     table = collective_table(timeline, verdicts)
     out = []
     jobs = recorded.get_column("FR_JOB").n_unique()
@@ -211,6 +222,52 @@ def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list
         evidence = [Evidence("events", r["source_file"], r["source_line"], None, r["ts"], r["message"][:80])
                     for r in rows.sort("FR_RANK").iter_rows(named=True)][:8]
         out.append(Finding("collective_verdict", main_track, None, at, text, None, evidence))
+    return out + _pasted(timeline, main_track)
+
+
+def _expected(ranks: str | None, world: str | None) -> str:
+    """The group's ranks as torchfrtrace printed them: a set (`{0, 1, 2, 3}`), or only their count
+    (older torch printed `expected ranks: 4`)."""
+    if ranks and re.fullmatch(r"\s*[0-9]+\s*", ranks):
+        return f" of the group's {ranks.strip()} ranks"
+    if ranks:
+        return f" of the expected ranks {', '.join(map(str, _ranks(ranks)))}"
+    return f" of the group's {world} ranks" if world else ""
+
+
+def _pasted(timeline: Timeline, main_track: str) -> list[Finding]:
+    """A verdict per block of torchfrtrace's text: what it found, in the taxonomy's words."""
+    events = timeline.events
+    if "FR_FINDING" not in events.columns:
+        return []
+    out = []
+    for r in events.filter(pl.col("data_type") == PASTED).iter_rows(named=True):
+        group = f"process group {r['FR_PG'] or '?'}" + (f" ({r['FR_PG_DESC']})" if r.get("FR_PG_DESC") else "")
+        what = f"collective {r['FR_SEQ']} ({r['FR_OP'] or '?'})"
+        expected = _expected(r.get("FR_EXPECTED"), r.get("FR_WORLD_SIZE"))
+        kind = r["FR_FINDING"]
+        if kind == "missing":
+            verdict = STRAGGLER_OR_MISSING
+            said = (f"R{_names(_ranks(r['FR_MISSING']))[1:]}{expected} never joined {what}: "
+                    "the ranks to blame (or what held them).")
+        elif kind in ("errors", "size_mismatch"):
+            errors = r["FR_ERRORS"] or ""
+            types = re.findall(r"Error type: ([A-Z_]+)", errors)
+            verdict = (SIZE_MISMATCH if kind == "size_mismatch"
+                       else next((_MATCH_STATES[t] for t in types if t in _MATCH_STATES), STRAGGLER_OR_MISSING))
+            culprits = sorted({int(n) for n in re.findall(r"Culprit rank (-?[0-9]+)", errors)})
+            said = (f"C{what[1:]} has errors" + (f"; culprit {_names(culprits)}" if culprits else "")
+                    + (f": {errors}." if errors else "."))
+        elif kind == "undecided":
+            verdict = STRAGGLER_OR_MISSING
+            said = (f"torchfrtrace could not decide what is wrong with a collective: no Flight Recorder dump of "
+                    f"{_names(_ranks(r['FR_MISSING_DUMPS']))}; what they did is not in the evidence.")
+        else:
+            continue  # "no errors found for this collective entry": nothing it could name
+        text = (f"{group}, torchfrtrace's text (pasted; it holds no time): {verdict}. {said} The dumps themselves "
+                "would give when each rank recorded it and how long the collective had waited.")
+        evidence = [Evidence("events", r["source_file"], r["source_line"], None, None, (r["message"] or "")[:80])]
+        out.append(Finding("collective_verdict", main_track, None, None, text, None, evidence))
     return out
 
 

@@ -49,11 +49,14 @@ def fold_tracebacks(events: pl.DataFrame) -> pl.DataFrame:
     # a traceback ends at its first line that is not part of it
     inside = inside.with_columns((~pl.col("_part")).cast(pl.Int32).cum_sum().over("host", "pid", "_tb").alias("_out"))
     tracebacks = inside.filter(pl.col("_out") == 0)
-    return (tracebacks.group_by("host", "pid", "_tb", maintain_order=True)
-            .agg(pl.col("ts").first(), pl.col("component").first(), pl.col("unit").first(),
-                 pl.col("source_file").first(), pl.col("source_line").first(), pl.col("source_offset").first(),
-                 pl.col("message").str.join("\n"), pl.col("message").last().alias("exception"), pl.len().alias("lines"))
-            .drop("_tb"))
+    # a server log's record may hold the whole traceback already: lines and exception from the text
+    folded = (tracebacks.group_by("host", "pid", "_tb", maintain_order=True)
+              .agg(pl.col("ts").first(), pl.col("component").first(), pl.col("unit").first(),
+                   pl.col("source_file").first(), pl.col("source_line").first(), pl.col("source_offset").first(),
+                   pl.col("message").str.join("\n"))
+              .drop("_tb"))
+    text = pl.col("message").str.split("\n").list.eval(pl.element().filter(pl.element().str.strip_chars() != ""))
+    return folded.with_columns(text.list.last().alias("exception"), text.list.len().cast(pl.UInt32).alias("lines"))
 
 
 def _notable(events: pl.DataFrame, include_events: bool) -> pl.DataFrame:
@@ -112,7 +115,8 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
                                 f"{clock(first)}–{clock(last)}.", last, event_evidence(rows)))
     for tb in fold_tracebacks(events).iter_rows(named=True):
         findings.append(Finding("traceback", "errors", tb["component"], tb["ts"],
-                                f"traceback in {tb['component'] or tb['unit']} (pid {tb['pid']}, {tb['lines']} lines): "
+                                f"traceback in {tb['component'] or tb['unit']} ({'pid ' + str(tb['pid']) + ', ' if tb['pid'] else ''}"
+                                f"{tb['lines']} lines): "
                                 f"{tb['exception']}", None,
                                 event_evidence(pl.DataFrame([tb]).rename({"message": "message"}), 1)))
     if window_start is not None:

@@ -177,8 +177,12 @@ def _xid(group: pl.DataFrame, where: str) -> str:
 def _oom(group: pl.DataFrame, where: str) -> str:
     victims = _numbers(group.get_column("message").to_list(), OOM)
     named = ", ".join(sorted({f"{v['name']} (pid {v['pid']})" for v in victims})) or "a process"
+    texts = " ".join(group.get_column("message").drop_nulls().to_list())
+    # the kernel says which limit was hit: a memory cgroup's (a container's, a unit's MemoryMax) or the host's
+    limit = ("its memory cgroup's limit was reached (a container's or a unit's memory limit), not the host's memory"
+             if "Memory cgroup out of memory" in texts or "CONSTRAINT_MEMCG" in texts else "host memory ran out")
     return (f"the kernel's OOM killer killed {named} on {where} at {clock(earliest(group.get_column('ts')))}: "
-            "host memory ran out (its log ends there with no error of its own).")
+            f"{limit}; a process killed so ends without an error of its own.")
 
 
 def _crash_loop(group: pl.DataFrame, where: str) -> str:

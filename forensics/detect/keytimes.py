@@ -58,7 +58,7 @@ def key_times(timeline: Timeline, findings: list[Finding]) -> tuple[KeyTimes, li
     frozen = sorted((f.at, f.component) for f in findings if f.kind == "frozen" and f.at)
     started = frozen[0][0] if frozen else None
     if frozen:
-        how["started"] = f"{frozen[0][1]} froze (last progress line)"
+        how["started"] = f"{frozen[0][1] or 'a scheduler'} froze (last progress line)"
     candidates: list[tuple[datetime, str]] = []
     for note in timeline.incident.annotations:
         if annotation_track(note.text, timeline) == main:

@@ -96,7 +96,9 @@ def detect(timeline: Timeline) -> list[Finding]:
         component, host, at = gap["component"], gap["host"], gap["ts"]
         until = gap["next_ts"]
         pending = f"{gap['running_req'] or 0:g} running, {gap['queue_req'] or 0:g} queued"
-        where = f"{component} on {host}" if several_hosts else component
+        unnamed = f"the scheduler {gap['tag']}" if gap["tag"] else "a scheduler"
+        who = component or f"{unnamed} (its log names no component)"
+        where = f"{who} on {host}" if several_hosts else who
         stopped = _stopped_after(stops, component, host, at) if until is None and not gap["queue_req"] else None
         if stopped is not None:
             # Nothing queued, and the quiet ran until someone stopped it: a last request finishing

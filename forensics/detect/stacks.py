@@ -49,7 +49,14 @@ VERDICTS = (TP_DESYNC, UNIFORM_WAIT, STRAGGLER_OR_MISSING, WAITING_IN_ONE_SNAPSH
 _THREAD_SYNC_FILE = re.compile(r"(^|/)(threading|queue)\.py$")
 _STDLIB_WAIT_FILE = re.compile(r"(^|/)(threading|queue|selectors|socket|ssl|subprocess|asyncio/[a-z_]+|"
                                r"concurrent/futures/[a-z_]+|multiprocessing/[a-z_]+)\.py$")
-WAITING_PHASES = ("collective", "device_sync", "transfer")  # a rank here waits on something outside it
+# packages whose frames say how a wait was reached, not which of the program's own calls reached it
+_THIRD_PARTY_FILE = re.compile(r"(^|/)(httpcore|httpx|requests|urllib3|aiohttp|anyio|huggingface_hub|transformers|"
+                               r"torch|torch_npu|tqdm|filelock|http|urllib|email|concurrent|asyncio|multiprocessing)/"
+                               r"|(^|/)(ssl|socket|selectors|threading|queue|subprocess)\.py$")
+WAITING_PHASES = ("collective", "device_sync", "transfer", "network")  # a rank here waits on something outside it
+#: what a single process waits on when its main thread is in one of these phases, in words
+_OUTSIDE = {"device_sync": "the device (its stream has not finished a copy or a kernel)",
+            "network": "the network (a download, a hub or HTTP call)"}
 STUCK, PROGRESSING = "STUCK", "PROGRESSING"
 _FRAME_TEXT = re.compile(r"^(?P<function>\S.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 
@@ -344,6 +351,15 @@ def _wait_in_words(stacks_of: Mapping[int, list[Frame]], main_id: int, heads: pl
     return None
 
 
+def _outside_wait(r: RankStack) -> str:
+    """A rank's main thread waiting on the device or the network, with the first two frames of the
+    program's own code that led there (native frames and third-party packages passed over)."""
+    start = r.frames.index(r.phase.frame) + 1 if r.phase.frame in r.frames else 0
+    own = [f for f in r.frames[start:] if f.file.endswith(".py") and not _THIRD_PARTY_FILE.search(f.file)][:2]
+    return (f"{r.label}'s main thread waits on {_OUTSIDE[r.phase.phase]}, at {_where(r)}"
+            + (", called from " + " ← ".join(f"`{f}`" for f in own) if own else ""))
+
+
 def _assign_rounds(ranks: list[RankStack]) -> None:
     """A new round starts when a rank already seen in the current one shows up again."""
     current: set[int] = set()
@@ -556,6 +572,7 @@ def judge(stacks: pl.DataFrame | pl.LazyFrame, quarantine: pl.DataFrame | pl.Laz
             v = _judge(group, number, [r for r in members if r.round == number],
                        (expected or {}).get(group), lost)
             waits = [waiting[r.dump] for r in v.ranks if r.dump in waiting]
+            waits += [_outside_wait(r) for r in v.ranks if r.phase.phase in _OUTSIDE and r.dump not in waiting]
             if len(rounds) == 1 and v.verdict == ORDINARY_WORK and waits:
                 v.verdict, v.waiting = WAITING_IN_ONE_SNAPSHOT, waits
             if number == rounds[-1] and len(rounds) > 1:

@@ -144,10 +144,9 @@ def _integer(fields: pl.DataFrame, name: str) -> pl.Expr:
 
 def _problems(fields: pl.DataFrame) -> pl.Expr:
     """The first reason a record cannot go into `events` (led by its line where known), or null."""
-    checks: list[tuple[pl.Expr, pl.Expr]] = [
-        (_column(fields, "__REALTIME_TIMESTAMP").is_null() & _column(fields, "_SOURCE_REALTIME_TIMESTAMP").is_null(),
-         pl.lit("missing __REALTIME_TIMESTAMP")),
-    ]
+    # An entry without any time (the systemd documentation's JSON example has none) is well-formed: it
+    # is read with its time unknown (`ts` null), as a stamp-less log line is, never quarantined for it.
+    checks: list[tuple[pl.Expr, pl.Expr]] = []
     for name in ("__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_PID"):
         value = _column(fields, name)
         checks.append((value.is_not_null() & _integer(fields, name).is_null(),

@@ -9,12 +9,18 @@ writes at a watchdog timeout) and `logs/<host>/rank-R.log` (each rank's stderr, 
 as it arrived, as `docker logs -t` gives it: the gloo timeout and its traceback as torch prints
 them). Every rank runs the same three all_reduces first; then every rank but the odd one runs a
 fourth, which the odd rank skips or meets with a broadcast.
+
+`torchfrtrace` (torch 2.13) cannot read gloo's dumps as written: their `pg_config` names the default
+group `""` while their entries name it `"0"`, and `build_collectives` stops with `KeyError: ('0', 0)`.
+`readable_by_torchfrtrace` copies them with that one key set as the entries name it, so torch's own
+analyser can be compared with forensics on the same collectives.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -107,6 +113,23 @@ def run(out: Path, ranks: int = 4, odd_rank: int = 1, odd: str = "skip", timeout
     missing = [r for r in range(ranks) if not (recorder / f"nccl_trace_rank_{r}").is_file()]
     if missing:
         raise LabError(f"no Flight Recorder dump from ranks {missing}; see {logs}")
+    return out
+
+
+def readable_by_torchfrtrace(dumps: Path, out: Path) -> Path:
+    """Copies of the `nccl_trace_rank_*` files in `dumps` whose `pg_config` names each group as its
+    entries do (the one thing torch 2.13's gloo dumps get wrong for `torchfrtrace`); returns `out`.
+    The lab's own dumps only: they are read with pickle, which runs what a pickle names."""
+    out.mkdir(parents=True, exist_ok=True)
+    for path in sorted(dumps.glob("nccl_trace_rank_*")):
+        dump = pickle.loads(path.read_bytes())
+        configs = dump.get("pg_config", {})
+        for entry in dump["entries"]:
+            name, desc = entry["process_group"]
+            config = configs.get(name) or configs.get("") or {}
+            configs[name] = {**config, "name": name, "desc": config.get("desc") or desc}
+        configs.pop("", None)
+        (out / path.name).write_bytes(pickle.dumps(dump))
     return out
 
 

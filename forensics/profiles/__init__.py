@@ -22,7 +22,7 @@ from typing import Any
 
 from forensics.errors import ForensicsError
 
-PHASES = ("collective", "idle", "transfer", "device_sync", "compute", "unknown")
+PHASES = ("collective", "idle", "transfer", "device_sync", "network", "compute", "unknown")
 PROFILE_DIR = Path(__file__).parent
 LAYER_DIR = PROFILE_DIR / "layers"
 MAIN_TRACK = "main"  # a layer's line kinds written with this track go to the stack's main track
@@ -89,6 +89,9 @@ class LogSample:
     tag: str | None
     fields: dict[str, float]
     source: str | None = None  # where a real line was copied from ("corpus2/logs/FILE:LINE"); None: a shape
+    # a real line from outside the corpora: the public bug report that quotes it (its URL), with the
+    # stack's source that prints it where known ("owner/repo@commit path:line")
+    origin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -384,10 +387,10 @@ def _log_rules(path: Path, logs: dict[str, Any], layer: str | None = None) -> Lo
                                pattern(f"{where} annotation", event["annotation"]) if "annotation" in event else None,
                                fault, layer))
     for n, s in enumerate(logs.get("sample", [])):
-        if unknown := set(s) - {"line", "kind", "tag", "fields", "source"}:
+        if unknown := set(s) - {"line", "kind", "tag", "fields", "source", "origin"}:
             raise ProfileError(f"{path}: [[logs.sample]] #{n + 1}: unknown key(s) {', '.join(sorted(unknown))}")
     samples = [LogSample(str(_required(path, s, "line", f"[[logs.sample]] #{n + 1}")), s.get("kind"), s.get("tag"),
-                         {k: float(v) for k, v in s.get("fields", {}).items()}, s.get("source"))
+                         {k: float(v) for k, v in s.get("fields", {}).items()}, s.get("source"), s.get("origin"))
                for n, s in enumerate(logs.get("sample", []))]
     fields = _fields(path, logs.get("fields", {}))
     working = logs.get("working_when", [])

@@ -47,7 +47,7 @@ MIN_SPAN_S = 600.0  # the narrowest time axis: ten minutes around evidence that 
 X_MARGIN = 0.02  # of the span, either side: markers at the window's edges are drawn whole
 HOVER_CELLS = 40_000  # swimlane cells that carry their lane's name in the hover (past that, the page grows)
 PHASE_COLOURS = {"collective": "#d62728", "idle": "#1f77b4", "transfer": "#9467bd", "compute": "#2ca02c",
-                 "device_sync": "#8c564b", "unknown": "#7f7f7f"}
+                 "device_sync": "#8c564b", "network": "#e377c2", "unknown": "#7f7f7f"}
 KEY_TIME_COLOURS = {"started": "#d62728", "detected": "#ff7f0e", "mitigated": "#9467bd", "resolved": "#2ca02c"}
 ERROR_KINDS_COLOUR = "#d62728"
 LANE_CHARS = 44  # a lane's name on the axis; longer ones lose their middle

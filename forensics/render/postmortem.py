@@ -120,7 +120,7 @@ def verdict_sentence(analysis: Analysis, quote: Callable[[object], str]) -> str:
     ttr = t.seconds("resolved")
     if freezes:
         consequences = {component: cause for component, cause, _ in analysis.consequences()}
-        parts = [f"{quote(f.component)} froze at {_at(f.at)}"
+        parts = [f"{quote(f.component or 'a scheduler')} froze at {_at(f.at)}"
                  + (f" (most likely a consequence of {quote(consequences[f.component])}'s freeze)"
                     if f.component in consequences else "") for f in freezes]
         return (f"{'; '.join(parts)}."

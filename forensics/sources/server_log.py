@@ -13,12 +13,20 @@ servers write them, after any wrapper is taken off:
   tag and the line's local time as it does in journald); vLLM's `INFO 07-27 05:32:14 [core.py:58]`
   (month and day only: the year is the one of the file's latest full date, else of its
   modification time, and the note says which); ISO times at the start of a line; syslog's
-  `Jun 18 21:34:47 host ident[pid]: …` (`journalctl` without `-o`);
+  `Jun 18 21:34:47 host ident[pid]: …` (`journalctl` without `-o`); the kernel's ring buffer as
+  `dmesg -T` prints it (`[Sat Dec  5 00:43:41 2026] Memory cgroup out of memory: …`: local time,
+  as the machine's clock and boot time gave it); plain `dmesg` (`[20003.856736] …`, seconds since
+  boot) has no wall-clock time, so such a file is read as a log without stamps (below);
 - glog stamps of PyTorch's C++ side (`E710 18:00:32.421467 1234 ProcessGroupNCCL.cpp:632] …`: the
   level letter, the month unpadded and the day, no year: read as vLLM's), behind torch's own `[rank3]:` prefix,
   whose rank is kept (`LOG_RANK`);
 - uvicorn's `INFO:     10.0.0.7:51234 - "GET /health …" 200` lines carry no time: each is a record
   timed by the record before it (`LOG_TIME_SOURCE` says so).
+
+A log with no time stamp anywhere (a test harness's output, a paste of a traceback) is still read:
+each line that does not start with a space is a record, with the indented lines after it (and a
+traceback's exception line) folded in, and its time is unknown (`ts` null, `LOG_TIME_SOURCE`
+"none in the file"): its errors are reported, placed at no time.
 
 Progress bars (tqdm), blank lines, `...` elisions and a Docker time alone on its line are passed
 over and counted in the input's notes, as are lines before the first time. Times are read as
@@ -59,6 +67,9 @@ _ISO = r"^(?P<iso>[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,
 _SYSLOG = (r"^(?P<sys_month>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<sys_day>[0-9]{1,2}) "
            r"(?P<sys_time>[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?) (?P<sys_host>\S+) "
            r"(?P<sys_ident>[^\s\[:]+)(?:\[(?P<sys_pid>[0-9]+)\])?: ")
+# `dmesg -T`: the weekday, month, day (space-padded), time and year, in brackets
+_DMESG = (r"^\[(?P<dmesg>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +[0-9]{1,2} "
+          r"[0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4})\] ")
 # glog (PyTorch's C++ logging): level letter, MMDD, time to the nanosecond, then thread id and file:line]
 _GLOG = (r"^\[?(?P<glog_level>[IWEF])(?P<glog_md>1?[0-9][0-3][0-9]) (?P<glog_time>[0-9]{2}:[0-9]{2}:[0-9]{2})"
          r"(?P<glog_frac>\.[0-9]{1,9})? +(?:[0-9]+ )?[^\] ]+:[0-9]+\]")
@@ -77,7 +88,8 @@ _SNIFF = re.compile(
     rb"(?m)^(?:(?:\x1b\[[0-9;]*m)*[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.]+Z? )?(?:\([^()\n]*\) )?(?:# )?"
     rb"(?:\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}[^\]\n]*\] |"
     rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}[.0-9]* \[|"
-    rb"(?:\[rank[0-9]+\]:)?\[?[IWEF]1?[0-9][0-3][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2}[.0-9]* +(?:[0-9]+ )?[^\] \n]+:[0-9]+\])")
+    rb"(?:\[rank[0-9]+\]:)?\[?[IWEF]1?[0-9][0-3][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2}[.0-9]* +(?:[0-9]+ )?[^\] \n]+:[0-9]+\]|"
+    rb"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} +[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}\] )")
 
 
 def sniff(head: bytes, path: Path) -> bool:
@@ -118,9 +130,10 @@ def _lines(text: str) -> pl.DataFrame:
     # torch's `[rank3]:` before a glog stamp (the message keeps it: it names the rank)
     frame = frame.with_columns(pl.col("body").str.extract(_TORCH_RANK, 1).alias("torch_rank"))
     after_rank = pl.col("body").str.replace(_TORCH_RANK, "")
-    stamps = [pl.col("body").str.extract_groups(p).alias(f"s{i}") for i, p in enumerate((_SGLANG, _VLLM, _ISO, _SYSLOG))]
-    frame = frame.with_columns(*stamps, after_rank.str.extract_groups(_GLOG).alias("s4")).unnest(
-        "s0", "s1", "s2", "s3", "s4")
+    stamps = [pl.col("body").str.extract_groups(p).alias(f"s{i}")
+              for i, p in enumerate((_SGLANG, _VLLM, _ISO, _SYSLOG, _DMESG))]
+    frame = frame.with_columns(*stamps, after_rank.str.extract_groups(_GLOG).alias("s5")).unnest(
+        "s0", "s1", "s2", "s3", "s4", "s5")
     frame = frame.with_columns(pl.col("body").str.extract(_UVICORN, 1).alias("uvicorn"),
                                pl.coalesce(pl.col("body").str.extract(_ISO_LEVEL, 1),  # after a stamp taken off as
                                            pl.when(pl.col("docker").is_not_null())  # a Docker time, at the start
@@ -129,7 +142,7 @@ def _lines(text: str) -> pl.DataFrame:
                                pl.col("body").str.contains(_NOISE).alias("noise"))
     # A Docker time over a line of its own (Docker Desktop writes one before a progress bar) is noise;
     # a Docker time over a line without a stamp of its own is that line's time.
-    own = pl.coalesce("sglang", "iso", "sys_time", "vllm_time", "glog_time")
+    own = pl.coalesce("sglang", "iso", "sys_time", "vllm_time", "glog_time", "dmesg")
     return frame.with_columns(
         (pl.col("docker").is_not_null() & (pl.col("body").str.strip_chars() == "")).alias("docker_alone"),
         pl.when(own.is_null() & pl.col("docker").is_not_null() & (pl.col("body").str.strip_chars() != ""))
@@ -164,7 +177,9 @@ def parse(path: Path) -> ParseResult:
             "{}-{}-{} {}{}", pl.lit(year), pl.col("glog_md").str.head(-2).str.zfill(2), pl.col("glog_md").str.tail(2),
             "glog_time", pl.col("glog_frac").fill_null("").str.slice(0, 7))),
         pl.when(months.is_not_null()).then(pl.format("{}-{}-{} {}", pl.lit(year), months.cast(pl.String).str.zfill(2),
-                                                     pl.col("sys_day").str.zfill(2), "sys_time")))
+                                                     pl.col("sys_day").str.zfill(2), "sys_time")),
+        pl.col("dmesg").str.replace_all(" +", " ").str.to_datetime("%a %b %d %H:%M:%S %Y", strict=False)
+        .dt.strftime("%Y-%m-%d %H:%M:%S"))
     frame = frame.with_columns(written.alias("written"))
     stamped = pl.col("written").is_not_null()
     starts = (stamped | pl.col("uvicorn").is_not_null()) & ~pl.col("docker_alone")
@@ -227,10 +242,49 @@ def parse(path: Path) -> ParseResult:
     if noise:
         notes.append(f"{noise} lines passed over between records (blank lines, progress bars, '...', Docker times "
                      "alone on a line)")
+    if frame.get_column("written").null_count() == frame.height:  # no line has a time of its own
+        unstamped = _without_time(frame, path)
+        if unstamped.height:
+            quarantine = quarantine.filter(pl.lit(bool(too_long)))
+            return ParseResult("events", unstamped, quarantine, unstamped.height + len(too_long), damage=damage,
+                               notes=[n for n in notes if not n.startswith(f"{before} lines before")]
+                               + ["no line has a time stamp: every record is read with its time unknown"])
     if records.height == 0:
         return ParseResult("events", empty(EVENTS_SCHEMA), quarantine.filter(pl.lit(bool(too_long))), len(too_long),
                            damage=damage, notes=notes or ["no line with a time stamp: nothing read"])
     return ParseResult("events", events, quarantine, records.height + len(too_long), damage=damage, notes=notes)
+
+
+def _without_time(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
+    """The records of a log without any time stamp: a line that does not start with a space starts
+    one, except a traceback's exception line (unindented, right after the indented frames of a
+    record that began `Traceback`), which ends its record."""
+    lines = frame.filter(~pl.col("noise"))
+    indented = pl.col("body").str.contains(r"^\s")
+    lines = lines.with_columns(indented.alias("indented"), indented.shift(1, fill_value=False).alias("after_indented"))
+    starts = ~pl.col("indented")
+    lines = lines.with_columns(starts.cast(pl.Int32).cum_sum().alias("record"))
+    opener = lines.group_by("record", maintain_order=True).agg(pl.col("body").first().alias("opener"))
+    lines = lines.join(opener.with_columns(pl.col("record") + 1), on="record", how="left")
+    # an exception line closes the traceback before it rather than starting a record of its own
+    closes = starts & pl.col("after_indented") & pl.col("opener").str.starts_with("Traceback (most recent call last)")
+    lines = lines.with_columns((starts & ~closes.fill_null(False)).cast(pl.Int32).cum_sum().alias("record"))
+    records = lines.group_by("record", maintain_order=True).agg(pl.col("line").first(),
+                                                                pl.col("body").str.join("\n").alias("message"))
+    events = records.select(
+        pl.lit(None, EVENTS_SCHEMA["ts"]).alias("ts"),
+        pl.lit(None, pl.Int64).alias("__REALTIME_TIMESTAMP"), pl.lit(None, pl.Int64).alias("__MONOTONIC_TIMESTAMP"),
+        pl.lit(None, pl.String).alias("_BOOT_ID"), pl.lit(None, pl.String).alias("__CURSOR"),
+        pl.lit(_host_of(path), pl.String).alias("host"), pl.lit(path.name).alias("unit"),
+        pl.lit(path.stem).alias("identifier"), pl.lit(None, pl.Int64).alias("pid"),
+        pl.col("message").str.extract(_LEVEL, 1).replace_strict(_PRIORITY, default=None, return_dtype=pl.Int8)
+        .alias("priority"),
+        pl.lit(None, pl.String).alias("message_id"), pl.lit(None, pl.String).alias("invocation_id"),
+        "message", pl.lit(DATA_TYPE).alias("data_type"), pl.lit(FORMAT).alias("format"),
+        pl.lit(str(path)).alias("source_file"), pl.lit(None, pl.Int64).alias("source_offset"),
+        pl.col("line").alias("source_line"), pl.lit(None, pl.List(EVENTS_SCHEMA["raw_fields"].inner)).alias("raw_fields"),
+        pl.lit("none in the file").alias("LOG_TIME_SOURCE"))
+    return events.with_columns(pl.col(n).cast(d) for n, d in EVENTS_SCHEMA.items())
 
 
 register(NAME, sniff, parse, module=__name__)

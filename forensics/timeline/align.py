@@ -41,7 +41,7 @@ import polars as pl
 
 from forensics.case import cluster
 from forensics.case.build import Case
-from forensics.timeline.progress import LINE, count_progress, host_progress, progress_of
+from forensics.timeline.progress import own_ends, LINE, count_progress, host_progress, progress_of
 from forensics.case.cluster import Progress, Runner
 from forensics.case.incident import Incident
 from forensics.timeline.logs import read_lines
@@ -61,7 +61,8 @@ EVENT_COLUMNS = ("ts", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_I
 #: prefixes a line with, and the Flight Recorder's entries (`forensics.detect.collectives`).
 DETECTOR_EXTRAS = ("LOG_RANK", "FR_RANK", "FR_JOB", "FR_DUMPED_AT", "FR_PG", "FR_PG_DESC", "FR_PG_RANKS",
                    "FR_SEQ", "FR_P2P", "FR_OP", "FR_STATE", "FR_INPUT_SIZES", "FR_LAST_ENQUEUED", "FR_LAST_STARTED",
-                   "FR_LAST_COMPLETED")
+                   "FR_LAST_COMPLETED", "FR_FINDING", "FR_MISSING", "FR_EXPECTED", "FR_ERRORS", "FR_MISSING_DUMPS",
+                   "FR_WORLD_SIZE")
 
 
 def _event_columns(available: list[str]) -> list[str]:
@@ -145,11 +146,6 @@ class Timeline:
     def hosts(self) -> list[str | None]:
         """The hosts with lines on the timeline (None: lines that name none)."""
         return self.activity.get_column("host").unique().to_list()
-
-    def own_end(self) -> pl.DataFrame:
-        """Per host and component: the time of its last line of any kind."""
-        return (self.activity.filter(pl.col("component").is_not_null()).group_by("host", "component")
-                .agg(pl.col("last").max().alias("own_end")))
 
     def with_messages(self, rows: pl.DataFrame) -> pl.DataFrame:
         """`rows` of `events` with their `message` (a lean timeline keeps the text of notable
@@ -491,9 +487,7 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
     jumps = _host_jumps(scan, pl.concat(clocks).with_columns(pl.lit(host, pl.String).alias("host")), step)
     activity = (pl.concat(counted).group_by("minute", *ACTIVITY_KEYS)
                 .agg(pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max()))
-    own_end = (activity.filter(pl.col("component").is_not_null()).group_by("host", "component")
-               .agg(pl.col("last").max().alias("own_end")))
-    streams, gaps, either_side = host_progress(pl.concat(progress), own_end, profile)
+    streams, gaps, either_side = host_progress(pl.concat(progress), own_ends(activity), profile)
     events = pl.concat(kept, how="vertical_relaxed")
     if lean:  # the progress lines either side of a gap, and each scheduler's first and last, read again
         wanted = _rows_at(scan, either_side, step)

@@ -14,6 +14,8 @@ import polars as pl
 from forensics.profiles import Profile
 
 FREEZE_GAP_S = 60.0  # SGLang logs a batch line every few seconds while it works
+# a scheduler seen working only once shows no rhythm that could stop (one line quoted in a write-up)
+MIN_RHYTHM_LINES = 2
 
 
 STREAM = ("component", "host", "tag")  # one scheduler's progress lines: a component on a host, a rank tag
@@ -39,7 +41,18 @@ def progress_of(read: pl.DataFrame, profile: Profile) -> pl.DataFrame:
     line (text as categories, so that nothing holds the batch's text)."""
     numbers = [c for c in dict.fromkeys((*PENDING, *profile.logs.working_when)) if c in read.columns]
     return read.filter(pl.col("progress").is_not_null()).select(
-        "_at", "ts", *(pl.col(c).cast(pl.Categorical) for c in (*STREAM, "progress")), *numbers)
+        "_at", "ts", *(pl.col(c).cast(pl.Categorical) for c in (*STREAM, "progress", "unit")), *numbers)
+
+
+def own_ends(activity: pl.DataFrame) -> pl.DataFrame:
+    """When each scheduler's own log ends: per host and component, its last line of any kind; for
+    lines that name no component, per host and unit (their file): a paste's own last line, never
+    another unnamed file's."""
+    last = pl.col("last").max().alias("own_end")
+    named = activity.filter(pl.col("component").is_not_null()).group_by("host", "component").agg(last)
+    unnamed = activity.filter(pl.col("component").is_null()).group_by("host", "unit").agg(last)
+    return pl.concat([named.with_columns(pl.lit(None, pl.String).alias("unit")),
+                      unnamed.with_columns(pl.lit(None, pl.String).alias("component"))], how="diagonal_relaxed")
 
 
 def count_progress(read: pl.DataFrame, lanes: Sequence[str]) -> pl.DataFrame:
@@ -65,13 +78,22 @@ def host_progress(lines: pl.DataFrame, own_end: pl.DataFrame, profile: Profile
     pending = pl.any_horizontal(pl.col(c).fill_null(0) > 0 for c in PENDING if c in work.columns)
     # With no later progress line the gap runs to the scheduler's own last line: a log that simply
     # ends is not a freeze.
-    gaps = (work.join(own_end.cast({"host": work.schema["host"], "component": work.schema["component"]}),
+    named = own_end.filter(pl.col("component").is_not_null()).select("host", "component", "own_end")
+    unnamed = own_end.filter(pl.col("component").is_null()).select("host", "unit",
+                                                                   pl.col("own_end").alias("unit_end"))
+    gaps = (work.join(named.cast({"host": work.schema["host"], "component": work.schema["component"]}),
                       on=["host", "component"], how="left", nulls_equal=True)
+            .join(unnamed.cast({"host": work.schema["host"], "unit": work.schema["unit"]}),
+                  on=["host", "unit"], how="left", nulls_equal=True)
+            .with_columns(pl.when(pl.col("component").is_null()).then(pl.col("unit_end"))
+                          .otherwise(pl.col("own_end")).alias("own_end"))
             .with_columns(pl.col("ts").shift(-1).over(STREAM).alias("next_ts"),
                           pl.col("_at").shift(-1).over(STREAM).alias("_next_at"))
             .with_columns(((pl.coalesce("next_ts", "own_end") - pl.col("ts")).dt.total_microseconds() / 1e6)
                           .alias("gap_s"))
-            .filter((pl.col("gap_s") > FREEZE_GAP_S) & pending).sort("ts", maintain_order=True)
+            .join(streams.select(*STREAM, "lines"), on=list(STREAM), how="left", nulls_equal=True)
+            .filter((pl.col("gap_s") > FREEZE_GAP_S) & pending & (pl.col("lines") >= MIN_RHYTHM_LINES))
+            .sort("ts", maintain_order=True)
             .select(*STREAM, "ts", "progress", "running_req", "queue_req", "next_ts", "gap_s", "_at", "_next_at"))
     either_side = pl.concat([gaps.get_column("_at"), gaps.get_column("_next_at").drop_nulls(),
                              streams.get_column("_first_at"), streams.get_column("_last_at")]).unique()

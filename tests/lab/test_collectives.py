@@ -19,7 +19,7 @@ import pytest
 
 from forensics.analyze import analyze
 from forensics.lab.collectives import run
-from tests.lab.frtrace import check_torchfrtrace
+from tests.lab.frtrace import check_torchfrtrace, torchfrtrace_text
 
 pytest.importorskip("torch")
 
@@ -67,6 +67,34 @@ def test_torchfrtrace_on_the_same_dumps(skipped: Path) -> None:
     check_torchfrtrace(skipped / "flight_recorder", rank=1)
 
 
+def _pasted(text: str, tmp_path: Path) -> tuple[Path, str]:
+    """torchfrtrace's text as a ticket holds it: after the command that made it, nothing else."""
+    bundle = tmp_path / "ticket"
+    bundle.mkdir()
+    paste = "$ torchfrtrace -p nccl_trace_rank_ /tmp/dumps\n" + text
+    (bundle / "frtrace.txt").write_text(paste)
+    return bundle, paste
+
+
+def test_torchfrtrace_text_pasted_names_the_same_rank_and_collective(skipped: Path, tmp_path: Path) -> None:
+    """torchfrtrace on the repaired dumps says what forensics says of the dumps (rank 1, collective
+    4); its text pasted alone gives the same verdict, placed at no time, the prompt line quarantined."""
+    text = torchfrtrace_text(skipped / "flight_recorder", tmp_path / "readable")
+    assert "Not all ranks joining collective, sequence number: 4" in text and "missing ranks: {1}" in text
+    bundle, paste = _pasted(text, tmp_path)
+    analysis = analyze(bundle, tmp_path / "case")
+    (verdict,) = [f for f in analysis.findings if f.kind == "collective_verdict"]
+    assert verdict.at is None and "(pasted; it holds no time): STRAGGLER_OR_MISSING" in verdict.text
+    assert "Rank 1 of the expected ranks 0, 1, 2, 3 never joined collective 4 (gloo:all_reduce)" in verdict.text
+    assert analysis.incident_found
+    (entry,) = analysis.timeline.manifest["inputs"]
+    lines = [line for line in paste.splitlines() if line.strip()]
+    outside = [line for line in lines if not line.startswith(("Not all", "internal", "group", "collective", "missing",
+                                                               "input", "output", "world", "expected", " ", "wrapper",
+                                                               "<module>"))]
+    assert entry["records"] == 1 + len(outside) and entry["quarantined"] == len(outside)
+
+
 def test_a_rank_in_another_collective_is_a_desync(tmp_path: Path) -> None:
     bundle = run(tmp_path / "bundle", ranks=3, odd_rank=2, odd="broadcast", timeout_s=3)
     analysis = analyze(bundle, tmp_path / "case")
@@ -74,6 +102,11 @@ def test_a_rank_in_another_collective_is_a_desync(tmp_path: Path) -> None:
     assert "TP_DESYNC" in verdict.text
     assert "At collective 4 the ranks are in different collectives: ranks 0, 1 in gloo:all_reduce; rank 2 in " \
            "gloo:broadcast" in verdict.text
+    text = torchfrtrace_text(bundle / "flight_recorder", tmp_path / "readable")
+    assert "Culprit rank 2; Error type: COLLECTIVE_TYPE_MISMATCH" in text
+    ticket, _ = _pasted(text, tmp_path)
+    (pasted,) = [f for f in analyze(ticket, tmp_path / "ticket-case").findings if f.kind == "collective_verdict"]
+    assert "TP_DESYNC. Collective 4 (gloo:all_reduce) has errors; culprit rank 2" in pasted.text
 
 
 STUCK_PROGRAM = """
