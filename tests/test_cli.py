@@ -20,7 +20,7 @@ def _forensics(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_ingest_prints_the_accounting_and_skips_by_name(tmp_path: Path) -> None:
     done = _forensics("ingest", str(REPO / "data/incidents/sample-sglang"), "--case", str(tmp_path / "c"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "records seen 6,304 = parsed 6,300 + quarantined 4; 299 duplicates" in done.stdout
+    assert "records seen 6,304 = parsed 6,301 + quarantined 3; 299 duplicates" in done.stdout
     assert "skipped notes.txt: not a recognised input" in done.stdout
     assert "sglang-dsv4-decode.service" in done.stdout
     summary = _forensics("summary", str(tmp_path / "c"), cwd=tmp_path)

@@ -572,7 +572,8 @@ def judge(stacks: pl.DataFrame | pl.LazyFrame, quarantine: pl.DataFrame | pl.Laz
             v = _judge(group, number, [r for r in members if r.round == number],
                        (expected or {}).get(group), lost)
             waits = [waiting[r.dump] for r in v.ranks if r.dump in waiting]
-            waits += [_outside_wait(r) for r in v.ranks if r.phase.phase in _OUTSIDE and r.dump not in waiting]
+            if v.ranks and all(r.phase.phase in _OUTSIDE for r in v.ranks):  # none at work: each waits outside
+                waits += [_outside_wait(r) for r in v.ranks if r.dump not in waiting]
             if len(rounds) == 1 and v.verdict == ORDINARY_WORK and waits:
                 v.verdict, v.waiting = WAITING_IN_ONE_SNAPSHOT, waits
             if number == rounds[-1] and len(rounds) > 1:
