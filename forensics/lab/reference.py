@@ -215,11 +215,16 @@ def _systemd(j: Journal, role: str, when: datetime, message_id: str, text: str, 
     j.add(when, text, unit=None, pid=1, ident="systemd", transport="journal", extra=tuple(extra))
 
 
+def _uuid_hex(drawn: int) -> str:
+    """A request id as SGLang makes them (a uuid4's 32 hex digits), from one 64-bit draw."""
+    return f"{drawn:016x}{(drawn * 0x9E3779B97F4A7C15) % 2**64:016x}"
+
+
 def _transfer_failed(role: str, rank: int, drawn: int, room: int) -> str:
     """SGLang's own wording of a failed KV transfer on each side of a PD pair (as in the corpus'
     `sglang_pd_nixl_mooncake_router_smg_kv_transfer_failed_prefill_decode_2026-02-26.log`; the
     f-strings are in sglang/srt/disaggregation/prefill.py and decode.py)."""
-    rid = f"{drawn:016x}{(drawn * 0x9E3779B97F4A7C15) % 2**64:016x}"  # a uuid4 hex, from the one draw
+    rid = _uuid_hex(drawn)
     if role == "prefill":
         return (f"Prefill transfer failed for request rank={rank} req.rid='{rid}' req.bootstrap_room={room} with "
                 f"exception KVTransferError(bootstrap_room={room}): Decode instance could be dead, remote mooncake "
@@ -233,9 +238,12 @@ def _incident(j: Journal, scale: int) -> None:
     """What only the incident host logs: cancellations, aborts, leaks, the restart and recovery."""
     host, rng, s = j.host, j.host.rng, STORY
     for n in range(40):
+        # SGLang's engine, when the client's connection drops (the tokenizer manager's ValueError, logged by
+        # its HTTP server: sgl-project/sglang#13419 quotes the line)
         t = s.cancel + timedelta(seconds=n * 0.05)
-        j.add(t, f"[{_local(host, t)}] router: request {rng.getrandbits(64):016x} aborted: client disconnected",
-              unit=UNITS["router"], pid=host.pids["router"], ident="sglang-router", priority=4)
+        j.add(t, f"[{_local(host, t)}] [http_server] Error: Request is disconnected from the client side (type 3). "
+                 f"Abort request obj.rid='{_uuid_hex(rng.getrandbits(64))}'",
+              unit=UNITS["decode"], pid=host.pids["decode"], ident="python3", priority=3)
     for n in range(40):
         room = None
         for role in ("prefill", "decode"):
@@ -272,9 +280,12 @@ def _incident(j: Journal, scale: int) -> None:
               pid=host.pids[role], ident="python3")
     for t in _ticks(s.stopped + timedelta(seconds=3), s.healthy, 5.0, 0.0, rng):
         for role in ("prefill", "decode"):
-            j.add(t, f"[{_local(host, t)}] router: health check of http://127.0.0.1:{PORTS[role]}/health failed: "
-                     "connection refused", unit=UNITS["router"], pid=host.pids["router"], ident="sglang-router",
-                  priority=4)
+            # the Rust router's own wording (sgl-project/sglang#11310 quotes it; reqwest's error, #4208)
+            url = f"http://127.0.0.1:{PORTS[role]}"
+            j.add(t, f"{_local(host, t)} DEBUG sglang_router_rs::core::worker_manager: src/core/worker_manager.rs:1031: "
+                     f"Worker {url} health check failed: Connection failed for worker {url}: error sending request "
+                     f"for url ({url}/health)", unit=UNITS["router"], pid=host.pids["router"], ident="sglang-router",
+                  priority=6)
 
 
 def _host_journal(host: Host, scale: int) -> Journal:
@@ -353,7 +364,11 @@ def _cross_host(sender: Journal, receiver: Journal) -> None:
                       f"decode={receiver.host.name}:30002 in {rng.uniform(0.1, 3):.2f} ms",
                    unit=UNITS["router"], pid=sender.host.pids["router"], ident="sglang-router")
         arrived = t + timedelta(milliseconds=rng.uniform(1, 3))
-        receiver.add(arrived, f"[{_local(receiver.host, arrived, millis=True)} TP0] Receive request {rid}",
+        # SGLang's request log (`--log-requests`, level 0: request_logger.py's `Receive: obj=…`)
+        receiver.add(arrived, f"[{_local(receiver.host, arrived, millis=True)}] Receive: obj=GenerateReqInput("
+                              f"rid='{rid}', return_logprob=False, logprob_start_len=-1, top_logprobs_num=0, "
+                              "return_text_in_logprobs=True, stream=True, log_metrics=True, modalities=[], "
+                              "session_params=None, custom_logit_processor=None)",
                      unit=UNITS["prefill"], pid=receiver.host.pids["prefill"], ident="python3")
 
 
