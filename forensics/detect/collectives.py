@@ -16,9 +16,11 @@ phase of each rank. `collective_table` puts them side by side, one row per proce
 
 Where the sources disagree (the watchdog names another sequence number than the recorder), the
 verdict says so. A recorder dump is a snapshot: ranks dumped while passing a collective are a
-moment apart, not stuck. So a missing rank or a uniform wait is only a verdict when the collective
-had waited at least `MOMENT_S` when the dumps were written (or when that time is unknown, which the
-verdict then says); different collectives or sizes at one sequence number are wrong at any moment.
+moment apart, not stuck. So a missing rank or a uniform wait is only a verdict when the bundle logs
+a collective timeout, or when the dumps show the wait lasted: each rank outside the latest
+collective still outside it `MOMENT_S` after its peers entered it (its own dump's time), each rank
+inside still inside that long after entering. When a dump's time is unknown the verdict says so;
+different collectives or sizes at one sequence number are wrong at any moment.
 Dumps of different jobs (folders) are kept apart: each job has its own rank 0 and group 0.
 
 `torchfrtrace`'s own text, pasted (`sources.flight_recorder_text`), gives a verdict per block in
@@ -37,7 +39,9 @@ from forensics.detect.stacks import STRAGGLER_OR_MISSING, TP_DESYNC, UNIFORM_WAI
 from forensics.timeline.align import Timeline
 
 SIZE_MISMATCH = "SIZE_MISMATCH"
-MOMENT_S = 1.0  # a collective in flight for less than this when dumped is a rank passing through it
+# a rank outside a collective its peers entered less than this long before its dump may be on its
+# way in (a long step, a compile, a starved CPU): serving steps take milliseconds, watchdogs minutes
+MOMENT_S = 10.0
 RECORDER = "torch:flight_recorder"
 PASTED = "torch:frtrace_text"
 #: torchfrtrace's error types (`MatchState`), in the taxonomy's words
@@ -153,6 +157,8 @@ def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list
     table = collective_table(timeline, verdicts)
     out = []
     jobs = recorded.get_column("FR_JOB").n_unique()
+    logged_timeout = ("event" in timeline.events.columns
+                      and timeline.events.select((pl.col("event") == "collective_timeout").any()).item() is True)
     for (job, pg), rows in recorded.group_by("FR_JOB", "FR_PG", maintain_order=True):
         expected = _ranks(rows.get_column("FR_PG_RANKS").drop_nulls().head(1).to_list()[0]
                           if rows.get_column("FR_PG_RANKS").drop_nulls().len() else "")
@@ -168,8 +174,8 @@ def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list
                  + (f" ({desc[0]})" if desc and desc[0] else ""))
         op_at = ", ".join(sorted(ops))
         mine = table.filter((pl.col("job") == job) & (pl.col("pg") == pg))
-        timed_out = mine.get_column("watchdog_seq").drop_nulls().len() > 0
-        waited = _waited(at_latest)
+        timed_out = mine.get_column("watchdog_seq").drop_nulls().len() > 0 or logged_timeout
+        waited = _waited(at_latest, behind)
         parts = []
         if len(ops) > 1:
             verdict = TP_DESYNC
@@ -271,8 +277,12 @@ def _pasted(timeline: Timeline, main_track: str) -> list[Finding]:
     return out
 
 
-def _waited(at_latest: pl.DataFrame) -> float | None:
-    """How long the latest collective had waited when the dumps were written (the shortest over
-    the ranks in it), or None when a dump's time is unknown."""
-    waits = at_latest.select((pl.col("FR_DUMPED_AT") - pl.col("ts").dt.epoch("ns")) / 1e9).to_series()
+def _waited(at_latest: pl.DataFrame, behind: pl.DataFrame) -> float | None:
+    """How long the wait had lasted when the dumps were written: the shortest time a rank in the
+    latest collective had been in it, and the shortest time a rank outside it had stayed outside
+    since its peers entered it (its own dump against their last entry); None when a time is unknown."""
+    inside = at_latest.select((pl.col("FR_DUMPED_AT") - pl.col("ts").dt.epoch("ns")) / 1e9).to_series()
+    entered = at_latest.select(pl.col("ts").dt.epoch("ns").max()).item()
+    outside = behind.select((pl.col("FR_DUMPED_AT") - entered) / 1e9).to_series()
+    waits = pl.concat([inside, outside]) if behind.height else inside
     return None if waits.null_count() or waits.is_empty() else max(0.0, float(waits.min()))  # type: ignore[arg-type]

@@ -35,6 +35,7 @@ from forensics.errors import ForensicsError, MissingSystemDependency
 ROLES = ("prefill", "decode")
 READY_TIMEOUT_S = 180.0
 RECORDER_TIMEOUT_S = 30.0
+HANG_AGE_S = 12.0  # the recorders are dumped once the wedge is older than a moment (detect.collectives.MOMENT_S)
 RECORDER_ENTRIES = "2000"  # the ring each rank's Flight Recorder keeps (TORCH_FR_BUFFER_SIZE)
 SETTLE_S = 1.0  # after the trigger: the wedge forms within one loop iteration (milliseconds)
 
@@ -83,6 +84,7 @@ class TpDesyncLab:
         self.control = self.workdir / "control"
         self.ranks: list[Rank] = []
         self.shift = timedelta(0)
+        self.triggered: float | None = None
 
     def __enter__(self) -> Self:
         try:
@@ -126,6 +128,7 @@ class TpDesyncLab:
     def trigger(self) -> None:
         """Send the aborted batch that desynchronises the decode group, and let the wedge form."""
         (self.control / "trigger").touch()
+        self.triggered = time.monotonic()
         time.sleep(SETTLE_S)
         self._check_alive()
 
@@ -167,7 +170,9 @@ class TpDesyncLab:
 
     def dump_flight_recorders(self, bundle: Path) -> list[Path]:
         """Have every rank write its Flight Recorder dump (the ranks in the hung collective too) into
-        `bundle/flight_recorder/<role>/`; returns the files written."""
+        `bundle/flight_recorder/<role>/`, once the wedge is `HANG_AGE_S` old; returns the files written."""
+        if self.triggered is not None:
+            time.sleep(max(0.0, self.triggered + HANG_AGE_S - time.monotonic()))
         (self.control / "dump-fr").touch()
         made = [self.control / "fr" / r.role / f"nccl_trace_rank_{r.rank}" for r in self.ranks]
         deadline = time.monotonic() + RECORDER_TIMEOUT_S

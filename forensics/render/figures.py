@@ -19,7 +19,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import plotly.graph_objects as go
@@ -51,6 +51,10 @@ PHASE_COLOURS = {"collective": "#d62728", "idle": "#1f77b4", "transfer": "#9467b
 KEY_TIME_COLOURS = {"started": "#d62728", "detected": "#ff7f0e", "mitigated": "#9467bd", "resolved": "#2ca02c"}
 ERROR_KINDS_COLOUR = "#d62728"
 LANE_CHARS = 44  # a lane's name on the axis; longer ones lose their middle
+LANE_PX = 22  # a swimlane's height
+# the narrowest swimlane plot a page gives (1280 px wide): how many seconds a label covers is reckoned on it
+NARROWEST_PLOT_PX = 650
+MARKER_HALF_PX = 12.5  # half the biggest swimlane marker (the error crosses)
 LEGEND_SERIES = 16  # more metric series than this are told apart by their hover, not a legend
 
 
@@ -192,7 +196,7 @@ def timeline_figure(analysis: Analysis, redact: Redact | None = None, max_bucket
     # whose categories are a subset of the axis' category array
     lane_y = {lane: len(lanes) - 1 - n for n, lane in enumerate(lanes)}
     lane_rows = max(len(lanes), 4)
-    heights = [lane_rows * 22 + 60] + [170] * len(panels)
+    heights = [lane_rows * LANE_PX + 60] + [170] * len(panels)
     gap_px = 56  # between panels, room for a panel's title
     fig = make_subplots(rows=1 + len(panels), cols=1, shared_xaxes=True,
                         vertical_spacing=gap_px / (sum(heights) + gap_px * len(panels)),
@@ -353,14 +357,60 @@ def _last_batches(fig: go.Figure, analysis: Analysis, events: pl.DataFrame, axis
                              hovertext=[hover(f.text, redact) for f, _ in points],
                              hovertemplate="%{hovertext}<extra></extra>",
                              marker={"size": 6, "color": "rgba(178,24,43,0.01)"}), row=1, col=1)
-    # the label sits up and to the left, a short line pointing at the marker: to the right are the
-    # py-spy rounds taken while frozen, and annotations are drawn over every trace
+    # the label sits beside the marker, a short line pointing at it, on the side no other marker is
+    # (annotations are drawn over every trace: a label over an error cross would hide it)
+    drawn = _marker_points(fig)
     for f, lane in points:
-        fig.add_annotation(x=wall_time(f.at, axis.zone), y=lane_y[lane], xref="x", yref="y",
-                           text=hover(f"{f.component} last batch {wall_time(f.at, axis.zone):%H:%M:%S}", redact),
-                           showarrow=True, arrowhead=0, arrowcolor="#b2182b", ax=-14, ay=-16, xanchor="right",
-                           font={"size": 11, "color": "#b2182b"}, bgcolor="rgba(255,255,255,0.9)",
-                           name="last-batch")
+        at = wall_time(f.at, axis.zone)
+        text = f"{f.component} last batch {at:%H:%M:%S}"
+        ax, ay = _label_side(at, lane_y[lane], len(text), drawn, axis)
+        fig.add_annotation(x=at, y=lane_y[lane], xref="x", yref="y", text=hover(text, redact),
+                           showarrow=True, arrowhead=0, arrowcolor="#b2182b", ax=ax, ay=ay,
+                           xanchor="right" if ax < 0 else "left", font={"size": 11, "color": "#b2182b"},
+                           bgcolor="rgba(255,255,255,0.9)", name="last-batch")
+
+
+def _wall_ms(x: object) -> float | None:
+    """A swimlane x value in milliseconds of wall-clock time: dense traces carry them as numbers
+    (`wall_ms`), the others as naive wall-clock datetimes (`wall_time`)."""
+    if isinstance(x, datetime):
+        return x.replace(tzinfo=UTC).timestamp() * 1000
+    return float(x) if isinstance(x, (int, float, np.floating, np.integer)) else None
+
+
+def _marker_points(fig: go.Figure) -> list[tuple[float, float]]:
+    """Every marker drawn so far on the swimlanes: its wall-clock time (ms) and lane number."""
+    out = []
+    for trace in fig.data:
+        if trace.type != "scatter" or "markers" not in (trace.mode or "") or trace.x is None or trace.y is None:
+            continue
+        out += [(ms, float(y)) for ms, y in ((_wall_ms(x), y) for x, y in zip(trace.x, trace.y, strict=False))
+                if ms is not None and isinstance(y, (int, float, np.integer, np.floating))]
+    return out
+
+
+def _label_side(at: datetime, lane: int, chars: int, drawn: list[tuple[float, float]], axis: Axis
+                ) -> tuple[int, int]:
+    """The label's offset from its marker (plotly's ax, ay in pixels): up-left unless a marker lies
+    under it there, then up-right, down-left, down-right, then the same with longer lines; the
+    place with the fewest markers under it otherwise. Pixels are reckoned on the narrowest plot a page
+    gives, so wider pages only leave more room."""
+    span_s = max((axis.end - axis.start).total_seconds() * (1 + 2 * X_MARGIN), 1.0)
+    px_per_s = NARROWEST_PLOT_PX / span_s
+    width = chars * 6.5 + 8  # an 11 px font's characters and the box's padding
+    at_ms = _wall_ms(at) or 0.0
+    counts = {}
+    # a rise of 20 px keeps the box between its own lane's markers and the next lane's centre
+    for ax, ay in ((-14, -20), (14, -20), (-14, 20), (14, 20), (-44, -20), (44, -20), (-44, 20), (44, 20),
+                   (-80, -20), (80, -20), (-80, 20), (80, 20)):
+        left, right = (ax - width, ax) if ax < 0 else (ax, ax + width)
+        top, bottom = ay - 7.5, ay + 7.5  # the label's box, relative to the marker (down is positive)
+        counts[(ax, ay)] = sum(
+            1 for x, y in drawn
+            if left - MARKER_HALF_PX < (x - at_ms) / 1000 * px_per_s < right + MARKER_HALF_PX
+            and top - MARKER_HALF_PX < (lane - y) * LANE_PX < bottom + MARKER_HALF_PX
+            and not (x == at_ms and y == lane))
+    return min(counts, key=lambda side: (counts[side] > 0, counts[side]))
 
 
 HEALTH = {"answered": ("#5aae61", "square"), "failed": (ERROR_KINDS_COLOUR, "square-x")}
