@@ -130,8 +130,9 @@ def collective_table(timeline: Timeline, verdicts: list[Verdict] | None = None) 
             matching = [rows.setdefault(("", pg, rank), {"job": "", "pg": pg, "rank": rank})]
         for row in matching:
             _say(row, said)
+    phases = {job: _phases(verdicts or [], job) for job in {str(row["job"]) for row in rows.values()}}
     for row in rows.values():
-        row["stack_phase"] = _phases(verdicts or [], str(row["job"])).get(int(row["rank"]))  # type: ignore[call-overload]
+        row["stack_phase"] = phases[str(row["job"])].get(int(row["rank"]))  # type: ignore[call-overload]
     return pl.DataFrame(list(rows.values()), schema=TABLE_SCHEMA).sort("job", "pg", "rank")
 
 

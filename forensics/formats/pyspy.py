@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from forensics.formats.capture import Capture, from_header, parse_header
-from forensics.formats.schema import QUARANTINE_SCHEMA, STACKS_SCHEMA, empty, excerpt_text
+from forensics.formats.schema import STACKS_SCHEMA, empty, quarantine_rows
 from forensics.formats.schema import ParseResult
 
 RANK_KINDS = ("dp", "tp", "pp", "ep")
@@ -90,20 +90,6 @@ def result(source_file: str, fmt: str, frames: pl.DataFrame | None, contexts: li
         return ParseResult("stacks", empty(STACKS_SCHEMA), quarantine, records, parsed_records=0)
     stacks = finish_stacks(frames, context_frame(contexts), fmt).with_columns(pl.lit(source_file).alias("source_file"))
     return ParseResult("stacks", stacks, quarantine, records, parsed_records=len(contexts))
-
-
-def quarantine_rows(source_file: str, fmt: str, rows: list[tuple[int | None, str, str, str | None]]
-                    ) -> pl.DataFrame:
-    """Quarantine rows from (line, reason, excerpt, subject) tuples."""
-    return pl.DataFrame({
-        "source_file": [source_file] * len(rows),
-        "format": [fmt] * len(rows),
-        "offset": [None] * len(rows),
-        "line": [r[0] for r in rows],
-        "reason": [r[1] for r in rows],
-        "excerpt": [excerpt_text(r[2]) for r in rows],
-        "subject": [r[3] for r in rows],
-    }, schema=dict(QUARANTINE_SCHEMA))
 
 
 def subject_of(capture: Capture, pid: int | None = None, title: str | None = None) -> str | None:

@@ -211,3 +211,17 @@ class ParseResult:
                 f"{path}: {self.records} records seen but {self.parsed} parsed + "
                 f"{self.quarantine.height} quarantined"
             )
+
+
+def quarantine_rows(source_file: str, fmt: str, rows: list[tuple[int | None, str, str, str | None]]
+                    ) -> pl.DataFrame:
+    """Quarantine rows from (line, reason, excerpt, subject) tuples."""
+    return pl.DataFrame({
+        "source_file": [source_file] * len(rows),
+        "format": [fmt] * len(rows),
+        "offset": [None] * len(rows),
+        "line": [r[0] for r in rows],
+        "reason": [r[1] for r in rows],
+        "excerpt": [excerpt_text(r[2]) for r in rows],
+        "subject": [r[3] for r in rows],
+    }, schema=dict(QUARANTINE_SCHEMA))

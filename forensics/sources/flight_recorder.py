@@ -33,7 +33,7 @@ from typing import Any
 import polars as pl
 
 from forensics.formats.rawio import read_all
-from forensics.formats.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, ParseResult, empty, excerpt_text
+from forensics.formats.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, ParseResult, empty, excerpt_text, quarantine_rows
 from forensics.sources import register
 
 NAME = "flight_recorder"
@@ -144,10 +144,7 @@ def parse(path: Path) -> ParseResult:
                         + (f"; from {_frames(entry)}" if entry.get("frames") else "")),
             "source_line": number + 1,
         })
-    quarantine = pl.DataFrame({"source_file": [str(path)] * len(bad), "format": [FORMAT] * len(bad),
-                               "offset": [None] * len(bad), "line": [n + 1 for n, _, _ in bad],
-                               "reason": [why for _, why, _ in bad], "excerpt": [excerpt_text(t) for _, _, t in bad],
-                               "subject": [None] * len(bad)}).cast(dict(QUARANTINE_SCHEMA))  # type: ignore[arg-type]
+    quarantine = quarantine_rows(str(path), FORMAT, [(n + 1, why, text, None) for n, why, text in bad])
     if rank is None:
         notes.append("the dump's rank is neither in it nor at the end of its file name")
     if not rows:

@@ -36,7 +36,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.formats.rawio import read_all
-from forensics.formats.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, ParseResult, empty, excerpt_text
+from forensics.formats.schema import EVENTS_SCHEMA, ParseResult, empty, quarantine_rows
 from forensics.sources import register
 
 NAME = "flight_recorder_text"
@@ -122,10 +122,7 @@ def parse(path: Path) -> ParseResult:
             reason = ("torchfrtrace's notice, not a finding" if _NOTICE.match(line.strip())
                       else "a line outside torchfrtrace's findings")
             bad.append((number, reason, line))
-    quarantine = pl.DataFrame({"source_file": [str(path)] * len(bad), "format": [FORMAT] * len(bad),
-                               "offset": [None] * len(bad), "line": [n for n, _, _ in bad],
-                               "reason": [why for _, why, _ in bad], "excerpt": [excerpt_text(t) for _, _, t in bad],
-                               "subject": [None] * len(bad)}).cast(dict(QUARANTINE_SCHEMA))  # type: ignore[arg-type]
+    quarantine = quarantine_rows(str(path), FORMAT, [(n, why, text, None) for n, why, text in bad])
     notes = ["torchfrtrace's text holds no time: its findings are read but placed at no time"] if blocks else []
     if not blocks:
         return ParseResult("events", empty(EVENTS_SCHEMA), quarantine, len(bad), notes=notes)
