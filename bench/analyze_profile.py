@@ -3,9 +3,9 @@
 
 Two views of one bundle, each from a fresh case:
 - phases, timed in-process by wrapping the stage functions: imports, then ingest (decompress,
-  scan + assemble, write the parts, merge each host folder into one file — summed over the threads
-  that run them, so they overlap and exceed ingest's wall time), timeline (read back and
-  classify), and the detectors;
+  scan + assemble, writing each host folder from the rows held in memory, or parts and their
+  merge for rows past that — summed over the threads that run them, so they overlap and exceed
+  ingest's wall time), timeline (classify the held rows), and the detectors;
 - a py-spy sample of the whole process across all its threads (`py-spy record --threads --idle`,
   raw output kept in bench/.cache/analyze-profile.txt), the forensics functions that the most
   samples were in.
@@ -54,10 +54,11 @@ walled = lambda module, name, key: wrap(module, name, key, walls)
 
 summed(R._Decompressing, "readinto", "decompress")
 summed(J, "_read_piece", "scan + assemble (journal pieces)")
-summed(B, "write_part", "write the parts")
-summed(B, "finish_partition", "merge each host folder into one file")
+summed(B, "finish_held", "write each host folder once (rows held in memory)")
+summed(B, "write_part", "write parts (rows past the memory held)")
+summed(B, "finish_partition", "merge parts into one file per host folder")
 walled(A, "ingest", "ingest")
-walled(A, "build_timeline", "timeline: read back + classify")
+walled(A, "build_timeline", "timeline: classify")
 for name in ("progress", "lifecycle", "errors", "failures", "collectives", "gpu"):
     walled(getattr(A, name), "detect", "detectors")
 walled(A.stack_detector, "findings", "detectors")
@@ -99,12 +100,12 @@ def main() -> None:
     print("|---|---:|---:|")
     print(f"| imports | {said['imports']:.2f} | |")
     print(f"| ingest | {walls['ingest']:.2f} | |")
-    for key in ("decompress", "scan + assemble (journal pieces)", "write the parts",
-                "merge each host folder into one file"):
+    for key in ("decompress", "scan + assemble (journal pieces)", "write each host folder once (rows held in memory)",
+                "write parts (rows past the memory held)", "merge parts into one file per host folder"):
         print(f"| &nbsp;&nbsp;{key} | | {busy.get(key, 0.0):.2f} |")
-    print(f"| timeline: read back + classify | {walls['timeline: read back + classify']:.2f} | |")
+    print(f"| timeline: classify | {walls['timeline: classify']:.2f} | |")
     print(f"| detectors (all, stacks and key times included) | {walls['detectors']:.2f} | |")
-    rest = said["analyze"] - walls["ingest"] - walls["timeline: read back + classify"] - walls["detectors"]
+    rest = said["analyze"] - walls["ingest"] - walls["timeline: classify"] - walls["detectors"]
     print(f"| the rest (profile choice, incident, tracks) | {rest:.2f} | |")
     print(f"| **analyze, in process** | **{said['analyze']:.2f}** | |")
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import polars as pl
 
 from forensics.timeline.align import Timeline, build_timeline
-from forensics.case.build import Case, ingest, load_case
+from forensics.case.build import Case, Held, ingest, load_case
 from forensics.case.places import location
 from forensics.case.cluster import Progress
 from forensics.detect import (
@@ -327,8 +327,10 @@ def profile_for(case: Case) -> tuple[Profile, str]:
 def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
              on_progress: Progress | None) -> Analysis:
     case_dir = location(case_dir) if case_dir else Path("exports") / bundle.resolve().name / "case"
-    ingest(bundle, case_dir, on_progress)
+    held = Held(keep_events=True)  # the timeline reads the journal rows this ingest holds, not its files
+    ingest(bundle, case_dir, on_progress, held=held)
     case = load_case(case_dir)
+    case.held_events = held.events
     chosen = None
     if profile is None:
         profile, chosen = profile_for(case)

@@ -54,3 +54,31 @@ def test_records_without_journal_clocks_have_no_steps() -> None:
                           schema_overrides={"_BOOT_ID": pl.String, "__REALTIME_TIMESTAMP": pl.Int64,
                                             "__MONOTONIC_TIMESTAMP": pl.Int64, "source_offset": pl.Int64})
     assert clock_jumps(events).is_empty()
+
+
+def test_the_timeline_read_from_the_rows_an_ingest_holds_is_the_one_read_from_its_files(tmp_path: Path) -> None:
+    """The analysis reads its timeline from the journal rows its ingest still holds in memory, not
+    from the files it just wrote: both ways give the same timeline, line for line."""
+    from forensics.case.build import Held, ingest, load_case
+    from forensics.case.incident import load_incident
+    from forensics.lab.reference import write_reference
+    from forensics.profiles import load_profile
+    from forensics.timeline.align import build_timeline
+
+    bundle = write_reference(tmp_path / "two-hosts", hosts=2)
+    held = Held(keep_events=True)
+    ingest(bundle, tmp_path / "case", held=held)
+    assert len(held.events) == 2
+    profile = load_profile("sglang")
+    from_memory = load_case(tmp_path / "case")
+    from_memory.held_events = held.events
+    timelines = [build_timeline(case, load_incident(bundle, profile), profile)
+                 for case in (from_memory, load_case(tmp_path / "case"))]
+    assert not from_memory.held_events  # released once read
+    first, second = timelines
+    assert first.events.height > 10_000
+    assert first.events.equals(second.events)
+    for name in ("activity", "source_gaps", "progress_streams", "progress_gaps", "progress_counts", "jumps",
+                 "clock_checks", "request_pairs"):
+        ours, theirs = getattr(first, name), getattr(second, name)  # tables by group: in no set order
+        assert ours.sort(ours.columns, nulls_last=True).equals(theirs.sort(theirs.columns, nulls_last=True)), name

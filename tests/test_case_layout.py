@@ -177,3 +177,38 @@ def test_a_host_name_too_long_for_a_folder_is_quarantined_not_a_crash(tmp_path: 
     assert reasons == ["host of 300 characters: too long for a folder name (forged or damaged); not kept"] * 2
     assert case.events.collect().get_column("host").to_list() == ["fine"]
     assert case.stacks.select(pl.col("dump").n_unique()).collect().item() == 1
+
+
+@pytest.mark.parametrize("limit", [0, 2_000, None], ids=["written-as-parts", "held-then-spilled", "held"])
+def test_rows_held_in_memory_spilled_or_written_as_parts_make_the_same_case(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int | None) -> None:
+    """An ingest in this process holds rows in memory up to a limit, and an input that finds no
+    room writes what it held as parts: whichever way, the case is the one the part-writing ingest
+    (Dask's) makes — repeats dropped, every column in every host folder, the input's order kept."""
+    monkeypatch.setattr(case_module, "PART_ROWS", 3)  # several parts per input
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "a.export").write_bytes(b"".join(_entry("one", i, f"line {i}") for i in range(10)))
+    (bundle / "b.export").write_bytes(b"".join(_entry("one", i, f"line {i}") for i in range(5, 15)))
+    (bundle / "c.export").write_bytes(b"".join(_entry("two" if i % 2 else "one", 100 + i, f"other {i}",
+                                                      ("ONLY_HERE", "x")) for i in range(8)))
+    held = case_module.Held(limit, keep_events=True)
+    manifest = ingest(bundle, tmp_path / "case", run=case_module.cluster.Local(), held=held)
+    assert {e["path"]: e["duplicates"] for e in manifest["inputs"]} == {"a.export": 0, "b.export": 5, "c.export": 0}
+    assert manifest["totals"]["events"] == 15 + 8
+    events = load_case(tmp_path / "case").events.collect()
+    expected = [f"line {i}" for i in range(15)] + [f"other {i}" for i in range(0, 8, 2)]
+    assert events.filter(pl.col("host") == "one").get_column("message").to_list() == expected
+    assert events.filter(pl.col("host") == "two").get_column("message").to_list() == [f"other {i}" for i in (1, 3, 5, 7)]
+    for folder in (tmp_path / "case" / "events").iterdir():
+        (part,) = folder.glob("*.parquet")
+        assert "ONLY_HERE" in pl.read_parquet_schema(part), folder.name
+    if limit == 0:
+        assert not held.events and held.spilled == {0, 1, 2}
+    elif limit is None:  # every host's rows as written, for the timeline
+        assert not held.spilled
+        for host, rows in held.events.items():
+            on_disk = pl.read_parquet(tmp_path / "case" / "events" / partition_name(host) / "part-0.parquet")
+            assert rows.equals(on_disk.select(rows.columns)), host
+    else:
+        assert held.spilled and held.spilled != {0, 1, 2}  # some input held rows, then wrote them as parts

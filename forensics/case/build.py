@@ -38,9 +38,10 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
@@ -54,8 +55,8 @@ from forensics.case import cluster
 from forensics.case.cluster import Progress, Runner
 from forensics.formats.schema import EXCERPT_CHARS, QUARANTINE_SCHEMA, SCHEMAS, empty, validate
 from forensics.case.places import Place, is_remote, location, place_text, writer_lock
-from forensics.case.store import (PARTITION, PARTS, columns_of, finish_partition, partition_name, scan_frame, write_empty,
-                             write_part)
+from forensics.case.store import (PARTITION, PARTS, by_host, columns_of, finish_held, finish_partition, partition_name,
+                                  scan_frame, write_empty, write_host_part, write_part)
 
 MANIFEST_VERSION = 4  # 4: frames partitioned by host
 FRAMES = (*SCHEMAS, "quarantine")
@@ -112,6 +113,9 @@ class Case:
     stacks: pl.LazyFrame
     quarantine: pl.LazyFrame
     manifest: dict[str, Any]
+    # host → its `events` rows still in memory from the ingest that wrote them (`Held.events`), for
+    # the timeline to read instead of the file; empty for a case opened from disk
+    held_events: dict[str | None, pl.DataFrame] = field(default_factory=dict)
 
     def to_pandas(self, frame: str, columns: list[str] | None = None, where: pl.Expr | None = None) -> Any:
         """One of the case's frames (`events`, `samples`, `stacks`, `quarantine`) as a pandas
@@ -269,17 +273,66 @@ def _refuse_hosts(rows: pl.DataFrame, name: str, seen: set[str | None], relative
     return rows.filter(~bad), quarantine
 
 
+HOLD_ENV = "FORENSICS_HOLD_BYTES"  # rows an ingest in this process may hold in memory (default 768 MiB; 0: none)
+HOLD_BYTES = int(os.environ.get(HOLD_ENV) or 768 << 20)
+
+
+class Held:
+    """The rows an ingest in this process holds in memory instead of writing them as parts, up to
+    `limit` bytes over all its inputs. A host folder whose rows were all held is written once, as
+    its one file (no parts to merge), and with `keep_events` its journal rows stay here for the
+    analysis' timeline (`events`), which then does not read back the file just written. An input
+    that finds no room writes what it holds as parts and goes on as a part-writing ingest does."""
+
+    def __init__(self, limit: int | None = None, keep_events: bool = False) -> None:
+        self.limit, self.keep_events, self.used = HOLD_BYTES if limit is None else limit, keep_events, 0
+        self.inputs: dict[int, list[tuple[str, str, pl.DataFrame]]] = {}  # input → (frame, part tag, rows)
+        self.spilled: set[int] = set()
+        self.events: dict[str | None, pl.DataFrame] = {}  # host → its rows as written (with `keep_events`)
+        self._lock = threading.Lock()
+
+    def keep(self, index: int, name: str, tag: str, rows: pl.DataFrame) -> bool:
+        """Hold `rows` (frame `name`, the part `tag` they would be written as) of input `index`, if
+        there is room and the input has not spilled."""
+        size = rows.estimated_size()
+        with self._lock:
+            if index in self.spilled or self.used + size > self.limit:
+                return False
+            self.used += size
+            self.inputs.setdefault(index, []).append((name, tag, rows))
+            return True
+
+    def spill(self, index: int) -> list[tuple[str, str, pl.DataFrame]]:
+        """What input `index` holds, given back (to be written as parts or dropped); it holds no more."""
+        with self._lock:
+            self.spilled.add(index)
+            given = self.inputs.pop(index, [])
+            self.used -= sum(rows.estimated_size() for _, _, rows in given)
+            return given
+
+    def by_partition(self) -> dict[tuple[str, str | None], list[tuple[str, pl.DataFrame]]]:
+        """Every held row by frame and host: (part tag, rows without `host`) in input and file order."""
+        out: dict[tuple[str, str | None], list[tuple[str, pl.DataFrame]]] = {}
+        for index in sorted(self.inputs):
+            for name, tag, rows in self.inputs[index]:
+                for host, part in by_host(rows):
+                    out.setdefault((name, host), []).append((tag, part))
+        return out
+
+
 def _remove_parts(staging: Place, index: int) -> None:
     """Every part one input wrote (it failed part way: the case keeps none of it)."""
     for part in [*staging.glob(f"*/*/part-{index:06d}-*.parquet"), *staging.glob(f"*/part-{index:06d}-*.parquet")]:
         part.unlink()
 
 
-def ingest_input(bundle: str, relative: str, source_name: str, staging: str, index: int) -> dict[str, Any]:
+def ingest_input(bundle: str, relative: str, source_name: str, staging: str, index: int,
+                 held: Held | None = None) -> dict[str, Any]:
     """Read one input of `bundle` (at `relative` in it) part by part into the case being built at
-    `staging`: the input's manifest entry, and what the case needs to know of its rows (frame,
-    hosts, extra columns, rows, py-spy dumps, first and last time). The unit of work that runs in
-    this process or on a Dask worker; run twice, it writes the same files."""
+    `staging` (or into `held`, while it has room): the input's manifest entry, and what the case
+    needs to know of its rows (frame, hosts, extra columns, rows, py-spy dumps, first and last
+    time). The unit of work that runs in this process or on a Dask worker; run twice, it writes
+    the same files."""
     folder, path, source = location(staging), Path(bundle) / relative, sources.get(source_name)
     entry: dict[str, Any] = {"path": relative, "format": source.name, "sha256": _sha256(path)}
     facts: dict[str, Any] = {"entry": entry, "frame": None, "hosts": set(), "extras": set(), "rows": 0, "dumps": 0,
@@ -296,7 +349,13 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
         name = facts["frame"]
         if waiting:
             rows = pl.concat(waiting, how="diagonal_relaxed") if len(waiting) > 1 else waiting[0]
-            facts["hosts"].update(write_part(folder, name, rows, f"{index:06d}-{written:06d}"))
+            tag = f"{index:06d}-{written:06d}"
+            if held is not None and held.keep(index, name, tag, rows):
+                facts["hosts"].update(host for host, _ in by_host(rows))
+            else:
+                for held_name, held_tag, held_rows in held.spill(index) if held is not None else []:
+                    write_part(folder, held_name, held_rows, held_tag)
+                facts["hosts"].update(write_part(folder, name, rows, tag))
         if refusals:
             write_part(folder, "quarantine", pl.concat(refusals), f"{index:06d}-{written:06d}")
         waiting.clear()
@@ -333,6 +392,8 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
         write()
     except ForensicsError as error:
         _remove_parts(folder, index)
+        if held is not None:
+            held.spill(index)
         entry.update(records=0, parsed=0, quarantined=0, error=str(error))
         return {"entry": entry, "frame": None, "hosts": set(), "extras": set(), "rows": 0, "dumps": 0,
                 "first": None, "last": None}
@@ -344,24 +405,57 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
     return facts
 
 
-def build_case(bundle: Path, staging: Place, progress: Progress | None = None, run: Runner | None = None
-               ) -> dict[str, Any]:
+def _finish_host(staging: Place, name: str, host: str | None, extras: list[str], held: Held | None,
+                 parts: list[tuple[str, pl.DataFrame]]) -> dict[str, int]:
+    """One host folder of a frame made whole (`finish_partition`): from the rows `held` for it
+    when it has no parts on disk (written once; journal rows kept in `held.events` if it keeps
+    them), else with those rows written as parts first."""
+    partition = staging / name / partition_name(host)
+    if parts and not any(partition.glob(PARTS)):
+        dropped, rows = finish_held(partition, name, extras, [rows for _, rows in parts])
+        if held is not None and held.keep_events and name == "events":
+            held.events[host] = rows
+        return dropped
+    for tag, rows in parts:  # the input spilled after these were held: they join its parts on disk
+        write_host_part(partition, rows, tag)
+    return finish_partition(partition, name, extras)
+
+
+def build_case(bundle: Path, staging: Place, progress: Progress | None = None, run: Runner | None = None,
+               held: Held | None = None) -> dict[str, Any]:
     """Every input of `bundle` read into the case folder `staging` (input by input, then host
-    folder by host folder; see `forensics.case.store`); returns the manifest (not yet written)."""
+    folder by host folder; see `forensics.case.store`); returns the manifest (not yet written).
+    Run in this process, the inputs' rows are held in memory up to `held`'s limit (a `Held` of the
+    default limit if none is given), so that host folders are written once."""
     run = run or cluster.runner()
+    if isinstance(run, cluster.Local):
+        held = held if held is not None else Held()
+    else:
+        held = None  # workers elsewhere write their own parts
     found, skipped = discover(bundle, load_incident(bundle).inputs)
     root = bundle.absolute()
     run.check_paths([root, staging])
     calls = [(str(root), str(path.relative_to(bundle)), source.name, place_text(staging), index)
+             + ((held,) if held is not None else ())
              for index, (path, source) in enumerate(found)]
     read = run.map(ingest_input, calls, "inputs", progress)
     extras = sorted(set().union(*(f["extras"] for f in read if f["frame"] == "events")))
     partitions = {name: sorted({h for f in read if f["frame"] == name for h in f["hosts"]}, key=lambda h: (h is None, h))
                   for name in SCHEMAS}
-    finishing = [(place_text(staging / name / partition_name(host)), name, extras if name == "events" else [])
-                 for name, hosts in partitions.items() for host in hosts]
     duplicates: dict[str, int] = {}
-    for dropped in run.map(finish_partition, finishing, "partitions", progress):
+    if held is not None:
+        held_parts = held.by_partition()
+        held.inputs.clear()  # from here on each host's rows are held by its finishing call alone
+        finished = run.map(_finish_host, [(staging, name, host, extras if name == "events" else [], held,
+                                           held_parts.pop((name, host), []))
+                                          for name, hosts in partitions.items() for host in hosts],
+                           "partitions", progress)
+    else:
+        finished = run.map(finish_partition, [(place_text(staging / name / partition_name(host)), name,
+                                               extras if name == "events" else [])
+                                              for name, hosts in partitions.items() for host in hosts],
+                           "partitions", progress)
+    for dropped in finished:
         for path, count in dropped.items():
             duplicates[path] = duplicates.get(path, 0) + count
     for name, hosts in partitions.items():
@@ -399,10 +493,11 @@ def build_case(bundle: Path, staging: Place, progress: Progress | None = None, r
 
 
 def ingest(bundle: str | Path, case_dir: str | Place, progress: Progress | None = None,
-           run: Runner | None = None) -> dict[str, Any]:
+           run: Runner | None = None, held: Held | None = None) -> dict[str, Any]:
     """Read every input of `bundle` into a case at `case_dir` (replaced whole, never half-written);
     returns the manifest. The work runs on `run` (default: this process, or the Dask cluster
-    named by FORENSICS_DASK)."""
+    named by FORENSICS_DASK); in this process, rows are held in memory as `held` allows (see
+    `build_case`)."""
     bundle = Path(bundle)
     check_case_target(case_dir, bundle)
     if not bundle.is_dir():
@@ -410,7 +505,7 @@ def ingest(bundle: str | Path, case_dir: str | Place, progress: Progress | None 
     chosen = run or cluster.runner()
     try:
         with staged_case(case_dir, bundle, isinstance(chosen, cluster.Local), progress) as staging:
-            manifest = build_case(bundle, staging, progress, chosen)
+            manifest = build_case(bundle, staging, progress, chosen, held)
             (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     finally:
         if run is None:

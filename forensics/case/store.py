@@ -77,16 +77,25 @@ def write_part(folder: Place, name: str, rows: pl.DataFrame, tag: str) -> list[s
         _write(rows, folder / name / f"part-{tag}.parquet")
         return []
     hosts: list[str | None] = []
-    column = rows.get_column(PARTITION)
-    if column.n_unique() == 1:  # one host (the usual input): written as it is, not split into a copy
-        host = None if column[0] is None else str(column[0])
-        _write(rows.drop(PARTITION), folder / name / partition_name(host) / f"part-{tag}.parquet")
-        return [host]
-    for key, part in rows.partition_by(PARTITION, as_dict=True, include_key=False, maintain_order=True).items():
-        host = None if key[0] is None else str(key[0])
-        _write(part, folder / name / partition_name(host) / f"part-{tag}.parquet")
+    for host, part in by_host(rows):
+        write_host_part(folder / name / partition_name(host), part, tag)
         hosts.append(host)
     return hosts
+
+
+def write_host_part(partition: Place, rows: pl.DataFrame, tag: str) -> None:
+    """One host's `rows` (without `host`) into its folder `partition` as `part-TAG.parquet`."""
+    _write(rows, partition / f"part-{tag}.parquet")
+
+
+def by_host(rows: pl.DataFrame) -> list[tuple[str | None, pl.DataFrame]]:
+    """`rows` of a partitioned frame split by host, in order of first appearance, each without the
+    `host` column (it is the folder's name)."""
+    column = rows.get_column(PARTITION)
+    if column.n_unique() == 1:  # one host (the usual input): as it is, not split into a copy
+        return [(None if column[0] is None else str(column[0]), rows.drop(PARTITION))]
+    return [(None if key[0] is None else str(key[0]), part)
+            for key, part in rows.partition_by(PARTITION, as_dict=True, include_key=False, maintain_order=True).items()]
 
 
 def write_empty(folder: Place, name: str, schema: Mapping[str, pl.DataType]) -> None:
@@ -122,13 +131,21 @@ def scan_frame(folder: Place, name: str, extras: list[str] | None = None) -> pl.
     return scan.select(pl.col(PARTITION).cast(schema[PARTITION]) if c == PARTITION else pl.col(c) for c in schema)
 
 
-def scan_partition(folder: Place, name: str, host: str | None, extras: list[str] | None = None) -> pl.LazyFrame:
-    """One host's rows of a frame of the case at `folder`, lazily, as `scan_frame` gives them."""
+def scan_partition(folder: Place, name: str, host: str | None, extras: list[str] | None = None,
+                   held: pl.DataFrame | None = None) -> pl.LazyFrame:
+    """One host's rows of a frame of the case at `folder`, lazily, as `scan_frame` gives them; from
+    `held` instead when given (the same rows, still in memory: `finish_held`)."""
     schema = columns_of(name, extras or [])
     stored = {k: v for k, v in schema.items() if k != PARTITION}
-    scan = _scan(folder / name / partition_name(host) / PARTS, schema=stored, missing_columns="insert")
+    scan = (_scan(folder / name / partition_name(host) / PARTS, schema=stored, missing_columns="insert")
+            if held is None else _with_columns(held, stored).lazy())
     return scan.select(pl.lit(host, schema[PARTITION]).alias(PARTITION) if c == PARTITION else pl.col(c)
                        for c in schema)
+
+
+def _with_columns(rows: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    """`rows` with exactly `schema`'s columns, in its order (those it lacks as nulls)."""
+    return rows.select(pl.col(c) if c in rows.columns else pl.lit(None, kind).alias(c) for c, kind in schema.items())
 
 
 NO_REPEATS = pl.DataFrame(schema={"_row": pl.UInt32, "source_file": pl.String})  # what a repeat search finds
@@ -182,6 +199,24 @@ def _write_text(path: Place, text: str) -> None:
     hidden = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     hidden.write_text(text)
     os.replace(hidden, path)
+
+
+def finish_held(partition: Place, name: str, extras: list[str], parts: list[pl.DataFrame]
+                ) -> tuple[dict[str, int], pl.DataFrame]:
+    """`finish_partition` for a host folder whose rows an ingest held in memory (`parts`, in input
+    and file order, without `host`): written once as the folder's one file, without repeated
+    journal records; how many were dropped per input, and the rows as written."""
+    schema = {k: v for k, v in columns_of(name, extras).items() if k != PARTITION}
+    rows = _with_columns(pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0], schema)
+    dropped: dict[str, int] = {}
+    if name == "events":
+        repeats = repeated_records(rows.lazy().with_row_index("_row"), schema)
+        if repeats.height:
+            dropped = dict(repeats.group_by("source_file").len().iter_rows())
+            rows = (rows.with_row_index("_row").filter(~pl.col("_row").is_in(repeats.get_column("_row").implode()))
+                    .drop("_row"))
+    _write(rows, partition / "part-0.parquet")
+    return dropped, rows
 
 
 def finish_partition(partition: str | Place, name: str, extras: list[str]) -> dict[str, int]:

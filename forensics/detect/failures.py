@@ -282,9 +282,11 @@ def _startups(timeline: Timeline, several_hosts: bool) -> list[Finding]:
     serving = (lines.group_by("host", "unit").agg(
         (pl.col("progress").is_not_null() | pl.col("ready") | pl.col("health_ok")
          | pl.col("message").fill_null("").str.contains(ready_pattern)).any().alias("served")))
-    starting = (lines.join(serving.filter(~pl.col("served")).select("host", "unit"), on=["host", "unit"],
-                           nulls_equal=True)
-                .sort("ts").collect())
+    # only the units that never served and logged a start-up line: a sidecar's chatter is not read
+    begun = lines.filter(pl.col("message").fill_null("").str.contains(starting_pattern)).select("host", "unit").unique()
+    candidates = serving.filter(~pl.col("served")).select("host", "unit").join(begun, on=["host", "unit"],
+                                                                               nulls_equal=True)
+    starting = lines.join(candidates, on=["host", "unit"], nulls_equal=True).sort("ts").collect()
     out = []
     main = rules.main_track
     for (host, unit), rows in starting.group_by("host", "unit", maintain_order=True):
@@ -358,8 +360,8 @@ def _died_serving(timeline: Timeline, several_hosts: bool) -> list[Finding]:
     if events.is_empty() or end is None:
         return []
     text = [pl.col("host").cast(pl.String), pl.col("unit").cast(pl.String)]  # the lean and full timelines alike
-    served = (events.filter(pl.col("progress").is_not_null() | pl.col("ready") | pl.col("health_ok"))
-              .select(text).unique())
+    served = (events.lazy().filter(pl.col("progress").is_not_null() | pl.col("ready") | pl.col("health_ok"))
+              .select(text).unique().collect())  # lazily: the filter copies two columns, not every one
     ends = (timeline.activity.with_columns(text).join(served, on=["host", "unit"], nulls_equal=True)
             .group_by("host", "unit").agg(pl.col("last").max(), pl.col("component").drop_nulls().first()))
     out = []

@@ -437,10 +437,10 @@ def _read_batch(batch: pl.DataFrame, host: str | None, incident: Incident, profi
 
 def _activity(read: pl.DataFrame) -> pl.DataFrame:
     """Lines per minute and lane of a read batch, with their first and last time."""
-    return (read.group_by(pl.col("ts").dt.truncate("1m").alias("minute"),
-                          *(pl.col(c).cast(pl.String) if c in ("host", "identifier", "unit") else pl.col(c)
-                            for c in ACTIVITY_KEYS))
-            .agg(pl.len().alias("lines"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")))
+    # grouped on the categories as they are, made text after: a million short strings are not made
+    return (read.lazy().group_by(pl.col("ts").dt.truncate("1m").alias("minute"), *ACTIVITY_KEYS)
+            .agg(pl.len().alias("lines"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"))
+            .with_columns(pl.col(c).cast(pl.String) for c in ("host", "identifier", "unit")).collect())
 
 
 def _skew(read: pl.DataFrame, zone: str) -> pl.Series:
@@ -448,18 +448,19 @@ def _skew(read: pl.DataFrame, zone: str) -> pl.Series:
     journald's time, in seconds. The host's clock offset is on both, so it cancels."""
     on_utc = (pl.col("line_local").dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
               .dt.convert_time_zone("UTC"))
-    return (read.filter(pl.col("line_local").is_not_null() & (pl.col("data_type") != PLAIN_LOG))
-            .select(((on_utc - pl.col("ts")).dt.total_microseconds() / 1e6).alias("skew")).to_series()
+    return (read.lazy().filter(pl.col("line_local").is_not_null() & (pl.col("data_type") != PLAIN_LOG))
+            .select(((on_utc - pl.col("ts")).dt.total_microseconds() / 1e6).alias("skew")).collect().to_series()
             .drop_nulls())
 
 
 def read_host(case_dir: str, host: str | None, extras: list[str], incident: Incident, profile: Profile,
-              window: tuple[datetime, datetime] | None, lean: bool) -> HostRead:
+              window: tuple[datetime, datetime] | None, lean: bool, held: pl.DataFrame | None = None) -> HostRead:
     """One host's `events` read onto its timeline (a task: `forensics.case.cluster` runs one per host
     folder, in this process or on a Dask worker). Lean: batch by batch, keeping only the lines worth
     a finding (see the module's docstring); the rest are counted in `activity`, and of the progress
-    lines only their numbers are held until the gaps are found."""
-    scan = scan_partition(location(case_dir), "events", host, extras).select(_event_columns(extras))
+    lines only their numbers are held until the gaps are found. `held`: the folder's rows as the
+    ingest that wrote them still holds them (read instead of the file)."""
+    scan = scan_partition(location(case_dir), "events", host, extras, held).select(_event_columns(extras))
     total = scan.select(pl.len()).collect().item()
     step = LEAN_BATCH_ROWS if lean else max(total, 1)
     zone = incident.clock(host).time_zone.key
@@ -568,13 +569,19 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
     extras = case.manifest.get("layout", {}).get("extra_columns", {}).get("events", [])
     hosts = _partitions(case) or [None]  # a case of no events has one empty folder, of no host
     chosen = run or cluster.runner()
+    # the rows an ingest in this process still holds, narrowed now to what the timeline reads, so
+    # that the other columns are released before the work starts
+    held = ({host: rows.select(c for c in _event_columns(extras) if c in rows.columns)
+             for host, rows in case.held_events.items()} if isinstance(chosen, cluster.Local) else {})
+    case.held_events.clear()
     try:
         chosen.check_paths([case.path])
-        parts: list[HostRead] = chosen.map(read_host, [(place_text(case.path), host, extras, incident, profile, window, lean)
-                                                       for host in hosts], "hosts", progress)
+        parts: list[HostRead] = chosen.map(read_host, [(place_text(case.path), host, extras, incident, profile, window,
+                                                        lean, held.get(host)) for host in hosts], "hosts", progress)
     finally:
         if run is None:
             chosen.close()
+    held.clear()  # what the timeline keeps of those rows it now holds itself
     events = pl.concat([part.events for part in parts], how="vertical_relaxed")
     for part in parts:  # the hosts' lines are now held once, in `events`
         part.events = part.events.clear()

@@ -40,8 +40,9 @@ def progress_of(read: pl.DataFrame, profile: Profile) -> pl.DataFrame:
     counts and the profile's `working_when` numbers: what `host_progress` needs of every progress
     line (text as categories, so that nothing holds the batch's text)."""
     numbers = [c for c in dict.fromkeys((*PENDING, *profile.logs.working_when)) if c in read.columns]
-    return read.filter(pl.col("progress").is_not_null()).select(
-        "_at", "ts", *(pl.col(c).cast(pl.Categorical) for c in (*STREAM, "progress", "unit")), *numbers)
+    # lazily: the filter then copies only the selected columns, not the whole batch
+    return read.lazy().filter(pl.col("progress").is_not_null()).select(
+        "_at", "ts", *(pl.col(c).cast(pl.Categorical) for c in (*STREAM, "progress", "unit")), *numbers).collect()
 
 
 def own_ends(activity: pl.DataFrame) -> pl.DataFrame:
@@ -57,10 +58,10 @@ def own_ends(activity: pl.DataFrame) -> pl.DataFrame:
 
 def count_progress(read: pl.DataFrame, lanes: Sequence[str]) -> pl.DataFrame:
     """A read batch's progress lines per second and lane (`lanes`), with the first and last time."""
-    return (read.filter(pl.col("progress").is_not_null())
-            .group_by(pl.col("ts").dt.truncate("1s").alias("second"),
-                      *(pl.col(c).cast(pl.Int64 if c.startswith("line_") else pl.String) for c in lanes))
-            .agg(pl.len().alias("lines"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")))
+    return (read.lazy().filter(pl.col("progress").is_not_null())
+            .group_by(pl.col("ts").dt.truncate("1s").alias("second"), *lanes)
+            .agg(pl.len().alias("lines"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"))
+            .with_columns(pl.col(c).cast(pl.Int64 if c.startswith("line_") else pl.String) for c in lanes).collect())
 
 
 def host_progress(lines: pl.DataFrame, own_end: pl.DataFrame, profile: Profile
