@@ -207,7 +207,9 @@ def finish_held(partition: Place, name: str, extras: list[str], parts: list[pl.D
     and file order, without `host`): written once as the folder's one file, without repeated
     journal records; how many were dropped per input, and the rows as written."""
     schema = {k: v for k, v in columns_of(name, extras).items() if k != PARTITION}
-    rows = _with_columns(pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0], schema)
+    # diagonal: parts of the same columns are put end to end as they are (relaxed would copy)
+    rows = _with_columns(pl.concat([_with_columns(part, schema) for part in parts]) if len(parts) > 1 else parts[0],
+                         schema)
     dropped: dict[str, int] = {}
     if name == "events":
         repeats = repeated_records(rows.lazy().with_row_index("_row"), schema)
