@@ -58,6 +58,16 @@ def test_a_slice_of_a_column_reads_its_own_rows() -> None:
     assert label_numbers(lines.gather([40, 3]), FIELDS).get_column("running").to_list() == [40.0, 3.0]
 
 
+def test_lines_masked_out_are_not_read_and_a_slice_keeps_its_mask_in_place() -> None:
+    lines = pl.Series("message", [None if i == 9 else f"#running-req: {i}, long enough to be stored out of line"
+                                  for i in range(50)])
+    odd = pl.Series([i % 2 == 1 for i in range(50)])
+    assert label_numbers(lines, FIELDS, odd).get_column("running").to_list() == [
+        float(i) if i % 2 and i != 9 else None for i in range(50)]
+    assert label_numbers(lines.slice(7, 5), FIELDS, odd.slice(7, 5)).get_column("running").to_list() == [
+        7.0, None, None, None, 11.0]
+
+
 def test_same_numbers_as_one_regular_expression_per_field_on_random_batch_lines() -> None:
     """The profile's fields were regular expressions before; on lines made of SGLang's parts in
     random order and forms, the one-pass reading gives what they gave."""

@@ -55,7 +55,9 @@ def impact(timeline: Timeline, times: KeyTimes) -> list[Impact]:
     if end is None or end <= times.started:
         return []
     window = pl.col("ts").is_between(times.started, end)
-    events = timeline.events.filter(window)
+    columns = [c for c in ("ts", "event", "unit", "http_status", "health_ok", "http_path", "message")
+               if c in timeline.events.columns]
+    events = timeline.events.lazy().select(columns).filter(window).collect()  # the columns read, not every one
     out: list[Impact] = []
     if "event" in events.columns:
         failed = (events.filter(pl.col("event").is_in(list(FAILURE_KINDS)))

@@ -33,15 +33,24 @@ def _spread(frame: pl.DataFrame, rows: pl.Series, computed: pl.DataFrame) -> lis
             for name, column in computed.to_dict().items()]
 
 
-def label_numbers(messages: pl.Series, fields: dict[str, tuple[str, ...]]) -> pl.DataFrame:
+def label_numbers(messages: pl.Series, fields: dict[str, tuple[str, ...]], only: pl.Series | None = None
+                  ) -> pl.DataFrame:
     """One Float64 column per field: the number after the field's label in each message (null
-    where the message has none). A label counts where it starts the message or follows a
-    punctuation mark and a space; the number is an optional "-", digits and at most one "."; the
-    first occurrence in a message wins."""
+    where the message has none, or where the Boolean mask `only` is not true). A label counts
+    where it starts the message or follows a punctuation mark and a space; the number is an
+    optional "-", digits and at most one "."; the first occurrence in a message wins."""
     if messages.is_empty():
         return pl.DataFrame(schema={name: pl.Float64 for name in fields})
     array = messages.cast(pl.String).rechunk().to_arrow(compat_level=pl.CompatLevel.newest())
     validity, views, *data = array.buffers()
+    if only is not None:  # the lines not asked for are skipped as the scanner skips nulls: by the validity bits
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        asked = pa.array(np.concatenate([np.zeros(array.offset, bool), only.fill_null(False).to_numpy()]), pa.bool_())
+        if validity is not None:
+            asked = pc.and_(asked, pa.Array.from_buffers(pa.bool_(), len(asked), [None, validity]))
+        validity = asked.buffers()[1]
     labels = [(label.encode(), column) for column, name in enumerate(fields) for label in fields[name]]
     numbers = _label_numbers.label_numbers(views, validity, data, array.offset, len(array), labels, len(fields))
     block = np.frombuffer(numbers, np.float64).reshape(len(fields), len(array))
@@ -96,8 +105,8 @@ def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = No
         pl.col("a").struct.field("method").alias("http_method"), pl.col("a").struct.field("path").alias("http_path"),
         pl.col("a").struct.field("status").cast(pl.Int16, strict=False).alias("http_status"))
     columns += _spread(frame, rows, access)
-    rows = picked.get_column("progress").arg_true()
-    columns += _spread(frame, rows, label_numbers(messages.get_column("message")[rows], rules.fields))
+    # read in place, the other lines masked: no copy of the progress lines out and back
+    columns += label_numbers(frame.get_column("message"), rules.fields, picked.get_column("progress")).get_columns()
     # A handful of distinct tags (TP0 … TP7): ranks are read from those, then mapped onto every row.
     tags = frame.select(pl.col("tag").unique().drop_nulls()).with_columns(
         pl.col("tag").str.extract(rf"\b{r.upper()}(\d+)\b", 1).cast(pl.Int32).alias(f"line_{r}") for r in RANKS)
