@@ -28,6 +28,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.inputs import reference_bundle
 from bench.measure import Measurement, median_of, python, run
 
 SCALE = int(os.environ.get("BENCH_REFERENCE_SCALE", "100"))
@@ -40,13 +41,13 @@ PROGRESS_SQL = ("SELECT _SYSTEMD_UNIT, max(log_time) FROM journald_json_log "
                 "WHERE log_body LIKE '% batch. #%' OR log_body LIKE '% batch, #%' GROUP BY _SYSTEMD_UNIT")
 # The detectors' journal questions for lnav. One pass keeps the lines any question needs (the
 # profile's patterns as LIKE, which lnav runs faster than REGEXP), then one query per question.
-_KINDS = {
-    "request_aborted": ("%aborted: client disconnected%", "%Abort request%", "%abort_request%"),
+_KINDS = {  # sglang.toml's line kinds (its patterns as LIKE)
+    "request_aborted": ("%Abort request%", "%abort_request%"),
     "kv_transfer_failure": ("%KV transfer failed%", "%KVTransferError%", "%ransfer failed%", "%KVPoll.Failed%"),
-    "watchdog_timeout": ("%Watchdog timeout%",),
-    "request_timeout": ("%timed out after%",),
-    "health_check_failed": ("%health check of % failed%",),
-    "markup_leak": ("%DSML%", "%unparsed tool-call markup%"),
+    "watchdog_timeout": ("%atchdog timeout%",),
+    "request_timeout": ("%Request waiting timeout reached%", "%Request running timeout reached%"),
+    "health_check_failed": ("%health check failed%", "%health check is pending with error%"),
+    "markup_leak": ("%Finish: obj=%out={%DSML%",),
     "traceback": ("Traceback%",),
 }
 
@@ -110,14 +111,10 @@ def inputs() -> tuple[Path, Path, Path, int]:
     """The bundle, its journal (through systemd-journal-remote), journalctl's JSON of that, and how
     many journal entries it has."""
     CACHE.mkdir(exist_ok=True)
-    bundle = CACHE / f"reference-x{SCALE}"
     as_json = CACHE / f"reference-x{SCALE}.json"
-    if not (bundle / "incident.toml").exists():
-        print(f"writing the reference incident at scale {SCALE} -> {bundle}", file=sys.stderr)
-        from forensics.lab.reference import write_reference
-        write_reference(bundle, scale=SCALE)
-    export = bundle / "journal" / "gpu-node-00.export.zst"
     journals = CACHE / f"reference-x{SCALE}-journal"
+    bundle = reference_bundle(CACHE / f"reference-x{SCALE}", as_json, journals, scale=SCALE)
+    export = bundle / "journal" / "gpu-node-00.export.zst"
     if not as_json.exists() or not journals.is_dir():
         plain = CACHE / "reference.export"
         with open(plain, "wb") as out:

@@ -23,6 +23,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from bench.inputs import reference_bundle
 from bench.measure import Measurement, run
 
 CACHE = Path(__file__).resolve().parent / ".cache"
@@ -61,12 +62,7 @@ print(seconds)
 
 
 def _bundle(name: str, **kwargs: int) -> Path:
-    folder = CACHE / name
-    if not (folder / "incident.toml").exists():
-        print(f"writing {name} -> {folder}", file=sys.stderr)
-        from forensics.lab.reference import write_reference
-        write_reference(folder, **kwargs)
-    return folder
+    return reference_bundle(CACHE / name, **kwargs)
 
 
 def _analyze(label: str, bundle: Path, how: str, lean_above: str | None = None) -> tuple[Measurement, dict]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bench.analyze_reference import CACHE, SCALE
 from bench.analyze_reference import inputs as reference_inputs
+from bench.inputs import reference_bundle
 from bench.measure import Measurement, python, run
 
 HOSTS = int(os.environ.get("BENCH_REPORT_HOSTS", "64"))
@@ -56,11 +57,7 @@ def main() -> None:
     rows.append(_report("forensics report: reference incident (~10 k entries)", REFERENCE, CACHE / "report-reference"))
     big = CACHE / f"report-x{SCALE}"
     rows.append(_report(f"forensics report: {entries:,} entries", big_bundle, big))
-    fleet = CACHE / f"reference-{HOSTS}hosts"
-    if not (fleet / "incident.toml").exists():
-        print(f"writing the reference incident on {HOSTS} hosts -> {fleet}", file=sys.stderr)
-        from forensics.lab.reference import write_reference
-        write_reference(fleet, hosts=HOSTS)
+    fleet = reference_bundle(CACHE / f"reference-{HOSTS}hosts", hosts=HOSTS)
     rows.append(_report(f"forensics report: {HOSTS} hosts", fleet, CACHE / f"report-{HOSTS}hosts"))
     naive_html = CACHE / "naive-plot.html"
     naive = python(f"plotly express of the raw events ({entries:,} points)", NAIVE_PLOT,

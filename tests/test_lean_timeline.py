@@ -87,7 +87,7 @@ def test_a_mark_finds_routine_lines_a_lean_timeline_keeps_no_text_of(bundles: di
     (a router's request line, no text on the timeline) is still found, at the same time and lane."""
     import polars as pl
 
-    where = pl.col("message").str.contains("router: request c2f2aac4c38606af", literal=True)
+    where = pl.col("message").str.contains("[Router (Rust)] 2026-06-18 21:30:00 - DEBUG", literal=True)
     found = {}
     for lean in (False, True):
         analysis = _analysis(bundles["reference"], tmp_path / str(lean), lean, monkeypatch)

@@ -135,15 +135,10 @@ def test_findings_go_on_the_profiles_main_track(tmp_path: Path) -> None:
 
 
 LINE_PATTERNS = ("progress", "health_ok", "ready", "starting", "access", "request_sent", "request_received")
-# Patterns no real line backs yet: the reference generator's own wording (the router's per-request and
-# timeout lines, which no real router log at INFO holds; the markup leak, which SGLang does not log
-# at all). Each is a strict xfail: it passes, and must be taken off this list, once a real line is
-# added as a sample.
-UNGROUNDED = {
-    ("sglang", "event:request_timeout"): "router timeout lines are the generator's wording",
-    ("sglang", "event:markup_leak"): "the detokenizer markup line is the generator's wording",
-    ("sglang", "request_sent"): "SGLang's router logs no per-request line (corpus2 README): the generator's wording",
-}
+# Patterns no real line backs yet, each a strict xfail that passes, and must be taken off this list,
+# once a real line is added as a sample. (None today: the reference generator's own wording for the
+# router's per-request and timeout lines and the markup leak was replaced by SGLang's.)
+UNGROUNDED: dict[tuple[str, str], str] = {}
 
 
 def _stack_patterns(name: str) -> dict[str, str]:
@@ -165,10 +160,11 @@ def _pattern_cases() -> list[object]:
 def test_every_pattern_of_a_serving_profile_matches_one_of_its_real_lines(name: str, key: str) -> None:
     """A pattern fitted only to lines the suite invented proves nothing about real logs: each one
     matches at least one sample copied from a real log (a sample with a `source` in the corpora, or
-    an `origin`: the public bug report that quotes it)."""
+    an `origin`: the public bug report that quotes it) or built from the stack's own format string
+    (`printed_by`: the repository, commit, file and line that print it)."""
     import re
 
-    real = [s.line for s in load_profile(name).logs.samples if s.source or s.origin]
+    real = [s.line for s in load_profile(name).logs.samples if s.source or s.origin or s.printed_by]
     assert real, f"{name} has no real sample lines"
     pattern = _stack_patterns(name)[key]
     assert any(re.search(pattern, line) for line in real), f"{name} {key} {pattern!r} matches no real line"
@@ -201,3 +197,20 @@ def test_every_origin_names_a_public_report() -> None:
     origins = [s.origin for name in available() for s in load_profile(name).logs.samples if s.origin]
     assert origins and all(re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/[0-9]+", o)
                            for o in origins), origins
+
+
+def test_every_line_built_from_code_names_the_line_of_code_and_reads_like_it() -> None:
+    """A sample built from a format string names it — repository, full commit, file and line — and
+    is a whole line that code prints: SGLang's request log (`Receive: obj=GenerateReqInput(…)` or
+    `Finish: obj=…, out={…}` after its `[date time] ` prefix, the dataclass' fields as `name=value`)."""
+    import re
+
+    built = [s for name in available() for s in load_profile(name).logs.samples if s.printed_by]
+    assert built
+    for sample in built:
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40} \S+\.\w+:[0-9]+", sample.printed_by or ""), sample.printed_by
+        assert sample.source is None and sample.origin is None, sample.line
+        if "request_logger.py" in (sample.printed_by or ""):
+            assert re.fullmatch(r"\[[0-9-]+ [0-9:.]+\] (Receive: obj=GenerateReqInput\(.*\brid='[0-9a-f]{32}', .*\)"
+                                r"|Finish: obj=GenerateReqInput\(.*\brid='[0-9a-f]{32}', .*\), out=\{'text': .*\})",
+                                sample.line), sample.line

@@ -195,17 +195,20 @@ def _health(j: Journal, role: str, start: datetime, end: datetime) -> None:
               unit=UNITS[role], pid=host.pids[role], ident="python3")
 
 
+def _router_line(host: Host, t: datetime, level: str, text: str) -> str:
+    """A line of SGLang's Rust router as its Python launcher logs it (sgl-project/sglang#4208 quotes one)."""
+    return f"[Router (Rust)] {_local(host, t)} - {level} - {text}"
+
+
 def _router(j: Journal, start: datetime, end: datetime, scale: int) -> None:
+    """The router at debug level: one line per request it dispatches to a prefill/decode pair (its own
+    wording: `debug!("Sending concurrent requests to prefill={} decode={}")`, sgl-router's
+    src/routers/http/pd_router.rs), through the wedge too: clients keep sending."""
     host, rng = j.host, j.host.rng
     for t in _ticks(start, end, 0.25 / scale, 0.2 / scale, rng):
-        rid = f"{rng.getrandbits(64):016x}"
-        if host.incident and STORY.decode_last + timedelta(seconds=60) < t < STORY.healthy:
-            msg = f"[{_local(host, t)}] router: request {rid} timed out after 60.0 s waiting for decode"
-            prio = 4
-        else:
-            msg = f"[{_local(host, t)}] router: request {rid} routed prefill=:30000 decode=:30002 in {rng.uniform(0.1, 3):.2f} ms"
-            prio = 6
-        j.add(t, msg, unit=UNITS["router"], pid=host.pids["router"], ident="sglang-router", priority=prio)
+        j.add(t, _router_line(host, t, "DEBUG", f"Sending concurrent requests to prefill=http://127.0.0.1:"
+                                                f"{PORTS['prefill']} decode=http://127.0.0.1:{PORTS['decode']}"),
+              unit=UNITS["router"], pid=host.pids["router"], ident="sglang-router", priority=7)
 
 
 def _systemd(j: Journal, role: str, when: datetime, message_id: str, text: str, job: tuple[str, str] | None) -> None:
@@ -253,9 +256,14 @@ def _incident(j: Journal, scale: int) -> None:
             j.add(t, f"[{_local(host, t, millis=True)} TP{n % 4}] {_transfer_failed(role, n % 4, drawn, room)}",
                   unit=UNITS[role], pid=host.pids[role] + n % 4, ident="python3", priority=4)
     for t in s.leaks:
-        j.add(t, f"[{_local(host, t)} TP0] Detokenizer: output for request {rng.getrandbits(64):016x} contains "
-                 f"unparsed tool-call markup: '<｜DSML｜invoke name=\"get_weather\">'",
-              unit=UNITS["decode"], pid=host.pids["decode"], ident="python3", priority=4)
+        # the markup in the text a request finished with, as SGLang's request log prints it at
+        # --log-requests-level 2 (request_logger.py's `Finish: obj=…, out=…`)
+        rid = _uuid_hex(rng.getrandbits(64))
+        j.add(t, f"[{_local(host, t)}] Finish: obj={_request_obj(rid, None, text='What is the weather in Paris?')}, "
+                 "out={'text': 'Let me check.<｜DSML｜invoke name=\"get_weather\">', 'meta_info': {'id': "
+                 f"'{rid}', 'finish_reason': {{'type': 'stop', 'matched': 1}}, 'prompt_tokens': 412, "
+                 "'completion_tokens': 23, 'cached_tokens': 384, 'e2e_latency': 1.82}}",
+              unit=UNITS["decode"], pid=host.pids["decode"], ident="python3", priority=6)
     j.add(s.restart, "      sre : TTY=pts/0 ; PWD=/home/sre ; USER=root ; COMMAND=/usr/bin/systemctl restart "
                      "sglang-dsv4-prefill sglang-dsv4-decode", unit=None, pid=31337, ident="sudo", transport="syslog",
           priority=5)
@@ -280,12 +288,11 @@ def _incident(j: Journal, scale: int) -> None:
               pid=host.pids[role], ident="python3")
     for t in _ticks(s.stopped + timedelta(seconds=3), s.healthy, 5.0, 0.0, rng):
         for role in ("prefill", "decode"):
-            # the Rust router's own wording (sgl-project/sglang#11310 quotes it; reqwest's error, #4208)
+            # the Rust router's own wording, reqwest's error in it (sgl-project/sglang#4208 quotes it)
             url = f"http://127.0.0.1:{PORTS[role]}"
-            j.add(t, f"{_local(host, t)} DEBUG sglang_router_rs::core::worker_manager: src/core/worker_manager.rs:1031: "
-                     f"Worker {url} health check failed: Connection failed for worker {url}: error sending request "
-                     f"for url ({url}/health)", unit=UNITS["router"], pid=host.pids["router"], ident="sglang-router",
-                  priority=6)
+            j.add(t, _router_line(host, t, "INFO", f"Worker {url} health check is pending with error: error sending "
+                                                   f"request for url ({url}/health)"),
+                  unit=UNITS["router"], pid=host.pids["router"], ident="sglang-router", priority=6)
 
 
 def _host_journal(host: Host, scale: int) -> Journal:
@@ -354,22 +361,37 @@ def hash_seed(*parts: str) -> int:
     return int.from_bytes(hashlib.blake2b("/".join(parts).encode(), digest_size=4).digest(), "big")
 
 
+def _request_obj(rid: str, room: int | None, text: str | None = None) -> str:
+    """A GenerateReqInput as SGLang's request log prints it: its fields in the order of the real line
+    sgl-project/sglang#25887 quotes; level 0 leaves out the text and sampling parameters, level 2
+    (`text` given) prints them."""
+    bootstrap = (f"bootstrap_host='127.0.0.1', bootstrap_port=8998, bootstrap_room={room}" if room is not None
+                 else "bootstrap_host=None, bootstrap_port=None, bootstrap_room=None")
+    shown = (f"text={text!r}, input_ids=None, input_embeds=None, image_data=None, audio_data=None, " if text else "")
+    sampling = ("sampling_params={'temperature': 0.6, 'max_new_tokens': 4096, 'top_p': 0.95, 'top_k': -1}, "
+                if text else "")
+    return (f"GenerateReqInput({shown}rid='{rid}', http_worker_ipc=None, video_data=None, {sampling}return_logprob=False, "
+            "logprob_start_len=-1, top_logprobs_num=0, token_ids_logprob=None, return_text_in_logprobs=True, "
+            "stream=True, log_metrics=True, return_hidden_states=False, modalities=[], session_params=None, "
+            f"lora_id=None, custom_logit_processor=None, {bootstrap}, bootstrap_pair_key=None, decode_tp_size=None, "
+            "data_parallel_rank=None, background=False, priority=None, extra_key=None, no_logs=False, "
+            "custom_labels=None, return_bytes=False, return_entropy=False)")
+
+
 def _cross_host(sender: Journal, receiver: Journal) -> None:
-    """Requests the incident host's router sends to the next host's prefill engine, logged on both
-    hosts (each on its own clock), 1-3 ms apart: what lets align estimate a clock offset."""
+    """Requests the incident host's router sends to a prefill/decode pair across two hosts: the next
+    host's prefill engine and its own decode engine, at once. Each engine's request log (SGLang's
+    `--log-requests`, level 0: request_logger.py's `Receive: obj=…`) names the request by its own rid
+    and by the bootstrap room the router gave both, each on its own host's clock, 1-3 ms after the
+    send: what lets align estimate a clock offset."""
     rng = random.Random(hash_seed(sender.host.name, receiver.host.name))
     for t in _ticks(STORY.start, STORY.end, 2.0, 0.5, rng):
-        rid = f"{rng.getrandbits(64):016x}"
-        sender.add(t, f"[{_local(sender.host, t)}] router: request {rid} routed prefill={receiver.host.name}:30000 "
-                      f"decode={receiver.host.name}:30002 in {rng.uniform(0.1, 3):.2f} ms",
-                   unit=UNITS["router"], pid=sender.host.pids["router"], ident="sglang-router")
-        arrived = t + timedelta(milliseconds=rng.uniform(1, 3))
-        # SGLang's request log (`--log-requests`, level 0: request_logger.py's `Receive: obj=…`)
-        receiver.add(arrived, f"[{_local(receiver.host, arrived, millis=True)}] Receive: obj=GenerateReqInput("
-                              f"rid='{rid}', return_logprob=False, logprob_start_len=-1, top_logprobs_num=0, "
-                              "return_text_in_logprobs=True, stream=True, log_metrics=True, modalities=[], "
-                              "session_params=None, custom_logit_processor=None)",
-                     unit=UNITS["prefill"], pid=receiver.host.pids["prefill"], ident="python3")
+        room = rng.getrandbits(63)
+        for journal, role in ((receiver, "prefill"), (sender, "decode")):
+            arrived = t + timedelta(milliseconds=rng.uniform(1, 3))
+            journal.add(arrived, f"[{_local(journal.host, arrived, millis=True)}] Receive: obj="
+                                 f"{_request_obj(_uuid_hex(rng.getrandbits(64)), room)}",
+                        unit=UNITS[role], pid=journal.host.pids[role], ident="python3")
 
 
 def _manifest(hosts: list[Host], declare_skew: bool) -> str:

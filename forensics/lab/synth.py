@@ -73,8 +73,10 @@ def _message(rng: random.Random, role: str, tp: int, when: datetime, n: int) -> 
                 f"{rng.random():.2f}, #running-req: {rng.randint(0, 8)}, #queue-req: {rng.randint(0, 4)}, "), 6
     if n % 7 == 0:
         return f'INFO:     127.0.0.1:{rng.randint(30000, 60000)} - "GET /health HTTP/1.1" 200 OK', 6
-    return (f"[{stamp}] router: request {rng.getrandbits(64):016x} routed to "
-            f"http://127.0.0.1:{30000 if n % 2 else 30002} in {rng.uniform(0.1, 4):.2f} ms"), 6
+    # the Rust router's debug line for each request it sends (sgl-router's pd_router.rs), as its
+    # Python launcher logs it (sgl-project/sglang#4208)
+    return (f"[Router (Rust)] {stamp} - DEBUG - Sending concurrent requests to prefill=http://127.0.0.1:30000 "
+            f"decode=http://127.0.0.1:30002"), 7
 
 
 def entries(count: int, *, hosts: int = 1, seed: int = 0, start: datetime = REFERENCE_START,

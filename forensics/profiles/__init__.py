@@ -89,9 +89,11 @@ class LogSample:
     tag: str | None
     fields: dict[str, float]
     source: str | None = None  # where a real line was copied from ("corpus2/logs/FILE:LINE"); None: a shape
-    # a real line from outside the corpora: the public bug report that quotes it (its URL), with the
-    # stack's source that prints it where known ("owner/repo@commit path:line")
+    # a real line from outside the corpora: the public bug report that quotes it (its URL)
     origin: str | None = None
+    # a line no public log quotes, built from the stack's own format string at this place
+    # ("owner/repo@commit path:line"), field for field as that code prints it
+    printed_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -387,10 +389,11 @@ def _log_rules(path: Path, logs: dict[str, Any], layer: str | None = None) -> Lo
                                pattern(f"{where} annotation", event["annotation"]) if "annotation" in event else None,
                                fault, layer))
     for n, s in enumerate(logs.get("sample", [])):
-        if unknown := set(s) - {"line", "kind", "tag", "fields", "source", "origin"}:
+        if unknown := set(s) - {"line", "kind", "tag", "fields", "source", "origin", "printed_by"}:
             raise ProfileError(f"{path}: [[logs.sample]] #{n + 1}: unknown key(s) {', '.join(sorted(unknown))}")
     samples = [LogSample(str(_required(path, s, "line", f"[[logs.sample]] #{n + 1}")), s.get("kind"), s.get("tag"),
-                         {k: float(v) for k, v in s.get("fields", {}).items()}, s.get("source"), s.get("origin"))
+                         {k: float(v) for k, v in s.get("fields", {}).items()}, s.get("source"), s.get("origin"),
+                         s.get("printed_by"))
                for n, s in enumerate(logs.get("sample", []))]
     fields = _fields(path, logs.get("fields", {}))
     working = logs.get("working_when", [])

@@ -10,9 +10,12 @@
   a whole number of hours means a wrong time zone; anything else an unknown skew.
 - A host whose offset the manifest does not give gets one estimated from requests seen on two
   hosts: the same request id leaving a router (profile `request_sent`) and arriving at an engine on
-  another host (`request_received`). The median difference of the two hosts' stamps is their
-  clock difference plus the network latency (milliseconds, not subtracted); the interquartile
-  range is reported as its uncertainty. Estimates hang off hosts whose offset is known.
+  another host (`request_received`), or arriving at engines on two hosts at once (SGLang's
+  prefill/decode pairs: the router sends each request to both together, and both log its
+  bootstrap room). The median difference of the two hosts' stamps is their clock difference plus
+  the network latency, or the difference of two latencies (milliseconds, not subtracted); the
+  interquartile range is reported as its uncertainty. Estimates hang off hosts whose offset is
+  known.
 - Within one boot, journald's monotonic clock never jumps: where realtime minus monotonic changes
   by more than `JUMP_S` between consecutive records, the wall clock was stepped (`clock_jumps`),
   and the analysis says so rather than trusting the order of the wall-clock times.
@@ -173,13 +176,18 @@ def _offset_us(offsets_s: dict[str, float], host: pl.Expr) -> pl.Expr:
 
 def request_pairs(events: pl.DataFrame) -> pl.DataFrame:
     """Per (sender host, receiver host): requests seen on both, and the median and interquartile
-    range of receiver stamp minus sender stamp, in seconds (each on its own host's clock)."""
+    range of receiver stamp minus sender stamp, in seconds (each on its own host's clock). A
+    request received on two hosts (and sent from neither) pairs them too, the host of lower name
+    as the sender."""
     lines = events.lazy()  # lazily: each filter copies the three columns it keeps, not every one
-    sent = lines.filter(pl.col("rid_sent").is_not_null()).select("host", pl.col("rid_sent").alias("rid"), "ts")
+    host = pl.col("host").cast(pl.String)
+    sent = lines.filter(pl.col("rid_sent").is_not_null()).select(host, pl.col("rid_sent").alias("rid"), "ts")
     received = lines.filter(pl.col("rid_received").is_not_null()).select(
-        pl.col("host").alias("receiver"), pl.col("rid_received").alias("rid"), pl.col("ts").alias("ts_received"))
+        host.alias("receiver"), pl.col("rid_received").alias("rid"), pl.col("ts").alias("ts_received"))
+    both = (received.rename({"receiver": "host", "ts_received": "ts"}).join(received, on="rid")
+            .filter(pl.col("host") < pl.col("receiver")))
     diff = (pl.col("ts_received") - pl.col("ts")).dt.total_microseconds() / 1e6
-    return (sent.join(received, on="rid").filter(pl.col("host") != pl.col("receiver"))
+    return (pl.concat([sent.join(received, on="rid").filter(pl.col("host") != pl.col("receiver")), both])
             .group_by(pl.col("host").alias("sender"), "receiver")
             .agg(diff.median().alias("median_s"), (diff.quantile(0.75) - diff.quantile(0.25)).alias("iqr_s"),
                  pl.len().alias("requests"))
@@ -572,9 +580,10 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
     hosts = _partitions(case) or [None]  # a case of no events has one empty folder, of no host
     chosen = run or cluster.runner()
     # the rows an ingest in this process still holds, narrowed now to what the timeline reads, so
-    # that the other columns are released before the work starts
+    # that the other columns are released before the work starts; a lean timeline reads its
+    # batches from the files instead, so that its memory stays bounded
     held = ({host: rows.select(c for c in _event_columns(extras) if c in rows.columns)
-             for host, rows in case.held_events.items()} if isinstance(chosen, cluster.Local) else {})
+             for host, rows in case.held_events.items()} if isinstance(chosen, cluster.Local) and not lean else {})
     case.held_events.clear()
     try:
         chosen.check_paths([case.path])

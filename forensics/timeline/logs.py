@@ -44,13 +44,8 @@ def label_numbers(messages: pl.Series, fields: dict[str, tuple[str, ...]], only:
     array = messages.cast(pl.String).rechunk().to_arrow(compat_level=pl.CompatLevel.newest())
     validity, views, *data = array.buffers()
     if only is not None:  # the lines not asked for are skipped as the scanner skips nulls: by the validity bits
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        asked = pa.array(np.concatenate([np.zeros(array.offset, bool), only.fill_null(False).to_numpy()]), pa.bool_())
-        if validity is not None:
-            asked = pc.and_(asked, pa.Array.from_buffers(pa.bool_(), len(asked), [None, validity]))
-        validity = asked.buffers()[1]
+        asked = (only.fill_null(False) & messages.is_not_null()).to_numpy()
+        validity = np.packbits(np.concatenate([np.zeros(array.offset, bool), asked]), bitorder="little").tobytes()
     labels = [(label.encode(), column) for column, name in enumerate(fields) for label in fields[name]]
     numbers = _label_numbers.label_numbers(views, validity, data, array.offset, len(array), labels, len(fields))
     block = np.frombuffer(numbers, np.float64).reshape(len(fields), len(array))

@@ -27,7 +27,9 @@ def _section(text: str, heading: str) -> str:
 def test_impact_is_counted_in_requests_and_tokens_with_sources(draft: tuple[str, str]) -> None:
     _, text = draft
     impact = _section(text, "Impact")
-    assert "- 1,492 requests timed out" in impact and "source: sglang-dsv4-router.service" in impact
+    # the story logs no request that timed out (SGLang's router prints none; its engines' timeouts
+    # are off by default): no request count is claimed
+    assert "requests timed out" not in impact and "requests aborted" not in impact
     assert re.search(r"about [\d,]+ tokens not generated .* \(source: sglang:generation_tokens_total \(metrics\)\) — "
                      r"an estimate", impact)
     assert "blind spot" not in impact  # the health checks' blind spot is a matter of detection
