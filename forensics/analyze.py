@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
 
-from forensics.timeline.align import Timeline, build_timeline
+from forensics.timeline.align import LEAN_ABOVE, Timeline, build_timeline
 from forensics.case.build import Case, Held, ingest, load_case
 from forensics.case.places import location
 from forensics.case.cluster import Progress
@@ -327,7 +327,8 @@ def profile_for(case: Case) -> tuple[Profile, str]:
 def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
              on_progress: Progress | None) -> Analysis:
     case_dir = location(case_dir) if case_dir else Path("exports") / bundle.resolve().name / "case"
-    held = Held(keep_events=True)  # the timeline reads the journal rows this ingest holds, not its files
+    # the timeline reads the journal rows this ingest holds, not its files, unless it is lean
+    held = Held(keep_events=LEAN_ABOVE)
     ingest(bundle, case_dir, on_progress, held=held)
     case = load_case(case_dir)
     case.held_events = held.events

@@ -66,7 +66,7 @@ def test_the_timeline_read_from_the_rows_an_ingest_holds_is_the_one_read_from_it
     from forensics.timeline.align import build_timeline
 
     bundle = write_reference(tmp_path / "two-hosts", hosts=2)
-    held = Held(keep_events=True)
+    held = Held(keep_events=10**9)
     ingest(bundle, tmp_path / "case", held=held)
     assert len(held.events) == 2
     profile = load_profile("sglang")

@@ -192,7 +192,7 @@ def test_rows_held_in_memory_spilled_or_written_as_parts_make_the_same_case(
     (bundle / "b.export").write_bytes(b"".join(_entry("one", i, f"line {i}") for i in range(5, 15)))
     (bundle / "c.export").write_bytes(b"".join(_entry("two" if i % 2 else "one", 100 + i, f"other {i}",
                                                       ("ONLY_HERE", "x")) for i in range(8)))
-    held = case_module.Held(limit, keep_events=True)
+    held = case_module.Held(limit, keep_events=10**9)
     manifest = ingest(bundle, tmp_path / "case", run=case_module.cluster.Local(), held=held)
     assert {e["path"]: e["duplicates"] for e in manifest["inputs"]} == {"a.export": 0, "b.export": 5, "c.export": 0}
     assert manifest["totals"]["events"] == 15 + 8
@@ -212,3 +212,15 @@ def test_rows_held_in_memory_spilled_or_written_as_parts_make_the_same_case(
             assert rows.equals(on_disk.select(rows.columns)), host
     else:
         assert held.spilled and held.spilled != {0, 1, 2}  # some input held rows, then wrote them as parts
+
+
+def test_journal_rows_past_what_the_timeline_keeps_are_let_go_once_written(tmp_path: Path) -> None:
+    """A case with more journal rows than the analysis keeps for its timeline (a lean one) keeps
+    none: each host's rows go once its file is written."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "a.export").write_bytes(b"".join(_entry("one", i, f"line {i}") for i in range(10)))
+    kept, let_go = case_module.Held(keep_events=10), case_module.Held(keep_events=9)
+    ingest(bundle, tmp_path / "kept", held=kept)
+    ingest(bundle, tmp_path / "let-go", held=let_go)
+    assert kept.events["one"].height == 10 and not let_go.events

@@ -281,10 +281,12 @@ class Held:
     """The rows an ingest in this process holds in memory instead of writing them as parts, up to
     `limit` bytes over all its inputs. A host folder whose rows were all held is written once, as
     its one file (no parts to merge), and with `keep_events` its journal rows stay here for the
-    analysis' timeline (`events`), which then does not read back the file just written. An input
-    that finds no room writes what it holds as parts and goes on as a part-writing ingest does."""
+    analysis' timeline (`events`), which then does not read back the file just written — when the
+    case has no more journal rows than `keep_events` (a bigger case's timeline reads its files in
+    batches, and the rows are let go once written). An input that finds no room writes what it
+    holds as parts and goes on as a part-writing ingest does."""
 
-    def __init__(self, limit: int | None = None, keep_events: bool = False) -> None:
+    def __init__(self, limit: int | None = None, keep_events: int = 0) -> None:
         self.limit, self.keep_events, self.used = HOLD_BYTES if limit is None else limit, keep_events, 0
         self.inputs: dict[int, list[tuple[str, str, pl.DataFrame]]] = {}  # input → (frame, part tag, rows)
         self.spilled: set[int] = set()
@@ -446,6 +448,8 @@ def build_case(bundle: Path, staging: Place, progress: Progress | None = None, r
     if held is not None:
         held_parts = held.by_partition()
         held.inputs.clear()  # from here on each host's rows are held by its finishing call alone
+        if sum(f["rows"] for f in read if f["frame"] == "events") > held.keep_events:
+            held.keep_events = 0  # too many to keep for the timeline: each host's go once written
         finished = run.map(_finish_host, [(staging, name, host, extras if name == "events" else [], held,
                                            held_parts.pop((name, host), []))
                                           for name, hosts in partitions.items() for host in hosts],

@@ -131,21 +131,32 @@ def scan_frame(folder: Place, name: str, extras: list[str] | None = None) -> pl.
     return scan.select(pl.col(PARTITION).cast(schema[PARTITION]) if c == PARTITION else pl.col(c) for c in schema)
 
 
-def scan_partition(folder: Place, name: str, host: str | None, extras: list[str] | None = None,
-                   held: pl.DataFrame | None = None) -> pl.LazyFrame:
-    """One host's rows of a frame of the case at `folder`, lazily, as `scan_frame` gives them; from
-    `held` instead when given (the same rows, still in memory: `finish_held`)."""
+def scan_partition(folder: Place, name: str, host: str | None, extras: list[str] | None = None) -> pl.LazyFrame:
+    """One host's rows of a frame of the case at `folder`, lazily, as `scan_frame` gives them."""
     schema = columns_of(name, extras or [])
     stored = {k: v for k, v in schema.items() if k != PARTITION}
-    scan = (_scan(folder / name / partition_name(host) / PARTS, schema=stored, missing_columns="insert")
-            if held is None else _with_columns(held, stored).lazy())
+    scan = _scan(folder / name / partition_name(host) / PARTS, schema=stored, missing_columns="insert")
     return scan.select(pl.lit(host, schema[PARTITION]).alias(PARTITION) if c == PARTITION else pl.col(c)
                        for c in schema)
 
 
 def _with_columns(rows: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
-    """`rows` with exactly `schema`'s columns, in its order (those it lacks as nulls)."""
-    return rows.select(pl.col(c) if c in rows.columns else pl.lit(None, kind).alias(c) for c, kind in schema.items())
+    """`rows` with exactly `schema`'s columns, in its order (those it lacks as nulls). Made of the
+    columns themselves: a select over rows in many pieces would copy them into one."""
+    return pl.DataFrame([rows.get_column(c) if c in rows.columns
+                         else pl.repeat(None, rows.height, dtype=kind, eager=True).alias(c) for c, kind in schema.items()],
+                        height=rows.height)
+
+
+def partition_rows(rows: pl.DataFrame, name: str, host: str | None, extras: list[str] | None = None,
+                   columns: list[str] | None = None) -> pl.DataFrame:
+    """One host's rows of a frame still in memory (`finish_held`'s), as `scan_partition` gives the
+    same rows from the file (`host` included), narrowed to `columns` if given; no value copied."""
+    schema = columns_of(name, extras or [])
+    wanted = schema if columns is None else {c: schema[c] for c in columns}
+    stored = _with_columns(rows, {c: kind for c, kind in wanted.items() if c != PARTITION})
+    return pl.DataFrame([pl.repeat(host, rows.height, dtype=kind, eager=True).alias(c) if c == PARTITION
+                         else stored.get_column(c) for c, kind in wanted.items()], height=rows.height)
 
 
 NO_REPEATS = pl.DataFrame(schema={"_row": pl.UInt32, "source_file": pl.String})  # what a repeat search finds
@@ -207,9 +218,10 @@ def finish_held(partition: Place, name: str, extras: list[str], parts: list[pl.D
     and file order, without `host`): written once as the folder's one file, without repeated
     journal records; how many were dropped per input, and the rows as written."""
     schema = {k: v for k, v in columns_of(name, extras).items() if k != PARTITION}
-    # diagonal: parts of the same columns are put end to end as they are (relaxed would copy)
-    rows = _with_columns(pl.concat([_with_columns(part, schema) for part in parts]) if len(parts) > 1 else parts[0],
-                         schema)
+    # each part given every column first, then put end to end as they are: a select over the
+    # joined parts, or a relaxed concat, would copy them all into one piece
+    rows = pl.concat([_with_columns(part, schema) for part in parts]) if len(parts) > 1 \
+        else _with_columns(parts[0], schema)
     dropped: dict[str, int] = {}
     if name == "events":
         repeats = repeated_records(rows.lazy().with_row_index("_row"), schema)

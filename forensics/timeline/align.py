@@ -37,6 +37,7 @@ finding quotes is fetched back from the case (`Timeline.with_messages`).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -50,7 +51,7 @@ from forensics.case.incident import Incident
 from forensics.timeline.logs import read_lines
 from forensics.profiles import Profile
 from forensics.case.places import location, place_text
-from forensics.case.store import scan_partition
+from forensics.case.store import partition_rows, scan_partition
 
 STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
 PLAIN_LOG = "log:line"
@@ -402,18 +403,22 @@ def _with_component(events: pl.DataFrame, incident: Incident, profile: Profile) 
                                .alias("component"))
 
 
-def gaps_in_sources(times: pl.DataFrame) -> pl.DataFrame:
-    """Pauses in each `source` of `times` (source, ts) longer than GAP_FACTOR × the source's median
-    interval and GAP_MIN_S: source, from, to, gap_s, median_interval_s."""
+def gaps_in_sources(times: pl.DataFrame, by: Sequence[str] = ("source",), label: pl.Expr | None = None
+                    ) -> pl.DataFrame:
+    """Pauses in each source of `times` (its `by` columns, and ts) longer than GAP_FACTOR × the
+    source's median interval and GAP_MIN_S: source (`label`, made on the gaps' rows only; by
+    default the one `by` column), from, to, gap_s, median_interval_s."""
+    keys = list(by)
     # in time order already (a journal usually is), each source's lines are too: no sort needed
-    ordered = times if times.get_column("ts").is_sorted() else times.sort("source", "ts")
-    previous = pl.col("ts").shift(1).over("source")
-    gaps = (ordered.with_columns(((pl.col("ts") - previous).dt.total_microseconds() / 1e6).alias("gap_s"),
-                                 previous.alias("from"))
-            .with_columns(pl.col("gap_s").median().over("source").alias("median_interval_s")))
+    ordered = times if times.get_column("ts").is_sorted() else times.sort(*keys, "ts")
+    previous = pl.col("ts").shift(1).over(keys)
+    gaps = (ordered.lazy().with_columns(((pl.col("ts") - previous).dt.total_microseconds() / 1e6).alias("gap_s"),
+                                        previous.alias("from"))
+            .with_columns(pl.col("gap_s").median().over(keys).alias("median_interval_s")))
     return (gaps.filter((pl.col("gap_s") > GAP_MIN_S) & (pl.col("gap_s") > GAP_FACTOR * pl.col("median_interval_s")))
-            .select(pl.col("source").cast(pl.String), "from", pl.col("ts").alias("to"), "gap_s", "median_interval_s")
-            .sort("from"))
+            .select((pl.col(keys[0]) if label is None else label).cast(pl.String).alias("source"), "from",
+                    pl.col("ts").alias("to"), "gap_s", "median_interval_s")
+            .sort("from").collect())
 
 
 @dataclass
@@ -470,15 +475,20 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
     a finding (see the module's docstring); the rest are counted in `activity`, and of the progress
     lines only their numbers are held until the gaps are found. `held`: the folder's rows as the
     ingest that wrote them still holds them (read instead of the file)."""
-    scan = scan_partition(location(case_dir), "events", host, extras, held).select(_event_columns(extras))
-    total = scan.select(pl.len()).collect().item()
+    if held is not None:  # sliced as it is: a lazy query over rows in many pieces would copy them into one
+        rows = partition_rows(held, "events", host, extras, _event_columns(extras))
+        scan, total = rows.lazy(), rows.height
+    else:
+        scan = scan_partition(location(case_dir), "events", host, extras).select(_event_columns(extras))
+        total = scan.select(pl.len()).collect().item()
     step = LEAN_BATCH_ROWS if lean else max(total, 1)
     zone = incident.clock(host).time_zone.key
     kept, counted, skews, clocks, sources, outsides, progress, per_second = [], [], [], [], [], [], [], []
     # Slices, not the streaming engine's batches: it reads ahead (about 1 GB in flight at 10 M).
     # An empty folder is read once too: its empty frames have the columns.
     for offset in range(0, max(total, 1), step):
-        batch, outside = _outside(scan.slice(offset, step).collect().with_row_index("_at", offset), window, "events")
+        piece = rows.slice(offset, step) if held is not None else scan.slice(offset, step).collect()
+        batch, outside = _outside(piece.with_row_index("_at", offset), window, "events")
         outsides.append(outside)
         read = _read_batch(batch, host, incident, profile)
         counted.append(_activity(read))
@@ -486,8 +496,8 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
         # the boot as a category: a text column cut from the batch would hold all of the batch's text
         clocks.append(read.select(pl.col("_at").alias("_row"), pl.col("_BOOT_ID").cast(pl.Categorical),
                                   "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP"))
-        sources.append(read.select(pl.format("{} {}", pl.col("source_file"), pl.col("unit").fill_null("?"))
-                                   .cast(pl.Categorical).alias("source"), "ts"))
+        # the source's name is made for the gaps found, not for every line
+        sources.append(read.select(pl.col("source_file").cast(pl.Categorical), pl.col("unit").cast(pl.Categorical), "ts"))
         progress.append(progress_of(read, profile))
         per_second.append(count_progress(read, ACTIVITY_KEYS))
         kept.append(_lean(read.filter(_notable()), profile) if lean else read)
@@ -511,7 +521,9 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
     counts = (pl.concat(per_second).group_by("second", *ACTIVITY_KEYS)
               .agg(pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max()))
     outside = pl.concat([o for o in outsides if o.height]) if any(o.height for o in outsides) else pl.DataFrame()
-    return HostRead(events.drop("_at"), activity, stats, jumps, gaps_in_sources(pl.concat(sources)), outside,
+    source_name = pl.format("{} {}", pl.col("source_file"), pl.col("unit").cast(pl.String).fill_null("?"))
+    return HostRead(events.drop("_at"), activity, stats, jumps,
+                    gaps_in_sources(pl.concat(sources), ("source_file", "unit"), source_name), outside,
                     streams, gaps, counts)
 
 
@@ -582,7 +594,7 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
     # the rows an ingest in this process still holds, narrowed now to what the timeline reads, so
     # that the other columns are released before the work starts; a lean timeline reads its
     # batches from the files instead, so that its memory stays bounded
-    held = ({host: rows.select(c for c in _event_columns(extras) if c in rows.columns)
+    held = ({host: pl.DataFrame([rows.get_column(c) for c in _event_columns(extras) if c in rows.columns])
              for host, rows in case.held_events.items()} if isinstance(chosen, cluster.Local) and not lean else {})
     case.held_events.clear()
     try:

@@ -86,7 +86,7 @@ def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = No
                           message.str.contains(" HTTP/", literal=True).alias("access"),
                           pl.col("progress").is_not_null().alias("progress"))
     columns: list[pl.Series] = []
-    messages = frame.select("message")  # the subsets below gather this column only
+    messages = frame.get_column("message").to_frame()  # the subsets below gather this column only
     rows = picked.get_column("rare").arg_true()
     notable = messages[rows].select(message.str.contains(rules.health_ok).alias("health_ok"),
                                  message.str.contains(rules.ready).alias("ready"),
