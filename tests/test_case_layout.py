@@ -224,3 +224,20 @@ def test_journal_rows_past_what_the_timeline_keeps_are_let_go_once_written(tmp_p
     ingest(bundle, tmp_path / "kept", held=kept)
     ingest(bundle, tmp_path / "let-go", held=let_go)
     assert kept.events["one"].height == 10 and not let_go.events
+
+
+def test_a_bundle_too_big_to_hold_writes_parts_and_makes_the_same_case(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past HOLD_INPUT_BYTES of inputs nothing is held (a fleet's rows would sit in memory through
+    the rest of the ingest): every input writes parts, and the case is the same."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "a.export").write_bytes(b"".join(_entry("one", i, f"line {i}") for i in range(10)))
+    small, big = case_module.Held(keep_events=10**9), case_module.Held(keep_events=10**9)
+    ingest(bundle, tmp_path / "held", held=small)
+    monkeypatch.setattr(case_module, "HOLD_INPUT_BYTES", 100)
+    ingest(bundle, tmp_path / "parts", held=big)
+    assert small.events and not small.spilled
+    assert not big.events and big.spilled == {0}
+    assert (load_case(tmp_path / "held").events.collect().drop("source_file")
+            .equals(load_case(tmp_path / "parts").events.collect().drop("source_file")))

@@ -11,9 +11,10 @@ frames of evidence partitioned by host, Hive style: see `forensics.case.store`):
                                         the partitions of each frame
 
 Ingest streams: each input is read in pieces (a journal export ~8 MB at a time) and every
-PART_ROWS records written to their hosts' folders as one part, so memory holds a part, not the
-bundle; the inputs, then the host folders, are tasks that run in this process or on a Dask
-cluster (`forensics.case.cluster`).
+PART_ROWS records either held in memory (in this process, up to HOLD_BYTES over all inputs:
+`Held`; a host folder of held rows is written once, as its one file) or written to their hosts'
+folders as one part, so memory holds a part, not the bundle; the inputs, then the host folders,
+are tasks that run in this process or on a Dask cluster (`forensics.case.cluster`).
 Re-ingesting a bundle rewrites the case whole (written aside, then swapped in under a lock), so
 running it twice gives the same case. A case folder carries `.forensics-case`; no other folder is
 ever replaced, nor the bundle, a folder above it or one inside it.
@@ -129,6 +130,11 @@ class Case:
         if columns is not None:
             lazy = lazy.select(columns)
         return to_pandas(lazy)
+
+
+def _size(path: Path) -> int:
+    """Bytes of an input: a file's, or every file's in a folder read whole."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
 
 
 def _sha256(path: Path) -> str:
@@ -275,6 +281,9 @@ def _refuse_hosts(rows: pl.DataFrame, name: str, seen: set[str | None], relative
 
 HOLD_ENV = "FORENSICS_HOLD_BYTES"  # rows an ingest in this process may hold in memory (default 768 MiB; 0: none)
 HOLD_BYTES = int(os.environ.get(HOLD_ENV) or 768 << 20)
+# A bundle whose input files are bigger than this holds nothing: a fleet's many inputs would keep
+# their rows through the rest of the ingest, and the lean timeline that follows reads files anyway.
+HOLD_INPUT_BYTES = 128 << 20
 
 
 class Held:
@@ -428,13 +437,16 @@ def build_case(bundle: Path, staging: Place, progress: Progress | None = None, r
     """Every input of `bundle` read into the case folder `staging` (input by input, then host
     folder by host folder; see `forensics.case.store`); returns the manifest (not yet written).
     Run in this process, the inputs' rows are held in memory up to `held`'s limit (a `Held` of the
-    default limit if none is given), so that host folders are written once."""
+    default limit if none is given), so that host folders are written once; a bundle of more than
+    HOLD_INPUT_BYTES of inputs holds none."""
     run = run or cluster.runner()
     if isinstance(run, cluster.Local):
         held = held if held is not None else Held()
     else:
         held = None  # workers elsewhere write their own parts
     found, skipped = discover(bundle, load_incident(bundle).inputs)
+    if held is not None and sum(_size(path) for path, _ in found) > HOLD_INPUT_BYTES:
+        held.limit = 0
     root = bundle.absolute()
     run.check_paths([root, staging])
     calls = [(str(root), str(path.relative_to(bundle)), source.name, place_text(staging), index)

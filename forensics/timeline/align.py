@@ -88,6 +88,9 @@ LEAN_CATEGORIES = ("_BOOT_ID", "unit", "identifier", "data_type", "source_file",
                    "component")
 LEAN_RANKS = ("line_dp", "line_tp", "line_pp", "line_ep")  # Int16 (a rank is below 32768)
 LEAN_DROPPED = ("invocation_id", "stamp")
+# In a full timeline too: identifiers of few values, 32 hex digits each (as text, a million lines
+# of them hold ~30 MB a column), that no detector searches as text
+FULL_CATEGORIES = ("_BOOT_ID", "invocation_id", "data_type")
 # text on few lines, cut out of each batch's messages (copied out: see `_kept_text`)
 LEAN_SPARSE_TEXT = ("message", "message_id", "rid_sent", "rid_received", "http_method", "http_path")
 # lines whose text a detector reads although no profile rule names them: tracebacks, systemctl
@@ -500,7 +503,8 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
         sources.append(read.select(pl.col("source_file").cast(pl.Categorical), pl.col("unit").cast(pl.Categorical), "ts"))
         progress.append(progress_of(read, profile))
         per_second.append(count_progress(read, ACTIVITY_KEYS))
-        kept.append(_lean(read.filter(_notable()), profile) if lean else read)
+        kept.append(_lean(read.filter(_notable()), profile) if lean else
+                    read.with_columns(pl.col(c).cast(pl.Categorical) for c in FULL_CATEGORIES if c in read.columns))
     skew = pl.concat(skews)
     stats = pl.DataFrame({"host": [host], "line_minus_journal_s": [skew.median()],
                           "spread_s": [skew.quantile(0.95) - skew.quantile(0.05)], "lines": [skew.len()]},
