@@ -56,8 +56,8 @@ from forensics.case import cluster
 from forensics.case.cluster import Progress, Runner
 from forensics.formats.schema import EXCERPT_CHARS, QUARANTINE_SCHEMA, SCHEMAS, empty, validate
 from forensics.case.places import Place, is_remote, location, place_text, writer_lock
-from forensics.case.store import (PARTITION, PARTS, by_host, columns_of, finish_held, finish_partition, partition_name,
-                                  scan_frame, write_empty, write_host_part, write_part)
+from forensics.case.store import (PARTITION, PARTS, by_host, columns_of, finish_held, finish_partition, hosts_in,
+                                  partition_name, scan_frame, write_empty, write_host_part, write_part)
 
 MANIFEST_VERSION = 4  # 4: frames partitioned by host
 FRAMES = (*SCHEMAS, "quarantine")
@@ -362,7 +362,7 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
             rows = pl.concat(waiting, how="diagonal_relaxed") if len(waiting) > 1 else waiting[0]
             tag = f"{index:06d}-{written:06d}"
             if held is not None and held.keep(index, name, tag, rows):
-                facts["hosts"].update(host for host, _ in by_host(rows))
+                facts["hosts"].update(hosts_in(rows))
             else:
                 for held_name, held_tag, held_rows in held.spill(index) if held is not None else []:
                     write_part(folder, held_name, held_rows, held_tag)

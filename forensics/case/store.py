@@ -88,12 +88,18 @@ def write_host_part(partition: Place, rows: pl.DataFrame, tag: str) -> None:
     _write(rows, partition / f"part-{tag}.parquet")
 
 
+def hosts_in(rows: pl.DataFrame) -> list[str | None]:
+    """The hosts of `rows` of a partitioned frame, in order of first appearance."""
+    return [None if host is None else str(host)
+            for host in rows.get_column(PARTITION).unique(maintain_order=True).to_list()]
+
+
 def by_host(rows: pl.DataFrame) -> list[tuple[str | None, pl.DataFrame]]:
     """`rows` of a partitioned frame split by host, in order of first appearance, each without the
     `host` column (it is the folder's name)."""
-    column = rows.get_column(PARTITION)
-    if column.n_unique() == 1:  # one host (the usual input): as it is, not split into a copy
-        return [(None if column[0] is None else str(column[0]), rows.drop(PARTITION))]
+    hosts = hosts_in(rows)
+    if len(hosts) == 1:  # one host (the usual input): as it is, not split into a copy
+        return [(hosts[0], rows.drop(PARTITION))]
     return [(None if key[0] is None else str(key[0]), part)
             for key, part in rows.partition_by(PARTITION, as_dict=True, include_key=False, maintain_order=True).items()]
 

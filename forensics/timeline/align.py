@@ -477,9 +477,9 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
     folder, in this process or on a Dask worker). Lean: batch by batch, keeping only the lines worth
     a finding (see the module's docstring); the rest are counted in `activity`, and of the progress
     lines only their numbers are held until the gaps are found. `held`: the folder's rows as the
-    ingest that wrote them still holds them (read instead of the file)."""
+    ingest that wrote them still holds them (`partition_rows`, read instead of the file)."""
     if held is not None:  # sliced as it is: a lazy query over rows in many pieces would copy them into one
-        rows = partition_rows(held, "events", host, extras, _event_columns(extras))
+        rows = held
         scan, total = rows.lazy(), rows.height
     else:
         scan = scan_partition(location(case_dir), "events", host, extras).select(_event_columns(extras))
@@ -598,7 +598,7 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
     # the rows an ingest in this process still holds, narrowed now to what the timeline reads, so
     # that the other columns are released before the work starts; a lean timeline reads its
     # batches from the files instead, so that its memory stays bounded
-    held = ({host: pl.DataFrame([rows.get_column(c) for c in _event_columns(extras) if c in rows.columns])
+    held = ({host: partition_rows(rows, "events", host, extras, _event_columns(extras))
              for host, rows in case.held_events.items()} if isinstance(chosen, cluster.Local) and not lean else {})
     case.held_events.clear()
     try:
