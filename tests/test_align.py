@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from forensics.timeline.align import clock_jumps
 
@@ -56,9 +57,28 @@ def test_records_without_journal_clocks_have_no_steps() -> None:
     assert clock_jumps(events).is_empty()
 
 
-def test_the_timeline_read_from_the_rows_an_ingest_holds_is_the_one_read_from_its_files(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sliced", [False, True], ids=["whole", "a slice per core"])
+def test_the_timeline_read_from_the_rows_an_ingest_holds_is_the_one_read_from_its_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sliced: bool) -> None:
     """The analysis reads its timeline from the journal rows its ingest still holds in memory, not
-    from the files it just wrote: both ways give the same timeline, line for line."""
+    from the files it just wrote (and a big host's rows in a slice per core, side by side): every
+    way gives the same timeline, line for line, its columns cut into the same pieces."""
+    import forensics.timeline.align as align_module
+
+    if sliced:  # and the journal read in many small pieces, as a big one is
+        import forensics.sources.journal_export as export_module
+
+        monkeypatch.setattr(align_module, "HELD_SLICE_ABOVE", 1)
+        monkeypatch.setattr(export_module, "CHUNK_BYTES", 64 << 10)
+    layouts: list[set[tuple[int, ...]]] = []
+    read_host = align_module.read_host
+
+    def spied(*args: object) -> object:
+        host = read_host(*args)
+        layouts.append({tuple(column.chunk_lengths()) for column in host.events.get_columns()})
+        return host
+
+    monkeypatch.setattr(align_module, "read_host", spied)
     from forensics.case.build import Held, ingest, load_case
     from forensics.case.incident import load_incident
     from forensics.lab.reference import write_reference
@@ -78,6 +98,8 @@ def test_the_timeline_read_from_the_rows_an_ingest_holds_is_the_one_read_from_it
     first, second = timelines
     assert first.events.height > 10_000
     assert first.events.equals(second.events)
+    # each host's lines cut alike, or polars' operations on them would copy every column into one piece
+    assert layouts and all(len(layout) == 1 for layout in layouts), layouts
     for name in ("activity", "source_gaps", "progress_streams", "progress_gaps", "progress_counts", "jumps",
                  "clock_checks", "request_pairs"):
         ours, theirs = getattr(first, name), getattr(second, name)  # tables by group: in no set order

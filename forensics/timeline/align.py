@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -52,6 +53,7 @@ from forensics.timeline.logs import read_lines
 from forensics.profiles import Profile
 from forensics.case.places import location, place_text
 from forensics.case.store import partition_rows, scan_partition
+from forensics.formats.schema import columns_of_frame, cut_alike, replace_columns
 
 STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
 PLAIN_LOG = "log:line"
@@ -81,6 +83,9 @@ GAP_MIN_S = 60.0
 LEAN_ENV = "FORENSICS_LEAN_ABOVE"  # records above which the timeline is lean (default 2 M; 0: always)
 LEAN_ABOVE = int(os.environ.get(LEAN_ENV) or 2_000_000)
 LEAN_BATCH_ROWS = 100_000  # records read with the profile at a time when lean
+# Rows held in memory are read in this many slices at once (this machine's cores), when there are
+# at least HELD_SLICE_ABOVE of them (fewer are read faster whole).
+HELD_SLICES, HELD_SLICE_ABOVE = 2, 200_000
 # In a lean timeline: the progress fields the detectors read (others stay in the case), the
 # columns held as categories (few distinct values, long ones), and those left out.
 LEAN_FIELDS = ("running_req", "queue_req", "inflight_req")
@@ -286,18 +291,18 @@ def _line_ts(events: pl.DataFrame, incident: Incident, offsets: dict[str, float]
     for host in hosts:
         zones.setdefault(incident.clock(host).time_zone.key, []).append(host)
 
-    def on_utc(zone: str, rows: pl.DataFrame) -> pl.Series:
+    def on_utc(zone: str, rows: pl.LazyFrame) -> pl.Series:
         return rows.select((pl.col("line_local").dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
                             .dt.convert_time_zone("UTC") - pl.duration(microseconds=_offset_us(offsets, pl.col("host"))))
-                           .alias("line_ts")).to_series()
+                           .alias("line_ts")).collect().to_series()
 
     if len(zones) == 1:  # one zone: no need to pick its rows out
-        return on_utc(next(iter(zones)), events.select("host", "line_local"))
+        return on_utc(next(iter(zones)), events.lazy())
     out = pl.repeat(None, events.height, dtype=pl.Datetime("us", "UTC"), eager=True).alias("line_ts")
     for zone, members in zones.items():
-        mask = events.select(pl.col("host").is_in([h for h in members if h is not None])
-                             | (pl.col("host").is_null() if None in members else pl.lit(False))).to_series()
-        out = out.scatter(mask.arg_true(), on_utc(zone, events.select("host", "line_local").filter(mask)))
+        mask = events.lazy().select(pl.col("host").is_in([h for h in members if h is not None])
+                                    | (pl.col("host").is_null() if None in members else pl.lit(False))).collect().to_series()
+        out = out.scatter(mask.arg_true(), on_utc(zone, events.lazy().filter(mask)))
     return out
 
 
@@ -471,6 +476,20 @@ def _skew(read: pl.DataFrame, zone: str) -> pl.Series:
             .drop_nulls())
 
 
+@dataclass
+class _SliceRead:
+    """What `read_host` keeps of one slice of a host's records."""
+
+    outside: pl.DataFrame
+    activity: pl.DataFrame
+    skew: pl.Series
+    clocks: pl.DataFrame
+    sources: pl.DataFrame
+    progress: pl.DataFrame
+    per_second: pl.DataFrame
+    kept: pl.DataFrame
+
+
 def read_host(case_dir: str, host: str | None, extras: list[str], incident: Incident, profile: Profile,
               window: tuple[datetime, datetime] | None, lean: bool, held: pl.DataFrame | None = None) -> HostRead:
     """One host's `events` read onto its timeline (a task: `forensics.case.cluster` runs one per host
@@ -484,27 +503,42 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
     else:
         scan = scan_partition(location(case_dir), "events", host, extras).select(_event_columns(extras))
         total = scan.select(pl.len()).collect().item()
-    step = LEAN_BATCH_ROWS if lean else max(total, 1)
+    # Held rows are read in a slice per core, side by side (a regex over one column runs on one
+    # core); a lean timeline reads one batch at a time, so that its memory stays bounded.
+    step = LEAN_BATCH_ROWS if lean else max(-(-total // HELD_SLICES) if total >= HELD_SLICE_ABOVE else total, 1)
     zone = incident.clock(host).time_zone.key
-    kept, counted, skews, clocks, sources, outsides, progress, per_second = [], [], [], [], [], [], [], []
-    # Slices, not the streaming engine's batches: it reads ahead (about 1 GB in flight at 10 M).
-    # An empty folder is read once too: its empty frames have the columns.
-    for offset in range(0, max(total, 1), step):
+
+    def read_slice(offset: int) -> _SliceRead:
         piece = rows.slice(offset, step) if held is not None else scan.slice(offset, step).collect()
         batch, outside = _outside(piece.with_row_index("_at", offset), window, "events")
-        outsides.append(outside)
         read = _read_batch(batch, host, incident, profile)
-        counted.append(_activity(read))
-        skews.append(_skew(read, zone))
-        # the boot as a category: a text column cut from the batch would hold all of the batch's text
-        clocks.append(read.select(pl.col("_at").alias("_row"), pl.col("_BOOT_ID").cast(pl.Categorical),
-                                  "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP"))
-        # the source's name is made for the gaps found, not for every line
-        sources.append(read.select(pl.col("source_file").cast(pl.Categorical), pl.col("unit").cast(pl.Categorical), "ts"))
-        progress.append(progress_of(read, profile))
-        per_second.append(count_progress(read, ACTIVITY_KEYS))
-        kept.append(_lean(read.filter(_notable()), profile) if lean else
-                    read.with_columns(pl.col(c).cast(pl.Categorical) for c in FULL_CATEGORIES if c in read.columns))
+        return _SliceRead(
+            outside, _activity(read), _skew(read, zone),
+            # the boot as a category: a text column cut from the batch would hold all of the batch's text
+            read.select(pl.col("_at").alias("_row"), pl.col("_BOOT_ID").cast(pl.Categorical),
+                        "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP"),
+            # the source's name is made for the gaps found, not for every line
+            read.select(pl.col("source_file").cast(pl.Categorical), pl.col("unit").cast(pl.Categorical), "ts"),
+            progress_of(read, profile), count_progress(read, ACTIVITY_KEYS),
+            _lean(read.filter(_notable()), profile) if lean else
+            read.with_columns(pl.col(c).cast(pl.Categorical) for c in FULL_CATEGORIES if c in read.columns))
+
+    # Slices, not the streaming engine's batches: it reads ahead (about 1 GB in flight at 10 M).
+    # An empty folder is read once too: its empty frames have the columns.
+    offsets = range(0, max(total, 1), step)
+    if lean or len(offsets) == 1:
+        slices = [read_slice(offset) for offset in offsets]
+    else:
+        with ThreadPoolExecutor(max_workers=HELD_SLICES, thread_name_prefix="forensics-slice") as pool:
+            slices = list(pool.map(read_slice, offsets))
+    outsides = [s.outside for s in slices]
+    counted = [s.activity for s in slices]
+    skews = [s.skew for s in slices]
+    clocks = [s.clocks for s in slices]
+    sources = [s.sources for s in slices]
+    progress = [s.progress for s in slices]
+    per_second = [s.per_second for s in slices]
+    kept = [s.kept for s in slices]
     skew = pl.concat(skews)
     stats = pl.DataFrame({"host": [host], "line_minus_journal_s": [skew.median()],
                           "spread_s": [skew.quantile(0.95) - skew.quantile(0.05)], "lines": [skew.len()]},
@@ -518,7 +552,10 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
         wanted = _rows_at(scan, either_side, step)
         events = pl.concat([events, _lean(_read_batch(wanted, host, incident, profile), profile)],
                            how="vertical_relaxed").sort("_at")
-    lines = events.select("_at", *LINE)
+    # the lines either side of each gap, picked before their columns are cut: a select of every
+    # row would copy the rows of every slice into one piece
+    ends = pl.concat([gaps.get_column("_at"), gaps.get_column("_next_at")]).drop_nulls().implode()
+    lines = events.lazy().filter(pl.col("_at").is_in(ends)).select("_at", *LINE).collect()
     gaps = (gaps.join(lines, on="_at", how="left", maintain_order="left")
             .join(lines.rename({c: f"next_{c}" for c in LINE}), left_on="_next_at", right_on="_at", how="left",
                   maintain_order="left").drop("_at", "_next_at"))
@@ -526,7 +563,7 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
               .agg(pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max()))
     outside = pl.concat([o for o in outsides if o.height]) if any(o.height for o in outsides) else pl.DataFrame()
     source_name = pl.format("{} {}", pl.col("source_file"), pl.col("unit").cast(pl.String).fill_null("?"))
-    return HostRead(events.drop("_at"), activity, stats, jumps,
+    return HostRead(cut_alike(columns_of_frame(events, [c for c in events.columns if c != "_at"])), activity, stats, jumps,
                     gaps_in_sources(pl.concat(sources), ("source_file", "unit"), source_name), outside,
                     streams, gaps, counts)
 
@@ -558,11 +595,12 @@ def _host_jumps(scan: pl.LazyFrame, clocks: pl.DataFrame, step: int) -> pl.DataF
 def _in_time_order(events: pl.DataFrame) -> pl.DataFrame:
     """`events` sorted by time (stable), a column at a time: each column is released once its
     sorted copy is made, so sorting a big timeline costs one column more, not a second frame."""
-    order = events.select(pl.int_range(pl.len(), dtype=pl.UInt32).sort_by("ts", maintain_order=True)).to_series()
+    order = (events.lazy().select(pl.int_range(pl.len(), dtype=pl.UInt32).sort_by("ts", maintain_order=True))
+             .collect().to_series())
     columns = []
     for name in events.columns:
         columns.append(events.get_column(name).gather(order))
-        events = events.drop(name)
+        events.drop_in_place(name)
     return pl.DataFrame(columns)
 
 
@@ -619,10 +657,12 @@ def build_timeline(case: Case, incident: Incident, profile: Profile, lean: bool 
     pairs = request_pairs(events)
     placed = estimate_offsets(pairs, sorted(h for h in hosts if h is not None), incident)
     offsets = {host: seconds for host, (seconds, _) in placed.items()}
-    events = events.with_columns(_true_time(offsets))
+    if any(offsets.values()):
+        events = replace_columns(events, events.lazy().select(_true_time(offsets)).collect().to_series())
     if events.get_column("ts").is_sorted():  # say so: every detector's sort by time is then free
-        events = events.with_columns(pl.col("ts").set_sorted())
-    events = events.with_columns(_line_ts(events, incident, offsets)).drop("line_local")
+        events = replace_columns(events, events.get_column("ts").set_sorted())
+    events = columns_of_frame(events, [c for c in events.columns if c != "line_local"],
+                              _line_ts(events, incident, offsets))
     activity = _shifted(pl.concat([part.activity for part in parts]), offsets, "first", "last")
     activity = activity.with_columns(pl.col("first").dt.truncate("1m").alias("minute")) if any(offsets.values()) \
         else activity
