@@ -53,6 +53,19 @@ def label_numbers(messages: pl.Series, fields: dict[str, tuple[str, ...]], only:
                         schema={name: pl.Float64 for name in fields})
 
 
+def _any_of(message: pl.Expr, patterns: list[str]) -> pl.Expr:
+    """Whether `message` matches any of `patterns`, in as few passes as can stay fast: one for the
+    case-sensitive ones, one for the rest. A single case-insensitive branch (`(?i)…`) in one
+    alternation takes the regex engine's literal search from all of it (measured: 3× slower over a
+    million lines)."""
+    insensitive = [p for p in patterns if p.startswith("(?i)")]
+    groups = [[p for p in patterns if p not in insensitive], insensitive]
+    # Group names made plain: two patterns may name the same group, which one pattern cannot.
+    found = [message.str.contains("|".join(f"(?:{_NAMED_GROUP.sub('(?:', p)})" for p in group))
+             for group in groups if group]
+    return pl.any_horizontal(found) if found else pl.lit(False)
+
+
 def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = None) -> pl.DataFrame:
     """`events` with the profile's reading of each message: stamp, tag, ranks, progress kind, one
     column per field of a progress line, HTTP method / path / status of access lines, health_ok,
@@ -80,9 +93,7 @@ def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = No
         hit = message.str.contains(event.pattern)
         event_kind = pl.when(hit).then(pl.lit(event.kind)).otherwise(event_kind)
         event_track = pl.when(hit).then(pl.lit(event.track)).otherwise(event_track)
-    # Group names made plain: two patterns may name the same group, which one pattern cannot.
-    any_rare = "|".join(f"(?:{_NAMED_GROUP.sub('(?:', p)})" for p in rare)
-    picked = frame.select(message.str.contains(any_rare).alias("rare"),
+    picked = frame.select(_any_of(message, rare).alias("rare"),
                           message.str.contains(" HTTP/", literal=True).alias("access"),
                           pl.col("progress").is_not_null().alias("progress"))
     columns: list[pl.Series] = []
