@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* Problems found on a line (reported by kind; Python words them). */
 enum { NO_EQUALS = 0, LENGTH_CUT = 1, RUNS_PAST = 2, NO_NEWLINE = 3, TOO_MANY_FIELDS = 4 };
@@ -83,7 +85,7 @@ typedef struct {
     Bytes views;                  /* 16-byte BinaryView of each entry's first value (zero when absent) */
     Bytes present;                /* validity bitmap, one bit per entry */
     int64_t n_present;
-    Bytes data;                   /* dense: the long values end to end */
+    Bytes data;                   /* dense: the long values end to end (mapped: see grow_mapped) */
     Vec later;                    /* (entry, value start, value end) of repeated values within an entry */
     Vec bad;                      /* invalid names: (entry, line) of every occurrence */
 } Key;
@@ -117,7 +119,8 @@ static void scan_free(Scan *S)
     for (Py_ssize_t k = 0; k < S->n_keys; k++) {
         free(S->keys[k].views.v);
         free(S->keys[k].present.v);
-        free(S->keys[k].data.v);
+        if (S->keys[k].data.v)
+            munmap(S->keys[k].data.v, (size_t)S->keys[k].data.cap);
         vec_free(&S->keys[k].later);
         vec_free(&S->keys[k].bad);
     }
@@ -221,6 +224,32 @@ static int zero_fill(Bytes *b, Py_ssize_t size)
     return 0;
 }
 
+/* Make `b` (memory mapped for it) hold at least `need` bytes, starting at `first` or more. Its
+ * pages are populated in one call as it grows: a page fault per 4 KiB on first touch cost more
+ * than copying the values in; growing moves the pages, never the bytes. */
+static int grow_mapped(Bytes *b, Py_ssize_t need, Py_ssize_t first)
+{
+    const Py_ssize_t page = (Py_ssize_t)sysconf(_SC_PAGESIZE);
+    Py_ssize_t cap = b->cap ? 2 * b->cap : (first > need ? first : need);
+    if (cap < need)
+        cap = need;
+    cap = (cap + page - 1) / page * page;
+    void *mapped;
+    if (!b->v)
+        mapped = mmap(NULL, (size_t)cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    else
+        mapped = mremap(b->v, (size_t)b->cap, (size_t)cap, MREMAP_MAYMOVE);
+    if (mapped == MAP_FAILED)
+        return -1;
+#ifdef MADV_POPULATE_WRITE
+    if (b->v) /* best effort: without it the pages fault in one by one */
+        madvise((uint8_t *)mapped + b->cap, (size_t)(cap - b->cap), MADV_POPULATE_WRITE);
+#endif
+    b->v = mapped;
+    b->cap = cap;
+    return 0;
+}
+
 static int add_field(Scan *S, Py_ssize_t key_at, Py_ssize_t key_len, Py_ssize_t value_at, Py_ssize_t value_end,
                      int64_t entry, int64_t line, Py_ssize_t position)
 {
@@ -248,7 +277,7 @@ static int add_field(Scan *S, Py_ssize_t key_at, Py_ssize_t key_len, Py_ssize_t 
     key->n_present++;
     int64_t offset = value_at;
     if (key->dense && len > 12) {
-        if (make_room((void **)&key->data.v, &key->data.cap, 1, key->data.n + len - 1) < 0)
+        if (key->data.n + len > key->data.cap && grow_mapped(&key->data, key->data.n + len, S->m / 16) < 0)
             return -1;
         memcpy(key->data.v + key->data.n, value, (size_t)len);
         offset = key->data.n;
@@ -457,6 +486,7 @@ typedef struct {
     PyObject_HEAD
     uint8_t *data;
     Py_ssize_t size;
+    Py_ssize_t mapped; /* bytes mapped with mmap (unmapped when it goes), or 0: malloc'd */
 } Block;
 
 static int block_getbuffer(PyObject *self, Py_buffer *view, int flags)
@@ -468,7 +498,11 @@ static int block_getbuffer(PyObject *self, Py_buffer *view, int flags)
 
 static void block_dealloc(PyObject *self)
 {
-    free(((Block *)self)->data);
+    Block *block = (Block *)self;
+    if (block->mapped)
+        munmap(block->data, (size_t)block->mapped);
+    else
+        free(block->data);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -492,6 +526,29 @@ static PyObject *take_block(Bytes *b, Py_ssize_t size)
         return NULL;
     block->data = b->v;
     block->size = size;
+    block->mapped = 0;
+    b->v = NULL;
+    b->n = b->cap = 0;
+    return (PyObject *)block;
+}
+
+/* A Block of mapped `b`'s first `size` bytes, taking over its memory; the pages past them let go. */
+static PyObject *take_mapped(Bytes *b, Py_ssize_t size)
+{
+    if (!b->v)
+        return take_block(b, 0);
+    const Py_ssize_t page = (Py_ssize_t)sysconf(_SC_PAGESIZE);
+    const Py_ssize_t kept = size ? (size + page - 1) / page * page : page;
+    if (kept < b->cap) {
+        munmap(b->v + kept, (size_t)(b->cap - kept));
+        b->cap = kept;
+    }
+    Block *block = PyObject_New(Block, &BlockType);
+    if (!block)
+        return NULL;
+    block->data = b->v;
+    block->size = size;
+    block->mapped = b->cap;
     b->v = NULL;
     b->n = b->cap = 0;
     return (PyObject *)block;
@@ -503,7 +560,7 @@ static PyObject *key_item(Scan *S, Key *key, Py_ssize_t n_entries)
     if (key->valid) {
         views = take_block(&key->views, 16 * n_entries);
         validity = key->n_present < n_entries ? take_block(&key->present, (n_entries + 7) / 8) : Py_NewRef(Py_None);
-        data = key->dense ? take_block(&key->data, key->data.n) : Py_NewRef(Py_None);
+        data = key->dense ? take_mapped(&key->data, key->data.n) : Py_NewRef(Py_None);
     } else {
         views = Py_NewRef(Py_None);
         validity = Py_NewRef(Py_None);
