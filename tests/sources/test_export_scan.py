@@ -206,3 +206,14 @@ def test_count_newlines_and_bounds() -> None:
         _export_scan.count_newlines(data, 7)
     with pytest.raises(ValueError, match="length -1 outside"):
         _export_scan.scan(data, -1, True, True, frozenset(), 80)
+
+
+@pytest.mark.parametrize("size", [15, 16, 17, 16 * 255, 16 * 255 + 1, 16 * 256 + 7, 100_003])
+def test_count_newlines_counts_as_bytes_count_does(size: int) -> None:
+    """The vector count agrees with `bytes.count` at every length around its 16-byte steps and its
+    255-step sums, with nothing but newlines (each lane at its most) and with random bytes."""
+    rng = np.random.default_rng(size)
+    for data in (b"\n" * size, rng.choice(np.frombuffer(b"\nab=", dtype=np.uint8), size).tobytes()):
+        array = np.frombuffer(data, dtype=np.uint8)
+        for length in (size, size - 1, size // 2):
+            assert _export_scan.count_newlines(array, length) == data[:length].count(b"\n")
