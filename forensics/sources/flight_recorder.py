@@ -41,6 +41,10 @@ FORMAT = "flight_recorder"
 DATA_TYPE = "torch:flight_recorder"
 _KEYS = (b"pg_status", b"pg_config", b"collective_seq_id")
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\.[A-Za-z]+)?$")
+# A file's modification time is taken from the kernel's coarse clock (its last tick, some
+# milliseconds behind the clock torch stamps entries with): a dump written right after its last
+# entry can look a few milliseconds older than it.
+FILE_CLOCK_SLACK_NS = 100_000_000
 
 
 class _PlainData(pickle.Unpickler):
@@ -90,7 +94,7 @@ def _dumped_at(path: Path, entries: list[Any]) -> tuple[int | None, list[str]]:
         return None, []
     last = max((e["time_created_ns"] for e in entries if isinstance(e, dict)
                 and isinstance(e.get("time_created_ns"), int)), default=None)
-    if last is not None and written < last:
+    if last is not None and written + FILE_CLOCK_SLACK_NS < last:
         return None, ["the dump's file time is before its last entry (a copy that did not keep it): "
                       "when it was written is unknown"]
     return written, []
