@@ -83,9 +83,11 @@ GAP_MIN_S = 60.0
 LEAN_ENV = "FORENSICS_LEAN_ABOVE"  # records above which the timeline is lean (default 2 M; 0: always)
 LEAN_ABOVE = int(os.environ.get(LEAN_ENV) or 2_000_000)
 LEAN_BATCH_ROWS = 100_000  # records read with the profile at a time when lean
-# Rows held in memory are read in this many slices at once (this machine's cores), when there are
-# at least HELD_SLICE_ABOVE of them (fewer are read faster whole).
-HELD_SLICES, HELD_SLICE_ABOVE = 2, 200_000
+# A host's records are read this many slices at once (this machine's cores: a regular expression
+# over one column runs on one core): rows held in memory in as many slices, when there are at
+# least HELD_SLICE_ABOVE of them (fewer are read faster whole); a lean timeline's batches this many
+# at a time, so that its memory stays bounded by them.
+SLICES_AT_ONCE, HELD_SLICE_ABOVE = 2, 200_000
 # In a lean timeline: the progress fields the detectors read (others stay in the case), the
 # columns held as categories (few distinct values, long ones), and those left out.
 LEAN_FIELDS = ("running_req", "queue_req", "inflight_req")
@@ -167,7 +169,11 @@ class Timeline:
         keys = ("source_file", "source_offset", "source_line")
         wanted = rows.select(pl.col("source_file").cast(pl.String), "source_offset", "source_line").unique()
         files = wanted.get_column("source_file").unique().implode()
-        found = (self.case.events.filter(pl.col("source_file").is_in(files))  # row groups of other files skipped
+        offsets = wanted.get_column("source_offset")
+        # row groups of other files, and of places none of the rows is at, skipped by their statistics
+        at = pl.col("source_offset").is_in(offsets.drop_nulls().implode())
+        at = at | pl.col("source_offset").is_null() if offsets.null_count() else at
+        found = (self.case.events.filter(pl.col("source_file").is_in(files) & at)
                  .select(*keys, pl.col("message").alias("_text"))
                  .join(wanted.lazy(), on=list(keys), how="semi", nulls_equal=True).collect()
                  .unique(list(keys), keep="first"))
@@ -503,9 +509,7 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
     else:
         scan = scan_partition(location(case_dir), "events", host, extras).select(_event_columns(extras))
         total = scan.select(pl.len()).collect().item()
-    # Held rows are read in a slice per core, side by side (a regex over one column runs on one
-    # core); a lean timeline reads one batch at a time, so that its memory stays bounded.
-    step = LEAN_BATCH_ROWS if lean else max(-(-total // HELD_SLICES) if total >= HELD_SLICE_ABOVE else total, 1)
+    step = LEAN_BATCH_ROWS if lean else max(-(-total // SLICES_AT_ONCE) if total >= HELD_SLICE_ABOVE else total, 1)
     zone = incident.clock(host).time_zone.key
 
     def read_slice(offset: int) -> _SliceRead:
@@ -526,10 +530,10 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
     # Slices, not the streaming engine's batches: it reads ahead (about 1 GB in flight at 10 M).
     # An empty folder is read once too: its empty frames have the columns.
     offsets = range(0, max(total, 1), step)
-    if lean or len(offsets) == 1:
-        slices = [read_slice(offset) for offset in offsets]
-    else:
-        with ThreadPoolExecutor(max_workers=HELD_SLICES, thread_name_prefix="forensics-slice") as pool:
+    if len(offsets) == 1:
+        slices = [read_slice(offsets[0])]
+    else:  # each slice is read when a thread takes it up: SLICES_AT_ONCE of them in memory at once
+        with ThreadPoolExecutor(max_workers=SLICES_AT_ONCE, thread_name_prefix="forensics-slice") as pool:
             slices = list(pool.map(read_slice, offsets))
     outsides = [s.outside for s in slices]
     counted = [s.activity for s in slices]
