@@ -10,7 +10,7 @@ frames of evidence partitioned by host, Hive style: see `forensics.case.store`):
     CASE/manifest.json                  inputs with sha256, format, records, quarantined, time span;
                                         the partitions of each frame
 
-Ingest streams: each input is read in pieces (a journal export ~8 MB at a time) and every
+Ingest streams: each input is read in pieces (a journal export ~16 MB at a time) and every
 PART_ROWS records either held in memory (in this process, up to HOLD_BYTES over all inputs:
 `Held`; a host folder of held rows is written once, as its one file) or written to their hosts'
 folders as one part, so memory holds a part, not the bundle; the inputs, then the host folders,

@@ -10,6 +10,11 @@ Errors name the file and the key at fault.
 distributed, the kernel and GPU driver, systemd). Their line kinds apply to every bundle, ahead of
 the stack's own, each with the failure mode it is evidence of (`fault`); adding a failure mode is
 one `[[logs.event]]` there, with real sample lines, and one detector.
+
+A line kind's pattern is searched in every log line, all of them in one alternation: write a
+case variant as a class (`[Ww]atchdog`), not with `(?i)` — a case-insensitive pattern takes the
+regex engine's literal search from the whole alternation, so such patterns get a pass of their
+own (`forensics.timeline.logs`), and each costs about as much as all the others together.
 """
 
 from __future__ import annotations

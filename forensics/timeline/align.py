@@ -101,7 +101,11 @@ FULL_CATEGORIES = ("_BOOT_ID", "invocation_id", "data_type")
 # text on few lines, cut out of each batch's messages (copied out: see `_kept_text`)
 LEAN_SPARSE_TEXT = ("message", "message_id", "rid_sent", "rid_received", "http_method", "http_path")
 # lines whose text a detector reads although no profile rule names them: tracebacks, systemctl
-NOTABLE_TEXT = r"^\s|^Traceback |^\w[\w.]*(?:Error|Exception|Interrupt|Exit)\b|systemctl"
+# Two searches, not one alternation: a pattern anchored at the line's start stops at its first
+# bytes, while one unanchored branch (`systemctl`) made the regex engine read every line whole
+# (5× slower over a million lines).
+NOTABLE_START = r"^(?:\s|Traceback |\w[\w.]*(?:Error|Exception|Interrupt|Exit)\b)"
+NOTABLE_WORD = "systemctl"
 
 
 @dataclass
@@ -384,7 +388,8 @@ def _notable() -> pl.Expr:
         (pl.col("priority") <= 5) | pl.col("event").is_not_null() | pl.col("message_id").is_not_null()
         | pl.col("health_ok") | pl.col("ready") | pl.col("http_status").is_not_null()
         | pl.col("rid_sent").is_not_null() | pl.col("rid_received").is_not_null()
-        | pl.col("message").str.contains(NOTABLE_TEXT))).fill_null(False)
+        | pl.col("message").str.contains(NOTABLE_START)
+        | pl.col("message").str.contains(NOTABLE_WORD, literal=True))).fill_null(False)
 
 
 def _lean(events: pl.DataFrame, profile: Profile) -> pl.DataFrame:
