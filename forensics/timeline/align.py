@@ -53,7 +53,7 @@ from forensics.timeline.logs import read_lines
 from forensics.profiles import Profile
 from forensics.case.places import location, place_text
 from forensics.case.store import partition_rows, scan_partition
-from forensics.formats.schema import columns_of_frame, cut_alike, replace_columns
+from forensics.formats.frames import columns_of_frame, cut_alike, replace_columns
 
 STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
 PLAIN_LOG = "log:line"
