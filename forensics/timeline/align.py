@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import polars as pl
 
@@ -487,8 +488,7 @@ def _skew(read: pl.DataFrame, zone: str) -> pl.Series:
             .drop_nulls())
 
 
-@dataclass
-class _SliceRead:
+class _SliceRead(NamedTuple):
     """What `read_host` keeps of one slice of a host's records."""
 
     outside: pl.DataFrame
@@ -540,14 +540,7 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
     else:  # each slice is read when a thread takes it up: SLICES_AT_ONCE of them in memory at once
         with ThreadPoolExecutor(max_workers=SLICES_AT_ONCE, thread_name_prefix="forensics-slice") as pool:
             slices = list(pool.map(read_slice, offsets))
-    outsides = [s.outside for s in slices]
-    counted = [s.activity for s in slices]
-    skews = [s.skew for s in slices]
-    clocks = [s.clocks for s in slices]
-    sources = [s.sources for s in slices]
-    progress = [s.progress for s in slices]
-    per_second = [s.per_second for s in slices]
-    kept = [s.kept for s in slices]
+    outsides, counted, skews, clocks, sources, progress, per_second, kept = map(list, zip(*slices))
     skew = pl.concat(skews)
     stats = pl.DataFrame({"host": [host], "line_minus_journal_s": [skew.median()],
                           "spread_s": [skew.quantile(0.95) - skew.quantile(0.05)], "lines": [skew.len()]},
