@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from forensics.timeline.logs import label_numbers, read_lines
-from forensics.profiles import load_profile
+from forensics.profiles import load_profile, matches_nothing
 
 FIELDS = {"running": ("#running-req",), "usage": ("token usage", "full token usage"), "swa": ("swa token usage",),
           "hit": ("cache hit rate",), "gen": ("gen throughput (token/s)",)}
@@ -95,3 +95,23 @@ def test_read_lines_puts_the_numbers_on_progress_lines_only() -> None:
     read_back = read_lines(frame)
     assert read_back.get_column("running_req").to_list() == [12.0, None]
     assert read_back.get_column("queue_req").to_list() == [3.0, None]
+
+
+def test_an_empty_or_missing_line_is_no_line_of_a_kind_the_stack_never_writes() -> None:
+    """SGLang's profile has no request-sent line (`(?P<rid>$^)`): `$^` matches an empty string, so
+    an empty message was read as a request sent with id "" (and, in the combined search of line
+    kinds, the pattern made the regex engine read every line whole)."""
+    profile = load_profile("sglang")
+    assert profile.logs.request_sent == "(?P<rid>$^)"
+    read_back = read_lines(pl.DataFrame({"message": ["", None, "INFO:     10.0.0.1:4 - \"GET /health HTTP/1.1\" 200 OK"]},
+                                        schema={"message": pl.String}), profile)
+    assert read_back.get_column("rid_sent").to_list() == [None, None, None]
+    assert read_back.get_column("health_ok").to_list() == [False, False, True]
+
+
+@pytest.mark.parametrize(("pattern", "nothing"), [
+    ("$^", True), ("(?P<rid>$^)", True), ("(?P<method>$^)(?P<path>)(?P<status>)", True),
+    ("(?P<rid>[0-9]+)", False), ("$^|ready", False), ("a$^", False), ("", False),
+])
+def test_the_pattern_for_lines_a_stack_never_writes_is_known_in_every_spelling(pattern: str, nothing: bool) -> None:
+    assert matches_nothing(pattern) is nothing

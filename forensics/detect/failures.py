@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from forensics.detect import Finding, clock, earliest, event_evidence, latest_time, span
-from forensics.profiles import LogEvent, available, load_profile, meaning
+from forensics.profiles import NOTHING, LogEvent, available, load_profile, matches_nothing, meaning
 from forensics.timeline.align import Timeline
 from forensics.timeline.progress import FREEZE_GAP_S
 
@@ -263,8 +263,8 @@ def _error_records(timeline: Timeline, several_hosts: bool) -> list[Finding]:
 def _every_stack(attribute: str) -> str:
     """One pattern for what any shipped stack writes as `attribute` (`starting`, `ready`): a bundle's
     logs may come from a stack other than the profile chosen for it."""
-    patterns = {getattr(load_profile(name).logs, attribute) for name in available()} - {"$^"}
-    return "|".join(f"(?:{p})" for p in sorted(patterns)) or "$^"
+    patterns = {getattr(load_profile(name).logs, attribute) for name in available()}
+    return "|".join(f"(?:{p})" for p in sorted(patterns) if not matches_nothing(p)) or NOTHING
 
 
 def _startups(timeline: Timeline, several_hosts: bool) -> list[Finding]:
