@@ -30,7 +30,15 @@ from forensics.timeline.progress import FREEZE_GAP_S
 
 ERROR = 3  # syslog priority: error and worse
 # an exception raised or a traceback begun: an error in a start-up whatever its level says
-RAISED = r"Traceback \(most recent call last\)|\b[A-Za-z]*(?:Error|Exception)\b: "
+# A raised exception's line: a traceback's header, or "SomethingError: …". Searched as separate
+# patterns, each with a fixed text the regex engine looks for first: in one alternation, the
+# exception branch (whose start is any word) left it reading every line whole, 3× slower.
+RAISED = (r"Traceback \(most recent call last\)", r"\b[A-Za-z]*Error: ", r"\b[A-Za-z]*Exception: ")
+
+
+def raised(message: pl.Expr) -> pl.Expr:
+    """Whether `message` is a raised exception's line (`RAISED`)."""
+    return pl.any_horizontal(message.str.contains(pattern) for pattern in RAISED)
 STOP_SLACK = timedelta(seconds=1)  # lines stamped this much before a stop's own line still follow it
 # A collective timeout line's numbers, as ProcessGroupNCCL / ProcessGroupGloo write them.
 WORK = re.compile(r"SeqNum=(?P<seq>-?[0-9]+), OpType=(?P<op>[A-Za-z_]+)(?:, NumelIn=(?P<numel_in>-?[0-9]+), "
@@ -210,7 +218,7 @@ def _first_errors(timeline: Timeline, group: pl.DataFrame) -> str:
         return ""
     lines = (timeline.events.filter(pl.col("unit").cast(pl.String).is_in(units) & (pl.col("ts") <= restarts.max())
                                     & pl.col("event").ne_missing("crash_loop")
-                                    & ((pl.col("priority") <= ERROR) | pl.col("message").str.contains(RAISED)))
+                                    & ((pl.col("priority") <= ERROR) | raised(pl.col("message"))))
              .sort("ts").select("ts", "message"))
     # a start runs from one restart line to the next (the first from the start of the evidence)
     starts = lines.with_columns(restarts.search_sorted(lines.get_column("ts"), side="left").alias("start"))
@@ -304,7 +312,7 @@ def _startups(timeline: Timeline, several_hosts: bool) -> list[Finding]:
                        rows.filter(pl.col("ts") < stop.get_column("ts").min() if logged
                                    else pl.col("ts") <= stop.get_column("ts").min()))
         errors = before_stop.filter(((pl.col("priority") <= ERROR) | pl.col("event").is_in(faults)
-                                     | message.str.contains(RAISED)) & (pl.col("event") != "operator_stop").fill_null(True))
+                                     | raised(message)) & (pl.col("event") != "operator_stop").fill_null(True))
         begun = rows.filter(message.str.contains(r"Init torch distributed begin")).height
         ended = rows.filter(message.str.contains(r"Init torch distributed ends")).height
         last = rows.filter(message != "").tail(1)
@@ -382,7 +390,7 @@ def _died_serving(timeline: Timeline, several_hosts: bool) -> list[Finding]:
         mine = events.filter(pl.col("host").eq_missing(host) & pl.col("unit").eq_missing(unit))
         tail = mine.filter(pl.col("ts") >= last_at - timedelta(seconds=END_SAYS_WHY_S))
         said_why = tail.filter((pl.col("priority") <= ERROR) | pl.col("event").is_not_null()
-                               | pl.col("message_id").is_not_null() | pl.col("message").str.contains(RAISED))
+                               | pl.col("message_id").is_not_null() | raised(pl.col("message")))
         if not said_why.is_empty() or _alive_after(timeline, host, component, last_at):
             continue
         last = mine.filter(pl.col("ts") == mine.get_column("ts").max()).tail(1)
