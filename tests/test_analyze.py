@@ -3,6 +3,7 @@ symptom tracks, and the same UTC story from a host in another zone with a skewed
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+import forensics.analyze as analyze_module
 from forensics.analyze import Analysis, analyze
 from forensics.cli import main as cli
 from forensics.detect import Finding
@@ -286,3 +288,23 @@ def test_impact_counts_engines_not_their_tp_rank_copies(tmp_path: Path) -> None:
     (lost,) = [i for i in analysis.impact() if i.what == "tokens not generated"]
     assert "100 token/s of the decode engines, one TP rank each" in lost.how
     assert lost.value == pytest.approx(100 * analysis.key_times.seconds("resolved"), rel=0.01)
+
+
+def test_an_analysis_leaves_the_cycle_collector_as_it_found_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """`analyze` has the collector leave the objects that existed before it alone while it runs (a
+    notebook's among them), and gives them back to it at the end, when it fails as well."""
+    before = gc.get_freeze_count()
+    seen: list[int] = []
+    original = analyze_module._analyze
+
+    def spying(*args: object, **kwargs: object) -> Analysis:
+        seen.append(gc.get_freeze_count())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(analyze_module, "_analyze", spying)
+    analyze(REFERENCE, tmp_path / "case")
+    with pytest.raises(ForensicsError):
+        analyze(tmp_path / "no such bundle", tmp_path / "case2")
+    assert len(seen) == 2 and all(frozen > before for frozen in seen)
+    assert gc.get_freeze_count() == before
