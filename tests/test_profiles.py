@@ -30,6 +30,21 @@ def test_a_user_rule_changes_the_phase_without_code(tmp_path: Path) -> None:
     assert classify(frames, load_profile(own).stacks).phase == "transfer"
 
 
+def test_a_profile_file_is_read_again_when_its_text_changes_and_only_then(tmp_path: Path) -> None:
+    shipped = load_profile("sglang").path.read_text()
+    own = tmp_path / "mine.toml"
+    own.write_text(shipped)
+    first = load_profile(own)
+    assert load_profile(own) is first  # asked again: the same rules, not read anew
+    rule = '[[stacks.phase]]\nphase = "transfer"\nfunction = "^wait_for_kv$"\n\n'
+    own.write_text(shipped.replace("[[stacks.phase]]", rule + "[[stacks.phase]]", 1))  # within the same clock tick
+    frames = [Frame.parse("wait_for_kv (mine/kv.py:3)")]
+    assert classify(frames, load_profile(own).stacks).phase == "transfer"
+    own.write_text("[profile\n")
+    with pytest.raises(ProfileError, match="Expected ']'"):
+        load_profile(own)
+
+
 @pytest.mark.parametrize("text, message", [
     ("[stacks]\n", "missing table [profile]"),
     ("[profile]\n", "missing table [stacks]"),

@@ -297,17 +297,33 @@ def _load_layer(path: Path) -> Layer:
                  rules.samples, meanings)
 
 
+_READ: dict[Path, tuple[str, Profile]] = {}  # profile file -> (its text, the profile read from it)
+
+
 def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
-    """A shipped profile by name, or a profile file by path."""
+    """A shipped profile by name, or a profile file by path; read again only when its text changed
+    (an analysis asks for each profile several times, and reading one took ~5 ms)."""
     path = Path(name_or_path)
     if path.suffix != ".toml":
         path = PROFILE_DIR / f"{name_or_path}.toml"
         if not path.is_file():
             raise ProfileError(f"no profile named {name_or_path!r}; shipped: {', '.join(available())}")
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise ProfileError(f"{path}: no such profile file") from None
+    known = _READ.get(path)
+    if known is not None and known[0] == text:
+        return known[1]
+    profile = _profile(path, text)
+    _READ[path] = (text, profile)
+    return profile
+
+
+def _profile(path: Path, text: str) -> Profile:
+    """The profile the TOML `text` of `path` describes."""
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ProfileError(f"{path}: {error}") from None
     meta = _table(path, data, "profile")
