@@ -3,12 +3,15 @@ broken profile is named with the key at fault."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from forensics.detect.stacks import Frame, classify
-from forensics.profiles import ProfileError, available, load_profile
+from forensics.analyze import lines_found_in
+from forensics.profiles import ProfileError, available, choose_profile, load_profile
 
 
 @pytest.mark.parametrize("name", available())
@@ -229,3 +232,13 @@ def test_every_line_built_from_code_names_the_line_of_code_and_reads_like_it() -
             assert re.fullmatch(r"\[[0-9-]+ [0-9:.]+\] (Receive: obj=GenerateReqInput\(.*\brid='[0-9a-f]{32}', .*\)"
                                 r"|Finish: obj=GenerateReqInput\(.*\brid='[0-9a-f]{32}', .*\), out=\{'text': .*\})",
                                 sample.line), sample.line
+
+
+def test_counting_evidence_lines_with_polars_chooses_as_python_does() -> None:
+    lines = ["[2026-06-18 21:34:47 TP0] Decode batch. #running-req: 12", "INFO 06-18 21:34:47 [loggers.py:116] "
+             "Engine 000: Avg prompt throughput: 0.0 tokens/s", "sglang::scheduler_TP0", "vllm:num_requests_running",
+             "plain line", "", "VLLM::EngineCore_DP0", "python -m sglang.srt.entrypoints.http_server"]
+    for sample in (lines, lines[:1], lines[1:2], lines[4:6]):
+        found = lines_found_in(pl.Series(sample, dtype=pl.String))
+        assert choose_profile([], [], sample, found) == choose_profile([], [], sample)
+    assert lines_found_in(pl.Series(["ab", "b"]))(re.compile(r"(?<=a)b")) == 1  # a pattern Rust's engine refuses
