@@ -55,6 +55,7 @@ SIGNATURE_KINDS = ("silent_hang", "kv_transfer_failure", "watchdog_timeout", "en
                    "cuda_oom", "crash_loop", "startup_failure", "startup_stall", "silent_death", "stuck_process",
                    "distributed_transport_failure", "collective_verdict")
 PROFILE_SAMPLE_LINES = 20_000  # log lines looked at to choose a profile
+NO_CLOCK = "--:--:--"  # where a finding's time would be printed, for one the evidence gives no time
 CHECKS_TRACK = "checks"  # findings that say what was looked at when nothing was wrong
 # Notes, and what is no fault: an operator's stop and what it brought with it.
 NOT_ANOMALIES = ("annotation", "clock_jump", "out_of_range", "operator_stop", "after_stop", "quiet_until_stop")
@@ -484,12 +485,12 @@ def _report_text(analysis: Analysis) -> str:
     for problem in t.contradictions:
         lines.append(f"  CONTRADICTION: {problem}")
     for track in analysis.tracks:
-        lines += ["", (f"## track: {track.name} ({', '.join(track.components) or 'no component'}, "
-                      f"{clock(track.first)}–{clock(track.last)})")]
+        when = f"{clock(track.first)}–{clock(track.last)}" if track.first else "no time in the evidence"
+        lines += ["", f"## track: {track.name} ({', '.join(track.components) or 'no component'}, {when})"]
         for f in track.findings:
             if analysis.superseded(f):
                 continue
-            lines.append(f"  {clock(f.at)}  [{f.kind}] {f.text}")
+            lines.append(f"  {clock(f.at) if f.at else NO_CLOCK}  [{f.kind}] {f.text}")
     if analysis.links:
         lines += ["", "## between tracks"] + [f"  {text}" for text in analysis.links]
     table = analysis.collectives()

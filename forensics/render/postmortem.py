@@ -98,8 +98,11 @@ def incident_day(analysis: Analysis) -> str:
 
 
 def _timeline_rows(analysis: Analysis) -> list[Finding]:
-    """One row per dated event the report lists, in time order."""
-    return sorted((f for f in analysis.reported() if f.at), key=lambda f: f.at)  # type: ignore[arg-type, return-value]
+    """One row per event the report lists: the dated ones in time order, then those the evidence
+    gives no time (a pasted tool output), in the order they were found."""
+    reported = analysis.reported()
+    return (sorted((f for f in reported if f.at), key=lambda f: f.at)  # type: ignore[arg-type, return-value]
+            + [f for f in reported if not f.at])
 
 
 def _hang_words(v: Any) -> str:
@@ -263,11 +266,13 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
     out += ["## Resolution", ""]
     for f in _of(analysis, "mitigation", "restart"):
         out.append(f"- {_at(f.at)} {_md(f.text, redact)}")
-    out.append(f"- Resolved at {_at(t.resolved)}: {_md(t.how.get('resolved', 'not in the evidence'), redact)}")
+    resolved = _md(t.how.get("resolved", "not in the evidence"), redact)
+    out.append(f"- Resolved at {_at(t.resolved)}: {resolved}" if t.resolved else f"- Resolved: {resolved}")
     out += [""]
 
     out += ["## Detection", ""]
-    out.append(f"Detected at {_at(t.detected)} ({_md(t.how.get('detected', 'not in the evidence'), redact)}), "
+    detected = _md(t.how.get("detected", "not in the evidence"), redact)
+    out.append((f"Detected at {_at(t.detected)} ({detected}), " if t.detected else f"Detected: {detected}; ")
                + (f"{span(s)} after the start." if (s := t.seconds("detected")) is not None
                   else "time to detect unknown."))
     for f in hangs:
@@ -317,7 +322,8 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
     out += ["## Timeline", "", f"| date and time ({zone}) |" + (" UTC |" if utc else "") + " track | kind | what happened |",
             "|---|" + ("---|" if utc else "") + "---|---|---|"]
     for f in _timeline_rows(analysis):
-        when = f"{_stamp(f.at)} |" + (f" {f.at.astimezone(UTC):%Y-%m-%d %H:%M:%S} |" if utc and f.at else "")
+        when = (f"{_stamp(f.at)} |" + (f" {f.at.astimezone(UTC):%Y-%m-%d %H:%M:%S} |" if utc else "") if f.at
+                else "time unknown |" + (" time unknown |" if utc else ""))
         out.append(f"| {when} {_md(f.track, redact)} | {f.kind} | {_md(f.text, redact)} |")
     out.append("")
     return "\n".join(out)
