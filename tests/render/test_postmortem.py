@@ -11,6 +11,7 @@ import pytest
 
 from forensics.analyze import report_text
 from forensics.render.sections import ReportSession
+from tests.sources.test_frtrace_text import OLDER as PASTED_FRTRACE
 from tests.test_report import REFERENCE
 
 
@@ -86,33 +87,18 @@ def test_the_draft_renders_inert_and_whole_as_markdown(draft: tuple[str, str], t
         assert f"<h2>{heading}</h2>" in rendered
 
 
-# torchfrtrace's own report as people paste it into a ticket: verdicts with no time (the format
-# as torch's fr_trace prints it; forensics/sources/flight_recorder_text.py).
-PASTED_FRTRACE = """Not all ranks joining collective 5 at entry 4
-group info: 0:default_pg
-collective: nccl:all_reduce
-missing ranks: {1}
-input sizes: [[1024]]
-output sizes: [[1024]]
-expected ranks: 4
-collective state: scheduled
-collective stack trace: 
- []
-"""
-
-
 @pytest.mark.parametrize("zone", ["UTC", "Asia/Shanghai"])
 def test_a_finding_the_evidence_gives_no_time_has_its_row_and_says_so(tmp_path: Path, zone: str) -> None:
     bundle = tmp_path / "pasted"
     bundle.mkdir()
-    (bundle / "frtrace.txt").write_text(PASTED_FRTRACE)
+    (bundle / "frtrace.txt").write_text(PASTED_FRTRACE)  # torchfrtrace's report as pasted into a ticket
     session = ReportSession.open(bundle, tmp_path / "out", display_tz=zone)
     session.write_outputs()
     text = (session.out_dir / "postmortem.md").read_text()
     rows = [line for line in _section(text, "Timeline").splitlines() if "collective_verdict" in line]
-    assert len(rows) == 1 and "missing" not in rows[0].split("|")[1]
-    assert rows[0].startswith("| time unknown |" + (" time unknown |" if zone != "UTC" else "") + " ")
-    assert "Rank 1 of the group's 4 ranks never joined collective 5" in rows[0]
+    assert len(rows) == 2  # one verdict per process group, after the dated rows (there are none)
+    assert all(row.startswith("| time unknown |" + (" time unknown |" if zone != "UTC" else "") + " ") for row in rows)
+    assert "Rank 1 of the group's 4 ranks never joined collective 5" in rows[0] and "SIZE_MISMATCH" in rows[1]
     assert "- Resolved: not in the evidence" in _section(text, "Resolution")
     assert _section(text, "Detection").lstrip().startswith("Detected: not in the evidence; time to detect unknown.")
     assert " ?" not in text.replace("(a client's mass cancellation? a deploy? load?)", "")
