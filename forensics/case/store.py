@@ -36,8 +36,11 @@ from forensics.formats.schema import SCHEMAS
 PARTITION = "host"
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 PARTS = "*.parquet"  # what a reader takes from a folder (hidden `.tmp-*` files of a killed writer are not)
-# zstd level 1: about the size of the default level, a fifth faster to write
-WRITE_OPTIONS = {"compression": "zstd", "compression_level": 1, "statistics": True}
+# zstd level 1: about the size of the default level, a fifth faster to write. Row groups of 32 k
+# rows: the writer builds each one's dictionaries and pages from fewer, shorter runs (writing the 1 M
+# reference's events took 0.55 s with polars' default, ~65 k rows, and 0.50 s so, the file 1% larger);
+# a reader skips by statistics in finer steps too.
+WRITE_OPTIONS = {"compression": "zstd", "compression_level": 1, "statistics": True, "row_group_size": 32_768}
 # What one journal record keeps through every form it is exported in (export, JSON, a .journal
 # that systemd-journal-remote rebuilt from an export, which gets cursors of its own); the host is
 # the partition.
