@@ -44,7 +44,7 @@ from forensics.detect.stacks import WAITING_IN_ONE_SNAPSHOT, Verdict, latest
 from forensics.detect.tracks import Track, links, tracks
 from forensics.errors import ForensicsError
 from forensics.case.incident import load_incident
-from forensics.profiles import Profile, choose_profile
+from forensics.profiles import Profile, choose_profile, lines_found
 
 
 # Symptom kinds that speak of a cause and go into an incident's signature (counts of timeouts or
@@ -347,7 +347,7 @@ def lines_found_in(messages: pl.Series) -> Callable[[re.Pattern[str]], int]:
         try:
             return int(messages.str.contains(pattern.pattern).sum())
         except pl.exceptions.ComputeError:
-            return sum(1 for text in messages if text and pattern.search(text))
+            return lines_found(pattern, messages)
 
     return count
 

@@ -29,16 +29,11 @@ from forensics.timeline.align import Timeline
 from forensics.timeline.progress import FREEZE_GAP_S
 
 ERROR = 3  # syslog priority: error and worse
-# an exception raised or a traceback begun: an error in a start-up whatever its level says
-# A raised exception's line: a traceback's header, or "SomethingError: …". Searched as separate
-# patterns, each with a fixed text the regex engine looks for first: in one alternation, the
-# exception branch (whose start is any word) left it reading every line whole, 3× slower.
+# An exception raised or a traceback begun (an error in a start-up whatever its level says): a
+# traceback's header, or "SomethingError: …". Searched as separate patterns, each with a fixed text
+# the regex engine looks for first: in one alternation, the exception branch (whose start is any
+# word) left it reading every line whole, 3× slower.
 RAISED = (r"Traceback \(most recent call last\)", r"\b[A-Za-z]*Error: ", r"\b[A-Za-z]*Exception: ")
-
-
-def raised(message: pl.Expr) -> pl.Expr:
-    """Whether `message` is a raised exception's line (`RAISED`)."""
-    return pl.any_horizontal(message.str.contains(pattern) for pattern in RAISED)
 STOP_SLACK = timedelta(seconds=1)  # lines stamped this much before a stop's own line still follow it
 # A collective timeout line's numbers, as ProcessGroupNCCL / ProcessGroupGloo write them.
 WORK = re.compile(r"SeqNum=(?P<seq>-?[0-9]+), OpType=(?P<op>[A-Za-z_]+)(?:, NumelIn=(?P<numel_in>-?[0-9]+), "
@@ -54,6 +49,11 @@ RESTARTS = re.compile(r"restart counter is at (?P<n>[0-9]+)")
 # Kinds whose lines, at or after an operator's stop, are what the stop brought with it.
 STOP_CONSEQUENCES = ("error_records", "traceback", "process_failed", "process_killed", "process_group_abort",
                      "http_5xx", "new_template", "engine_dead")
+
+
+def raised(message: pl.Expr) -> pl.Expr:
+    """Whether `message` is a raised exception's line (`RAISED`)."""
+    return pl.any_horizontal(message.str.contains(pattern) for pattern in RAISED)
 
 
 def _layer_events(timeline: Timeline) -> dict[str, LogEvent]:

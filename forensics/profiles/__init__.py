@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,16 +196,13 @@ def choose_profile(titles: list[str], metric_names: list[str], messages: Sequenc
     metric names, a sample of log lines), and why in words; the default when none shows any.
     `count_messages(pattern)`: how many of `messages` the pattern finds something in, when the
     caller has a faster way than Python's loop (polars over a column of them)."""
-    def in_messages(pattern: re.Pattern[str]) -> int:
-        return sum(1 for text in messages if text and pattern.search(text))
-
     scores = []
     for name in available():
         profile = load_profile(name)
         if profile.evidence is None:
             continue
-        hits = (sum(1 for text in (*titles, *metric_names) if text and profile.evidence.search(text))
-                + (count_messages or in_messages)(profile.evidence))
+        hits = (lines_found(profile.evidence, [*titles, *metric_names])
+                + (count_messages(profile.evidence) if count_messages else lines_found(profile.evidence, messages)))
         scores.append((hits, name == DEFAULT_PROFILE, profile))
     best = max(scores, key=lambda s: (s[0], s[1]), default=None)
     if best is None or best[0] == 0:
@@ -213,6 +210,11 @@ def choose_profile(titles: list[str], metric_names: list[str], messages: Sequenc
     others = ", ".join(f"{p.name} {n}" for n, _, p in sorted(scores, key=lambda s: -s[0]) if p is not best[2])
     return best[2], (f"profile {best[2].name} chosen from the evidence ({best[0]} titles, metric names and "
                      f"log lines match it{'; ' + others if others else ''})")
+
+
+def lines_found(pattern: re.Pattern[str], texts: Iterable[str | None]) -> int:
+    """How many of `texts` `pattern` finds something in."""
+    return sum(1 for text in texts if text and pattern.search(text))
 
 
 def available() -> list[str]:
@@ -450,9 +452,10 @@ def _log_rules(path: Path, logs: dict[str, Any], layer: str | None = None) -> Lo
         main_track=main_track,
         prefix=pattern("[logs] prefix", logs.get("prefix", r"^(?P<stamp>)(?P<tag>)"), ("stamp", "tag")),
         progress=pattern("[logs] progress", logs.get("progress", NOTHING)),
-        request_sent=pattern("[logs] request_sent", logs.get("request_sent", "(?P<rid>$^)"), ("rid",)),
-        request_received=pattern("[logs] request_received", logs.get("request_received", "(?P<rid>$^)"), ("rid",)),
-        access=pattern("[logs] access", logs.get("access", "(?P<method>$^)(?P<path>)(?P<status>)"),
+        request_sent=pattern("[logs] request_sent", logs.get("request_sent", f"(?P<rid>{NOTHING})"), ("rid",)),
+        request_received=pattern("[logs] request_received", logs.get("request_received", f"(?P<rid>{NOTHING})"),
+                                 ("rid",)),
+        access=pattern("[logs] access", logs.get("access", f"(?P<method>{NOTHING})(?P<path>)(?P<status>)"),
                        ("method", "path", "status")),
         health_ok=pattern("[logs] health_ok", logs.get("health_ok", NOTHING)),
         ready=pattern("[logs] ready", logs.get("ready", NOTHING)),

@@ -322,8 +322,8 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
     out += ["## Timeline", "", f"| date and time ({zone}) |" + (" UTC |" if utc else "") + " track | kind | what happened |",
             "|---|" + ("---|" if utc else "") + "---|---|---|"]
     for f in _timeline_rows(analysis):
-        when = (f"{_stamp(f.at)} |" + (f" {f.at.astimezone(UTC):%Y-%m-%d %H:%M:%S} |" if utc else "") if f.at
-                else "time unknown |" + (" time unknown |" if utc else ""))
-        out.append(f"| {when} {_md(f.track, redact)} | {f.kind} | {_md(f.text, redact)} |")
+        times = [_stamp(f.at), f"{f.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}"] if f.at else ["time unknown"] * 2
+        when = " | ".join(times[:2 if utc else 1])
+        out.append(f"| {when} | {_md(f.track, redact)} | {f.kind} | {_md(f.text, redact)} |")
     out.append("")
     return "\n".join(out)
