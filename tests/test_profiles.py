@@ -242,3 +242,19 @@ def test_counting_evidence_lines_with_polars_chooses_as_python_does() -> None:
         found = lines_found_in(pl.Series(sample, dtype=pl.String))
         assert choose_profile([], [], sample, found) == choose_profile([], [], sample)
     assert lines_found_in(pl.Series(["ab", "b"]))(re.compile(r"(?<=a)b")) == 1  # a pattern Rust's engine refuses
+
+
+@pytest.mark.parametrize("stack", available())
+def test_a_process_last_words_never_take_the_kind_of_the_cause_in_its_record(stack: str) -> None:
+    """The process layer's kinds are tried last: a record a log reader folded, holding a CUDA error
+    and then faulthandler's "Fatal Python error: Aborted" (as CPython prints it), is a CUDA error; the
+    faulthandler line alone is a fatal signal."""
+    import polars as pl
+
+    from forensics.profiles import layers
+    from forensics.timeline.logs import read_lines
+
+    cuda = next(s.line for layer in layers() for s in layer.samples if s.kind == "cuda_error")
+    read = read_lines(pl.DataFrame({"message": [f"{cuda}\nFatal Python error: Aborted", "Fatal Python error: Aborted"]}),
+                      load_profile(stack))
+    assert read.get_column("event").to_list() == ["cuda_error", "fatal_signal"]

@@ -272,6 +272,9 @@ class Layer:
     events: tuple[LogEvent, ...]
     samples: tuple[LogSample, ...]
     meanings: dict[str, dict[str, str]]  # table -> code -> meaning, e.g. {"xid": {"79": "GPU has fallen…"}}
+    # Its line kinds are tried after the stack's and the other layers' (a record's first matching
+    # kind is its kind): what a process prints as it dies follows the cause, often in the same record.
+    last: bool = False
 
 
 _LAYERS: tuple[Layer, ...] | None = None
@@ -303,8 +306,11 @@ def _load_layer(path: Path) -> Layer:
     rules = _log_rules(path, data.get("logs", {}), layer=str(meta.get("name", path.stem)))
     meanings = {key: {str(k): str(v) for k, v in value.items()} for key, value in data.items()
                 if key not in ("layer", "logs") and isinstance(value, dict)}
+    last = meta.get("last", False)
+    if not isinstance(last, bool):
+        raise ProfileError(f"{path}: [layer] last must be true or false, not {last!r}")
     return Layer(str(meta.get("name", path.stem)), str(meta.get("description", "")), path, rules.events,
-                 rules.samples, meanings)
+                 rules.samples, meanings, last)
 
 
 _READ: dict[Path, tuple[str, Profile]] = {}  # profile file -> (its text, the profile read from it)
@@ -444,9 +450,12 @@ def _log_rules(path: Path, logs: dict[str, Any], layer: str | None = None) -> Lo
     if not isinstance(working, list) or any(w not in fields for w in working):
         raise ProfileError(f"{path}: [logs] working_when must list [logs.fields] names, not {working!r}")
     main_track = str(logs.get("main_track", "main"))
-    if layer is None:  # a serving stack: every layer's line kinds first, on this stack's main track
-        events = [LogEvent(e.kind, e.pattern, main_track if e.track == MAIN_TRACK else e.track, e.text, e.annotation,
-                           e.fault, e.layer) for lay in layers() for e in lay.events] + events
+    if layer is None:  # a serving stack: the layers' line kinds first (those marked last after its own),
+        # on this stack's main track
+        def of(chosen: list[Layer]) -> list[LogEvent]:
+            return [LogEvent(e.kind, e.pattern, main_track if e.track == MAIN_TRACK else e.track, e.text,
+                             e.annotation, e.fault, e.layer) for lay in chosen for e in lay.events]
+        events = of([lay for lay in layers() if not lay.last]) + events + of([lay for lay in layers() if lay.last])
     return LogRules(
         working_when=tuple(working),
         main_track=main_track,
