@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from forensics.detect import Finding, clock, earliest, event_evidence, latest_time, span
-from forensics.profiles import NOTHING, LogEvent, available, load_profile, matches_nothing, meaning
+from forensics.profiles import NOTHING, LogEvent, available, layers, load_profile, matches_nothing, meaning
 from forensics.timeline.align import Timeline
 from forensics.timeline.progress import FREEZE_GAP_S
 
@@ -47,8 +47,16 @@ XID = re.compile(r"NVRM: Xid \((?P<pci>PCI:[^)]*)\): (?P<code>[0-9]+)(?:, pid=(?
 OOM = re.compile(r"Killed process (?P<pid>[0-9]+) \((?P<name>[^)]*)\)")
 RESTARTS = re.compile(r"restart counter is at (?P<n>[0-9]+)")
 # Kinds whose lines, at or after an operator's stop, are what the stop brought with it.
-STOP_CONSEQUENCES = ("error_records", "traceback", "process_failed", "process_killed", "process_group_abort",
-                     "http_5xx", "new_template", "engine_dead")
+# What a stop from outside brings about, said as its consequence when at or after it: these kinds,
+# and every layer kind that is evidence of a process ending (its `fault`), e.g. the shell's Killed
+# when the stop's grace ran out.
+STOP_CONSEQUENCES = ("error_records", "traceback", "process_group_abort", "http_5xx", "new_template", "engine_dead",
+                     "worker_died", "child_failed")
+PROCESS_ENDED = "process ended"
+
+
+def _stop_consequences() -> set[str]:
+    return set(STOP_CONSEQUENCES) | {e.kind for layer in layers() for e in layer.events if e.fault == PROCESS_ENDED}
 
 
 def raised(message: pl.Expr) -> pl.Expr:
@@ -444,9 +452,10 @@ def consequences_of_stop(findings: list[Finding]) -> list[Finding]:
             stops[f.host] = min(f.at, stops.get(f.host, f.at))
     if not stops:
         return findings
+    consequences = _stop_consequences()
     for f in findings:
         stop = stops.get(f.host) or (min(stops.values()) if f.host is None or None in stops else None)
-        if f.kind in STOP_CONSEQUENCES and stop is not None and f.at is not None and f.at >= stop - STOP_SLACK:
+        if f.kind in consequences and stop is not None and f.at is not None and f.at >= stop - STOP_SLACK:
             f.text = f"after the stop at {clock(stop)} (a consequence of it, not a fault): {f.text}"
             f.kind = "after_stop"
     return findings

@@ -7,6 +7,7 @@ servers write them, after any wrapper is taken off:
 
 - wrappers: colour codes; `docker logs -t` / Docker Desktop times (`2025-02-04T21:29:17.1Z `,
   `2025-02-04 21:29:17 `) kept in `DOCKER_TIMESTAMP`; `kubectl logs --prefix` (`[pod/x/c] `);
+  `docker compose logs` (`vllm-1  | `, when nearly every line has it; the name kept as the process);
   Ray / SkyPilot / vLLM process prefixes (`(head, rank=0, pid=18260) `, `(APIServer pid=7) `),
   whose `pid=` becomes the pid; a `# ` a write-up put in front of a stamped line;
 - stamps: SGLang's `[2025-02-17 05:27:24 TP0] …` (the message keeps it, so the profile reads the
@@ -56,6 +57,11 @@ _SUFFIXES = (".log", ".out", ".err")
 _ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
 _DOCKER = r"^(?P<docker>[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z?)(?: |$)"
 _KUBE = r"^\[(?:pod|deployment|statefulset|job)/[^\]]+\] "
+# `docker compose logs` / `up`: the container's name padded with spaces, then "| ". Taken off only
+# when nearly every line has it (COMPOSE_SHARE): a log of its own may write "INFO | …".
+_COMPOSE = r"^([A-Za-z0-9][\w.-]*) +\| ?"
+COMPOSE_SHARE = 0.9
+_LEVEL_WORDS = ["TRACE", "DEBUG", "INFO", "SUCCESS", "NOTICE", "WARN", "WARNING", "ERROR", "CRITICAL", "FATAL"]
 _PROCESS = r"^\(([^()]*)\) "
 _TORCH_RANK = r"^\[rank(?P<torch_rank>[0-9]+)\]:"
 _MARKDOWN = r"^# (\[[0-9]{4}-)"
@@ -124,7 +130,15 @@ def _lines(text: str) -> pl.DataFrame:
     after_docker = pl.when(pl.col("docker").is_not_null()).then(
         pl.col("body").str.replace(_DOCKER, "")).otherwise(pl.col("body"))
     frame = frame.with_columns(after_docker.str.replace(_KUBE, "").alias("body"))
-    process = pl.col("body").str.extract(_PROCESS, 1)
+    named = pl.col("body").str.extract(_COMPOSE, 1)
+    compose = frame.select(pl.when(named.str.to_uppercase().is_in(_LEVEL_WORDS)).then(None).otherwise(named)
+                           .alias("compose")).to_series()  # "INFO | …" is a level, not a container
+    written = frame.select((pl.col("body") != "").sum()).item()
+    if written and compose.is_not_null().sum() >= COMPOSE_SHARE * written:
+        frame = frame.with_columns(pl.col("body").str.replace(_COMPOSE, ""))
+    else:
+        compose = compose.clear(frame.height)
+    process = pl.coalesce(pl.col("body").str.extract(_PROCESS, 1), compose)
     frame = frame.with_columns(process.alias("process"), process.str.extract(r"pid=([0-9]+)", 1).alias("process_pid"))
     frame = frame.with_columns(pl.col("body").str.replace(_PROCESS, "").str.replace(_MARKDOWN, "$1").alias("body"))
     # torch's `[rank3]:` before a glog stamp (the message keeps it: it names the rank)

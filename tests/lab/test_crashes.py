@@ -70,3 +70,21 @@ def test_the_kernels_own_segfault_line_names_the_process(tmp_path: Path) -> None
     (found,) = [f for f in analysis.findings if f.kind == "segfault"]
     assert f"[{pid}]: segfault at" in found.text and found.host == "gpu-node-00" and found.at is not None
     assert analysis.incident_found
+
+
+def test_a_rank_that_cannot_reach_its_master_is_a_rendezvous_failure(tmp_path: Path) -> None:
+    """A real gloo rank 1 whose rank 0 never starts: torch's TCPStore client times out. Its log (as
+    kept) must say so, naming where it tried to connect, never "no incident"."""
+    pytest.importorskip("torch.distributed")
+    logs = tmp_path / "bundle" / "logs" / "gpu-node-00"
+    rank = (f"{LOGGING}; import datetime, socket, torch.distributed as dist; s = socket.socket(); s.bind(('127.0.0.1', 0)); "
+            "port = s.getsockname()[1]; s.close(); logging.info('rank 1 joining 127.0.0.1:%d', port); "
+            "dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=1, world_size=2, "
+            "timeout=datetime.timedelta(seconds=2))")
+    assert _log_of([sys.executable, "-c", rank], logs / "train.log") != 0  # it failed, before forensics says so
+    port = (logs / "train.log").read_text().splitlines()[0].rsplit(":", 1)[1]
+
+    analysis = analyze(tmp_path / "bundle", tmp_path / "case")
+    found = [f for f in analysis.findings if f.kind == "rendezvous_failure"]
+    assert found and f"(127.0.0.1, {port})" in found[0].text and found[0].host == "gpu-node-00"
+    assert analysis.incident_found
