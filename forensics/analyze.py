@@ -191,7 +191,8 @@ class Analysis:
         lines = progress.last_progress(t)
         if lines.height:
             streams = ", ".join(f"{r['component'] or 'unknown component'}{' ' + r['tag'] if r['tag'] else ''} "
-                                f"(last at {clock(r['last'])})" for r in lines.head(6).iter_rows(named=True))
+                                f"({'last at ' + clock(r['last']) if r['last'] else 'no time in the evidence'})"
+                                for r in lines.head(6).iter_rows(named=True))
             frozen = sorted({f.component or "?" for f in self.findings if f.kind == "frozen"})
             out.append(f"progress lines of {lines.height} scheduler{'s' if lines.height > 1 else ''}: {streams}"
                        f"{' …' if lines.height > 6 else ''}; "

@@ -115,3 +115,33 @@ def test_an_empty_or_missing_line_is_no_line_of_a_kind_the_stack_never_writes() 
 ])
 def test_the_pattern_for_lines_a_stack_never_writes_is_known_in_every_spelling(pattern: str, nothing: bool) -> None:
     assert matches_nothing(pattern) is nothing
+
+
+@pytest.mark.parametrize(("pattern", "branches"), [
+    ("a", 1), ("a|b", 2), (r"a\|b", 1), ("a(b|c)d", 1), ("[|]|x", 2), (r"(?m:^Killed$)| Killed  ", 2),
+    (r"x[\]|]y|z", 2),
+])
+def test_top_level_branches_are_counted_as_the_regex_grammar_reads_them(pattern: str, branches: int) -> None:
+    from forensics.timeline.logs import top_level_branches
+
+    assert top_level_branches(pattern) == branches
+
+
+@pytest.mark.parametrize("stack", ["sglang", "vllm"])
+def test_searching_the_line_kinds_in_runs_finds_what_each_pattern_finds(stack: str) -> None:
+    """The line kinds are searched in several runs (`MOST_BRANCHES`): a line is picked exactly when
+    some pattern matches it, as Python's `re` reads each pattern alone — on every real sample line
+    of the stack and the layers, and on lines that are none of them."""
+    from forensics.profiles import layers
+    from forensics.timeline.logs import MOST_BRANCHES, _any_of, _searches, top_level_branches
+
+    rules = load_profile(stack).logs
+    stack_kinds = [e.pattern for e in rules.events if e.layer is None]
+    layered = [e.pattern for e in rules.events if e.layer is not None]
+    assert len(_searches(layered)) > 1  # the layers' kinds do not fit one search
+    assert all(sum(map(top_level_branches, run)) <= MOST_BRANCHES or len(run) == 1 for run in _searches(layered))
+    lines = [s.line for s in rules.samples] + [s.line for layer in layers() for s in layer.samples] + [
+        "", "plain line", "INFO:     127.0.0.1:1 - \"GET /metrics HTTP/1.1\" 200 OK"]
+    found = pl.DataFrame({"message": lines}).select(_any_of(pl.col("message"), stack_kinds, layered)).to_series()
+    every = [p for p in stack_kinds + layered if not matches_nothing(p)]
+    assert found.to_list() == [any(re.search(p, line) for p in every) for line in lines]

@@ -258,3 +258,16 @@ def test_a_process_last_words_never_take_the_kind_of_the_cause_in_its_record(sta
     read = read_lines(pl.DataFrame({"message": [f"{cuda}\nFatal Python error: Aborted", "Fatal Python error: Aborted"]}),
                       load_profile(stack))
     assert read.get_column("event").to_list() == ["cuda_error", "fatal_signal"]
+
+
+def test_every_failure_mode_a_layer_knows_leads_a_first_screen_and_has_its_marker() -> None:
+    """Issue 33: each mode has its first-screen sentence and its markers on the timeline, which
+    both take the kinds `failures.HEADLINE` lists; each failure mode (`fault`) has its own symbol."""
+    from forensics.detect.failures import HEADLINE
+    from forensics.profiles import layers
+    from forensics.render.figures import FAULT_SYMBOLS
+
+    kinds = [(e.kind, e.fault) for layer in layers() for e in layer.events if e.fault]
+    assert kinds
+    assert [kind for kind, _ in kinds if kind not in HEADLINE] == []
+    assert {fault for _, fault in kinds} <= set(FAULT_SYMBOLS)

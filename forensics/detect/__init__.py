@@ -7,6 +7,7 @@ and line or byte offset, time, an excerpt). `findings_frame` is the canonical `f
 
 from __future__ import annotations
 
+import re
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -82,6 +83,27 @@ DISPLAY_ZONE: ContextVar[ZoneInfo] = ContextVar("display_zone", default=ZoneInfo
 def clock(at: datetime | None) -> str:
     """A time as the findings' text writes it: in the display zone, to the second."""
     return at.astimezone(DISPLAY_ZONE.get()).strftime("%H:%M:%S") if at else "?"
+
+
+def between(first: datetime | None, last: datetime | None) -> str:
+    """When lines of one kind were written, as the findings' text says it: "21:34:47–21:39:07",
+    "at 21:34:47" when once, "at no time the evidence gives" when their records have none."""
+    if first is None and last is None:
+        return "at no time the evidence gives"
+    if first == last or first is None or last is None:
+        return f"at {clock(first or last)}"
+    return f"{clock(first)}–{clock(last)}"
+
+
+def matching_line(group: pl.DataFrame, pattern: str) -> str:
+    """The first line, within the group's messages (a record may hold a folded traceback), that
+    shows the line kind `pattern` finds."""
+    found = re.compile(pattern)
+    for message in group.get_column("message").drop_nulls():
+        for line in message.splitlines():
+            if found.search(line):
+                return line.strip()
+    return ""
 
 
 def span(seconds: float) -> str:

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from forensics.timeline.align import Timeline
-from forensics.detect import Finding, clock, earliest, event_evidence, latest_time
+from forensics.detect import Finding, between, clock, earliest, event_evidence, latest_time, matching_line
 
 # Masks applied in order: what varies between two lines of the same template.
 MASKS = (
@@ -101,18 +101,20 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
     for (kind, track, component), rows in line.filter(pl.col("event").is_not_null() & ~pl.col("event").is_in(layered)
                                                       ).sort("ts").group_by(
             "event", "track", "component", maintain_order=True):
-        words = next((e.text for e in timeline.profile.logs.events if e.kind == kind), kind)
+        event = next((e for e in timeline.profile.logs.events if e.kind == kind), None)
         first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))
+        sample = matching_line(rows, event.pattern) if event is not None else ""
         findings.append(Finding(str(kind), str(track), component, first,
-                                f"{rows.height} × {words} on {component or 'the host'}, "
-                                f"{clock(first)}–{clock(last)}.", last, event_evidence(rows)))
+                                f"{rows.height} × {event.text if event is not None else kind} on "
+                                f"{component or 'the host'}, {between(first, last)}"
+                                + (f": “{sample[:160]}”" if sample else "") + ".", last, event_evidence(rows)))
     server_errors = line.filter(pl.col("http_status") >= 500).sort("ts")
     for (component,), rows in server_errors.group_by("component", maintain_order=True):
         first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))
         statuses = ", ".join(f"{s} × {n}" for s, n in rows.group_by("http_status").len().sort("http_status").rows())
         findings.append(Finding("http_5xx", timeline.profile.logs.main_track, component, first,
                                 f"{rows.height} HTTP 5xx answers from {component or 'the host'} ({statuses}), "
-                                f"{clock(first)}–{clock(last)}.", last, event_evidence(rows)))
+                                f"{between(first, last)}.", last, event_evidence(rows)))
     for tb in fold_tracebacks(events).iter_rows(named=True):
         findings.append(Finding("traceback", "errors", tb["component"], tb["ts"],
                                 f"traceback in {tb['component'] or tb['unit']} ({'pid ' + str(tb['pid']) + ', ' if tb['pid'] else ''}"

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from forensics.detect import Finding, clock, earliest, event_evidence, latest_time, span
+from forensics.detect import Finding, between, clock, earliest, event_evidence, latest_time, matching_line, span
 from forensics.profiles import NOTHING, LogEvent, available, layers, load_profile, matches_nothing, meaning
 from forensics.timeline.align import Timeline
 from forensics.timeline.progress import FREEZE_GAP_S
@@ -98,24 +98,14 @@ def detect(timeline: Timeline) -> list[Finding]:
         if kind == "crash_loop":
             text = f"{text}{_first_errors(timeline, group)}"
         if text is None:
-            sample = _matching_line(group, event.pattern)
-            text = (f"{group.height} × {event.text} on {where}, {clock(first)}–{clock(last)}"
+            sample = matching_line(group, event.pattern)
+            text = (f"{group.height} × {event.text} on {where}, {between(first, last)}"
                     + (f": “{sample[:160]}”" if sample else "") + ".")
         out.append(Finding(str(kind), str(track), component, first, text, last, event_evidence(group), host))
     out += _error_records(timeline, several_hosts)
     out += _startups(timeline, several_hosts)
     out += _died_serving(timeline, several_hosts)
     return out
-
-
-def _matching_line(group: pl.DataFrame, pattern: str) -> str:
-    """The first line, within the group's messages (a record may hold a folded traceback), that
-    shows the line kind."""
-    for message in group.get_column("message").drop_nulls():
-        for line in message.splitlines():
-            if re.search(pattern, line):
-                return line.strip()
-    return ""
 
 
 def _numbers(messages: list[str], pattern: re.Pattern[str]) -> list[dict[str, str]]:
@@ -429,10 +419,13 @@ def _alive_after(timeline: Timeline, host: str | None, component: str | None, at
     return scraped.select(pl.len()).collect().item() > 0
 
 
-# The failure modes a report leads with, most telling first: what a first screen says when no engine froze.
-HEADLINE = ("collective_verdict", "collective_timeout", "stuck_process", "gpu_fallen_off_bus", "gpu_xid_error",
-            "npu_device_error", "cuda_error", "oom_kill", "cuda_oom", "crash_loop", "startup_stall", "startup_failure",
-            "silent_death", "process_killed", "process_failed", "process_group_abort", "distributed_transport_failure",
+# The failure modes a report leads with, most telling first: what a first screen says when no engine
+# froze. Every layer kind that is evidence of a failure mode is here (tests/test_profiles.py).
+HEADLINE = ("collective_verdict", "collective_timeout", "stuck_process", "hung_task", "gpu_fallen_off_bus",
+            "gpu_xid_error", "npu_device_error", "cuda_error", "oom_kill", "k8s_oom_killed", "ray_oom_kill", "cuda_oom",
+            "segfault", "fatal_signal", "crash_loop", "k8s_crash_loop", "startup_stall", "startup_failure",
+            "rendezvous_failure", "silent_death", "process_killed", "shell_killed", "container_exited", "process_failed",
+            "worker_died", "child_failed", "ray_actor_died", "process_group_abort", "distributed_transport_failure",
             "distributed_launch_failure")
 
 
