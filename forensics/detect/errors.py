@@ -20,7 +20,10 @@ MASKS = (
     (r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?", "<time>"),
     (r"[-+]?\b\d+(?:\.\d+)?\b", "<n>"),
 )
-TRACEBACK_START = r"^Traceback \(most recent call last\):"
+# Where a record holds a traceback's first line: at its start (a journal line), after a prefix the
+# same line carries (SGLang's "Scheduler hit an exception: Traceback …"), or on a later line of a
+# record a log reader folded ("[…] Exception in ASGI application" then the traceback).
+TRACEBACK_START = r"Traceback \(most recent call last\):"
 WARNING = 4  # syslog priority: warning and worse
 
 

@@ -512,7 +512,7 @@ def _stack_markers(fig: go.Figure, verdicts: list[Verdict], axis: Axis, lane_y: 
 # One symbol per failure mode (the layer profiles' `fault`), drawn over its track's lane.
 FAULT_SYMBOLS = {"collective timeout": "hourglass", "device fault": "bowtie", "out of memory": "star-triangle-down",
                  "crash loop": "circle-cross", "process ended": "x-thin-open", "transport failure": "hexagram",
-                 "kernel hang": "hourglass-open"}
+                 "kernel hang": "hourglass-open", "disk full": "square-x-open"}
 FAULT_COLOUR = "#b2182b"
 
 

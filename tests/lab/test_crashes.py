@@ -1,7 +1,8 @@
-"""Processes that die on a signal, for real: a Python engine that segfaults under faulthandler, and
-a worker its shell reports Killed (SIGKILL). Their own output is the evidence (a server log each,
-as `nohup … > engine.log 2>&1` keeps it); what happened is known from the exit status and the pid,
-not from forensics: each must be a finding, never "no incident"."""
+"""Processes that die on a signal or fail to write, for real: a Python engine that segfaults under
+faulthandler, a worker its shell reports Killed (SIGKILL), a rank that cannot reach its master, a
+write to a full disk. Their own output is the evidence (a server log each, as `nohup … >
+engine.log 2>&1` keeps it); what happened is known from the exit status and the pid, not from
+forensics: each must be a finding, never "no incident"."""
 
 from __future__ import annotations
 
@@ -87,4 +88,20 @@ def test_a_rank_that_cannot_reach_its_master_is_a_rendezvous_failure(tmp_path: P
     analysis = analyze(tmp_path / "bundle", tmp_path / "case")
     found = [f for f in analysis.findings if f.kind == "rendezvous_failure"]
     assert found and f"(127.0.0.1, {port})" in found[0].text and found[0].host == "gpu-node-00"
+    assert analysis.incident_found
+
+
+def test_a_write_to_a_full_disk_is_a_finding_and_its_traceback_is_read(tmp_path: Path) -> None:
+    """A real ENOSPC: a Python server writes to /dev/full after its own log line; the traceback,
+    folded into that record by the log reader, is read, and the full disk is named."""
+    logs = tmp_path / "bundle" / "logs" / "gpu-node-00"
+    server = (f"{LOGGING}; logging.info('checkpoint save begins'); f = open('/dev/full', 'w'); f.write('x'); "
+              "f.flush()")
+    assert _log_of([sys.executable, "-c", server], logs / "server.log") != 0
+    assert "OSError: [Errno 28] No space left on device" in (logs / "server.log").read_text()
+
+    analysis = analyze(tmp_path / "bundle", tmp_path / "case")
+    kinds = {f.kind: f for f in analysis.findings}
+    assert "No space left on device" in kinds["disk_full"].text
+    assert kinds["traceback"].text.endswith("OSError: [Errno 28] No space left on device")
     assert analysis.incident_found
