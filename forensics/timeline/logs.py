@@ -54,9 +54,10 @@ def label_numbers(messages: pl.Series, fields: dict[str, tuple[str, ...]], only:
 
 
 # The most top-level branches one search takes: an alternation of more literals than the regex
-# engine's fastest literal search holds falls back to a slower one (measured over the 1 M reference's
-# lines: the layers' 84 branches in one search 0.26 CPU-s, in three of at most 32 0.16 s).
-MOST_BRANCHES = 32
+# engine's fastest literal search holds falls back to a slower one, while each search reads every
+# line once more (measured over the 1 M reference's lines, the stack's line kinds apart and the
+# layers' 88 branches in one search: 0.32 CPU-s; in runs of at most 32 branches 0.22; of 48 0.17).
+MOST_BRANCHES = 48
 
 
 def top_level_branches(pattern: str) -> int:
@@ -101,8 +102,8 @@ def _any_of(message: pl.Expr, *pattern_lists: list[str]) -> pl.Expr:
     branches, and one for the rest. A single case-insensitive branch (`(?i)…`) in one alternation
     takes the regex engine's literal search from all of it (measured: 3× slower over a million
     lines), as would a pattern for lines the stack never writes (`matches_nothing`), which is left
-    out. The stack's and the layers' patterns are given apart: in one search they took 0.26 CPU-s
-    over the 1 M reference's lines, apart 0.12."""
+    out. The stack's and the layers' patterns are given apart (the layers' are the same for every
+    stack)."""
     groups = []
     for patterns in pattern_lists:
         patterns = [p for p in patterns if not matches_nothing(p)]
