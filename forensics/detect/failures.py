@@ -46,7 +46,6 @@ RANK = re.compile(r"\[Rank (?P<rank>[0-9]+)\]|^\[rank(?P<prefix>[0-9]+)\]:")
 XID = re.compile(r"NVRM: Xid \((?P<pci>PCI:[^)]*)\): (?P<code>[0-9]+)(?:, pid=(?P<pid>[^,]+))?(?:, name=(?P<name>[^,]+))?")
 OOM = re.compile(r"Killed process (?P<pid>[0-9]+) \((?P<name>[^)]*)\)")
 RESTARTS = re.compile(r"restart counter is at (?P<n>[0-9]+)")
-# Kinds whose lines, at or after an operator's stop, are what the stop brought with it.
 # What a stop from outside brings about, said as its consequence when at or after it: these kinds,
 # and every layer kind that is evidence of a process ending (its `fault`), e.g. the shell's Killed
 # when the stop's grace ran out.
@@ -56,6 +55,7 @@ PROCESS_ENDED = "process ended"
 
 
 def _stop_consequences() -> set[str]:
+    """The kinds an operator's stop explains when at or after it."""
     return set(STOP_CONSEQUENCES) | {e.kind for layer in layers() for e in layer.events if e.fault == PROCESS_ENDED}
 
 
