@@ -422,11 +422,11 @@ def _alive_after(timeline: Timeline, host: str | None, component: str | None, at
 # The failure modes a report leads with, most telling first: what a first screen says when no engine
 # froze. Every layer kind that is evidence of a failure mode is here (tests/test_profiles.py).
 HEADLINE = ("collective_verdict", "collective_timeout", "stuck_process", "hung_task", "gpu_fallen_off_bus",
-            "gpu_xid_error", "npu_device_error", "cuda_error", "oom_kill", "k8s_oom_killed", "unit_oom_killed",
-            "ray_oom_kill", "cuda_oom", "segfault", "fatal_signal", "disk_full", "crash_loop", "k8s_crash_loop",
-            "startup_stall", "startup_failure", "rendezvous_failure", "silent_death", "process_killed", "shell_killed",
-            "container_exited", "process_failed", "worker_died", "child_failed", "ray_actor_died",
-            "process_group_abort", "distributed_transport_failure", "distributed_launch_failure")
+            "pcie_uncorrected_error", "gpu_xid_error", "npu_device_error", "cuda_error", "oom_kill", "k8s_oom_killed",
+            "unit_oom_killed", "ray_oom_kill", "cuda_oom", "segfault", "fatal_signal", "disk_full", "crash_loop",
+            "k8s_crash_loop", "startup_stall", "startup_failure", "rendezvous_failure", "silent_death",
+            "process_killed", "shell_killed", "container_exited", "process_failed", "worker_died", "child_failed",
+            "ray_actor_died", "process_group_abort", "distributed_transport_failure", "distributed_launch_failure")
 
 
 def headline(findings: list[Finding]) -> list[Finding]:
