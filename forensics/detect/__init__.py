@@ -106,6 +106,13 @@ def matching_line(group: pl.DataFrame, pattern: str) -> str:
     return ""
 
 
+def one_unit(rows: pl.DataFrame) -> str | None:
+    """The unit (a server log's file name, a journal's systemd unit) all `rows` come from, if one:
+    what names them when no component does."""
+    units = rows.get_column("unit").drop_nulls().unique() if "unit" in rows.columns else pl.Series([])
+    return str(units[0]) if units.len() == 1 else None
+
+
 def span(seconds: float) -> str:
     """A duration in words: 75 s, 5m58s, 1h02m. Whole seconds are cut, not rounded, as `clock`
     cuts times: a freeze from 21:34:47 to 21:42:00.7 reads 7m13s, as the two times shown do."""

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from forensics.timeline.align import Timeline
-from forensics.detect import Finding, between, clock, earliest, event_evidence, latest_time, matching_line
+from forensics.detect import Finding, between, clock, earliest, event_evidence, latest_time, matching_line, one_unit
 
 # Masks applied in order: what varies between two lines of the same template.
 MASKS = (
@@ -96,7 +96,7 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
     new in the incident window (from `window_start`)."""
     events = timeline.events
     # Only the columns the findings quote are filtered (the events frame is wide).
-    line = events.select("ts", "component", "event", "track", "http_status", "source_file", "source_line",
+    line = events.select("ts", "component", "unit", "event", "track", "http_status", "source_file", "source_line",
                          "source_offset", "message")
     findings = []
     # the layers' line kinds (PyTorch distributed, kernel, systemd) have a detector of their own
@@ -109,14 +109,15 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
         sample = matching_line(rows, event.pattern) if event is not None else ""
         findings.append(Finding(str(kind), str(track), component, first,
                                 f"{rows.height} × {event.text if event is not None else kind} on "
-                                f"{component or 'the host'}, {between(first, last)}"
+                                f"{component or one_unit(rows) or 'the host'}, {between(first, last)}"
                                 + (f": “{sample[:160]}”" if sample else "") + ".", last, event_evidence(rows)))
     server_errors = line.filter(pl.col("http_status") >= 500).sort("ts")
     for (component,), rows in server_errors.group_by("component", maintain_order=True):
         first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))
         statuses = ", ".join(f"{s} × {n}" for s, n in rows.group_by("http_status").len().sort("http_status").rows())
         findings.append(Finding("http_5xx", timeline.profile.logs.main_track, component, first,
-                                f"{rows.height} HTTP 5xx answers from {component or 'the host'} ({statuses}), "
+                                f"{rows.height} HTTP 5xx answers from {component or one_unit(rows) or 'the host'} "
+                                f"({statuses}), "
                                 f"{between(first, last)}.", last, event_evidence(rows)))
     for tb in fold_tracebacks(events).iter_rows(named=True):
         findings.append(Finding("traceback", "errors", tb["component"], tb["ts"],

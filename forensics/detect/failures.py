@@ -23,7 +23,8 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from forensics.detect import Finding, between, clock, earliest, event_evidence, latest_time, matching_line, span
+from forensics.detect import (Finding, between, clock, earliest, event_evidence, latest_time, matching_line,
+                              one_unit, span)
 from forensics.profiles import NOTHING, LogEvent, available, layers, load_profile, matches_nothing, meaning
 from forensics.timeline.align import Timeline
 from forensics.timeline.progress import FREEZE_GAP_S
@@ -90,7 +91,7 @@ def detect(timeline: Timeline) -> list[Finding]:
     for (kind, track, component, host), group in rows.group_by("event", "track", "component", "host",
                                                                 maintain_order=True):
         event = layer[str(kind)]
-        where = _where(component, host, several_hosts)
+        where = _where(component or one_unit(group), host, several_hosts)
         first, last = earliest(group.get_column("ts")), latest_time(group.get_column("ts"))
         words = {"collective_timeout": _collective_timeout, "gpu_xid_error": _xid, "oom_kill": _oom,
                  "crash_loop": _crash_loop, "operator_stop": _operator_stop}.get(str(kind))
