@@ -48,12 +48,13 @@ from forensics.profiles import Profile, choose_profile, lines_found
 
 
 # Symptom kinds that speak of a cause and go into an incident's signature (counts of timeouts or
-# aborts follow the load, and would split one problem into many).
+# aborts follow the load, and would split one problem into many): these, and every layer kind that
+# is evidence of a failure mode (its `fault`).
 SIGNATURE_KINDS = ("silent_hang", "kv_transfer_failure", "watchdog_timeout", "engine_dead", "cuda_error",
                    "gpu_xid_error", "gpu_busy_while_hung", "gpu_idle_while_hung", "collective_timeout",
                    "process_group_abort", "gpu_fallen_off_bus", "npu_device_error", "oom_kill",
                    "cuda_oom", "crash_loop", "startup_failure", "startup_stall", "silent_death", "stuck_process",
-                   "distributed_transport_failure", "collective_verdict")
+                   "distributed_transport_failure", "collective_verdict", "worker_died", "child_failed")
 PROFILE_SAMPLE_LINES = 20_000  # log lines looked at to choose a profile
 NO_CLOCK = "--:--:--"  # where a finding's time would be printed, for one the evidence gives no time
 CHECKS_TRACK = "checks"  # findings that say what was looked at when nothing was wrong
@@ -168,7 +169,8 @@ class Analysis:
                 parts.append(f"stacks: {v.group} {v.verdict}"
                              + (f" in {v.collective}" if v.collective else "") + (f" from {caller}" if caller else ""))
         main = self.timeline.profile.logs.main_track
-        parts += sorted({f"symptom: {f.kind}" for f in self.findings if f.kind in SIGNATURE_KINDS and f.track == main})
+        kinds = set(SIGNATURE_KINDS) | {e.kind for e in self.timeline.profile.logs.events if e.fault}
+        parts += sorted({f"symptom: {f.kind}" for f in self.findings if f.kind in kinds and f.track == main})
         if not parts:
             return None
         import hashlib

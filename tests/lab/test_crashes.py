@@ -44,6 +44,8 @@ def test_a_segfault_and_a_sigkill_are_findings_with_their_own_words(tmp_path: Pa
     assert f"{pid} Killed" in kinds["shell_killed"].text and "SIGKILL" in kinds["shell_killed"].text
     assert all(f.host == "gpu-node-00" and f.at is not None for f in (kinds["fatal_signal"], kinds["shell_killed"]))
     assert analysis.incident_found
+    # what makes another incident the same problem ("seen before") names both modes
+    assert {"symptom: fatal_signal", "symptom: shell_killed"} <= set(analysis.signature()["parts"])
     assert {e["path"]: e["quarantined"] for e in analysis.timeline.manifest["inputs"]} == {
         os.path.join("logs", "gpu-node-00", "engine.log"): 0, os.path.join("logs", "gpu-node-00", "worker.log"): 0}
 
@@ -104,4 +106,4 @@ def test_a_write_to_a_full_disk_is_a_finding_and_its_traceback_is_read(tmp_path:
     kinds = {f.kind: f for f in analysis.findings}
     assert "No space left on device" in kinds["disk_full"].text
     assert kinds["traceback"].text.endswith("OSError: [Errno 28] No space left on device")
-    assert analysis.incident_found
+    assert analysis.incident_found and "symptom: disk_full" in analysis.signature()["parts"]
