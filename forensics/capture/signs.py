@@ -28,7 +28,8 @@ from forensics.capture.collect import Plan, collect, copy_flight_recorder
 from forensics.profiles import load_profile
 
 # the failure modes whose first line starts a capture
-TRIGGERING = ("collective timeout", "device fault", "out of memory", "crash loop", "process ended", "kernel hang", "disk full")
+TRIGGERING = ("collective timeout", "device fault", "out of memory", "crash loop", "process ended", "kernel hang",
+              "disk full")
 RESTARTS = re.compile(r"restart counter is at (\d+)")
 
 

@@ -106,6 +106,15 @@ def matching_line(group: pl.DataFrame, pattern: str) -> str:
     return ""
 
 
+def kind_sentence(rows: pl.DataFrame, words: str, where: str, pattern: str | None) -> str:
+    """A line kind's finding in words: how many records, what they are, where, when, and the first
+    line `pattern` finds in them, quoted."""
+    first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))
+    sample = matching_line(rows, pattern) if pattern else ""
+    return (f"{rows.height} × {words} on {where}, {between(first, last)}"
+            + (f": “{sample[:160]}”" if sample else "") + ".")
+
+
 def one_unit(rows: pl.DataFrame) -> str | None:
     """The unit (a server log's file name, a journal's systemd unit) all `rows` come from, if one:
     what names them when no component does."""

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from forensics.timeline.align import Timeline
-from forensics.detect import Finding, between, clock, earliest, event_evidence, latest_time, matching_line, one_unit
+from forensics.detect import Finding, between, clock, earliest, event_evidence, kind_sentence, latest_time, one_unit
 
 # Masks applied in order: what varies between two lines of the same template.
 MASKS = (
@@ -106,11 +106,11 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
             "event", "track", "component", maintain_order=True):
         event = next((e for e in timeline.profile.logs.events if e.kind == kind), None)
         first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))
-        sample = matching_line(rows, event.pattern) if event is not None else ""
         findings.append(Finding(str(kind), str(track), component, first,
-                                f"{rows.height} × {event.text if event is not None else kind} on "
-                                f"{component or one_unit(rows) or 'the host'}, {between(first, last)}"
-                                + (f": “{sample[:160]}”" if sample else "") + ".", last, event_evidence(rows)))
+                                kind_sentence(rows, event.text if event is not None else str(kind),
+                                              component or one_unit(rows) or "the host",
+                                              event.pattern if event is not None else None),
+                                last, event_evidence(rows)))
     server_errors = line.filter(pl.col("http_status") >= 500).sort("ts")
     for (component,), rows in server_errors.group_by("component", maintain_order=True):
         first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))

@@ -23,8 +23,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from forensics.detect import (Finding, between, clock, earliest, event_evidence, latest_time, matching_line,
-                              one_unit, span)
+from forensics.detect import Finding, clock, earliest, event_evidence, kind_sentence, latest_time, one_unit, span
 from forensics.profiles import NOTHING, LogEvent, available, layers, load_profile, matches_nothing, meaning
 from forensics.timeline.align import Timeline
 from forensics.timeline.progress import FREEZE_GAP_S
@@ -99,9 +98,7 @@ def detect(timeline: Timeline) -> list[Finding]:
         if kind == "crash_loop":
             text = f"{text}{_first_errors(timeline, group)}"
         if text is None:
-            sample = matching_line(group, event.pattern)
-            text = (f"{group.height} × {event.text} on {where}, {between(first, last)}"
-                    + (f": “{sample[:160]}”" if sample else "") + ".")
+            text = kind_sentence(group, event.text, where, event.pattern)
         out.append(Finding(str(kind), str(track), component, first, text, last, event_evidence(group), host))
     out += _error_records(timeline, several_hosts)
     out += _startups(timeline, several_hosts)
