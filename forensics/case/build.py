@@ -59,7 +59,7 @@ from forensics.case.places import Place, is_remote, location, place_text, writer
 from forensics.case.store import (PARTITION, PARTS, by_host, columns_of, finish_held, finish_partition, hosts_in,
                                   partition_name, scan_frame, write_empty, write_host_part, write_part)
 
-MANIFEST_VERSION = 4  # 4: frames partitioned by host
+MANIFEST_VERSION = 5  # 4: frames partitioned by host; 5: events' identifiers stored as categories
 FRAMES = (*SCHEMAS, "quarantine")
 # the bundle's own papers, not evidence: the manifest, notes, what `forensics collect` recorded
 IGNORED_NAMES = {MANIFEST, "README.md", ".gitkeep", ".forensics-tar-skipped.json", "collect.json",

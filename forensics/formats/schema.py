@@ -19,24 +19,27 @@ UTC_US = pl.Datetime("us", time_zone="UTC")
 RAW_FIELD = pl.Struct({"name": pl.String, "value": pl.Binary})
 
 #: One row per journal record. Columns after these are the record's other journal fields,
-#: each under its own journal name as a String, sorted by name.
+#: each under its own journal name as a String, sorted by name. Identifiers of few distinct values
+#: (a boot, a unit, an input file) are categories, as in `samples`: each value is stored and hashed
+#: once, not once per record (the Parquet writer would hash every row to build its dictionary, and
+#: the timeline would hash them again to count lines per unit).
 EVENTS_SCHEMA: Mapping[str, pl.DataType] = {
     "ts": UTC_US,
     "__REALTIME_TIMESTAMP": pl.Int64(),
     "__MONOTONIC_TIMESTAMP": pl.Int64(),
-    "_BOOT_ID": pl.String(),
+    "_BOOT_ID": pl.Categorical(),
     "__CURSOR": pl.String(),
     "host": pl.String(),
-    "unit": pl.String(),
-    "identifier": pl.String(),
+    "unit": pl.Categorical(),
+    "identifier": pl.Categorical(),
     "pid": pl.Int64(),
     "priority": pl.Int8(),
-    "message_id": pl.String(),
-    "invocation_id": pl.String(),
+    "message_id": pl.Categorical(),
+    "invocation_id": pl.Categorical(),
     "message": pl.String(),
-    "data_type": pl.String(),
-    "format": pl.String(),
-    "source_file": pl.String(),
+    "data_type": pl.Categorical(),
+    "format": pl.Categorical(),
+    "source_file": pl.Categorical(),
     "source_offset": pl.Int64(),
     "source_line": pl.Int64(),
     # Values a plain column cannot hold exactly: a repeated field's 2nd and later values, the
@@ -44,6 +47,12 @@ EVENTS_SCHEMA: Mapping[str, pl.DataType] = {
     # (value null). Null when the record has none.
     "raw_fields": pl.List(RAW_FIELD),
 }
+
+def as_events(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame`'s canonical columns in EVENTS_SCHEMA's types (a reader's text identifiers made
+    categories), its other columns as they are."""
+    return frame.with_columns(pl.col(name).cast(dtype) for name, dtype in EVENTS_SCHEMA.items())
+
 
 #: Journal fields that become a canonical column (and so are not kept twice).
 CONSUMED_FIELDS: Mapping[str, str] = {

@@ -33,7 +33,7 @@ from typing import Any
 import polars as pl
 
 from forensics.formats.rawio import read_all
-from forensics.formats.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, ParseResult, empty, excerpt_text, quarantine_rows
+from forensics.formats.schema import EVENTS_SCHEMA, as_events, QUARANTINE_SCHEMA, ParseResult, empty, excerpt_text, quarantine_rows
 from forensics.sources import register
 
 NAME = "flight_recorder"
@@ -168,7 +168,7 @@ def parse(path: Path) -> ParseResult:
         pl.lit(None, EVENTS_SCHEMA["raw_fields"]).alias("raw_fields"),
         # extra fields are text in the events frame, as journald's are; the detector reads the numbers back
         *(pl.col(c).cast(pl.String) for c in frame.columns if c.startswith("FR_")))
-    events = events.with_columns(pl.col(n).cast(d) for n, d in EVENTS_SCHEMA.items())
+    events = as_events(events)
     return ParseResult("events", events, quarantine, len(rows) + len(bad), notes=notes)
 
 

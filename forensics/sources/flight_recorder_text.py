@@ -36,7 +36,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.formats.rawio import read_all
-from forensics.formats.schema import EVENTS_SCHEMA, ParseResult, empty, quarantine_rows
+from forensics.formats.schema import EVENTS_SCHEMA, ParseResult, as_events, empty, quarantine_rows
 from forensics.sources import register
 
 NAME = "flight_recorder_text"
@@ -144,7 +144,7 @@ def parse(path: Path) -> ParseResult:
         pl.lit(str(path)).alias("source_file"), pl.lit(None, pl.Int64).alias("source_offset"),
         pl.col("source_line").cast(pl.Int64), pl.lit(None, EVENTS_SCHEMA["raw_fields"]).alias("raw_fields"),
         *(pl.col(c).cast(pl.String) for c in frame.columns if c.startswith("FR_")))
-    return ParseResult("events", events, quarantine, len(blocks) + len(bad), notes=notes)
+    return ParseResult("events", as_events(events), quarantine, len(blocks) + len(bad), notes=notes)
 
 
 register(NAME, sniff, parse, module=__name__)

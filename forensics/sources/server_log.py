@@ -46,7 +46,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.formats.rawio import MAX_LINE_ENV, cut_long_lines, read_whole_lines
-from forensics.formats.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, empty, excerpt_text
+from forensics.formats.schema import EVENTS_SCHEMA, as_events, QUARANTINE_SCHEMA, empty, excerpt_text
 from forensics.sources import ParseResult, register
 
 NAME = "server_log"
@@ -233,7 +233,7 @@ def parse(path: Path) -> ParseResult:
         pl.col("docker").alias("DOCKER_TIMESTAMP"), pl.col("process").alias("LOG_PROCESS"), "LOG_TIME_SOURCE",
         pl.col("torch_rank").alias("LOG_RANK"),
         pl.col("written").alias("LOG_STAMP"))
-    events = events.with_columns(pl.col(n).cast(d) for n, d in EVENTS_SCHEMA.items())
+    events = as_events(events)
     quarantine = bad.select(
         pl.lit(str(path)).alias("source_file"), pl.lit(FORMAT).alias("format"), pl.lit(None, pl.Int64).alias("offset"),
         pl.col("line"),
@@ -298,7 +298,7 @@ def _without_time(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
         pl.lit(str(path)).alias("source_file"), pl.lit(None, pl.Int64).alias("source_offset"),
         pl.col("line").alias("source_line"), pl.lit(None, pl.List(EVENTS_SCHEMA["raw_fields"].inner)).alias("raw_fields"),
         pl.lit("none in the file").alias("LOG_TIME_SOURCE"))
-    return events.with_columns(pl.col(n).cast(d) for n, d in EVENTS_SCHEMA.items())
+    return as_events(events)
 
 
 register(NAME, sniff, parse, module=__name__)

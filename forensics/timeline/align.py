@@ -179,7 +179,8 @@ class Timeline:
         at = pl.col("source_offset").is_in(offsets.drop_nulls().implode())
         at = at | pl.col("source_offset").is_null() if offsets.null_count() else at
         found = (self.case.events.filter(pl.col("source_file").is_in(files) & at)
-                 .select(*keys, pl.col("message").alias("_text"))
+                 .select(pl.col("source_file").cast(pl.String), "source_offset", "source_line",
+                         pl.col("message").alias("_text"))
                  .join(wanted.lazy(), on=list(keys), how="semi", nulls_equal=True).collect()
                  .unique(list(keys), keep="first"))
         joined = rows.with_columns(pl.col("source_file").cast(pl.String).alias("_file")).join(
