@@ -417,10 +417,10 @@ def _local_stamp() -> pl.Expr:
 
 def _with_component(events: pl.DataFrame, incident: Incident, profile: Profile) -> pl.DataFrame:
     """`events` with the component each line's unit belongs to (manifest, else profile)."""
-    units = events.get_column("unit").cast(pl.String).unique().to_list()
+    units = events.get_column("unit").unique().cast(pl.String).to_list()
     component_of = {u: incident.component_of_unit(u, profile) for u in units}
-    return events.with_columns(pl.col("unit").cast(pl.String).replace_strict(component_of, default=None,
-                                                                             return_dtype=pl.String)
+    # mapped as the unit's category (text or category alike): a few values hashed, not every line's text
+    return events.with_columns(pl.col("unit").replace_strict(component_of, default=None, return_dtype=pl.String)
                                .alias("component"))
 
 
