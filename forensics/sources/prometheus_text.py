@@ -408,7 +408,11 @@ def _finish(good: pl.DataFrame, captures: pl.DataFrame, source_file: str) -> pl.
 
 
 def _scrape_runs(data: bytes | mmap.mmap, chunk_bytes: int) -> list[tuple[int, int]]:
-    """(start, end) byte ranges of runs of whole scrapes, each about `chunk_bytes` or one scrape."""
+    """(start, end) byte ranges of runs of whole scrapes, each about `chunk_bytes` or one scrape; a
+    file of at most twice that is one run (each run costs ~100 polars steps: a 3 MB file read in
+    two took 0.28 CPU-s, in one 0.23)."""
+    if len(data) <= 2 * chunk_bytes:
+        return [(0, len(data))]
     marker = b"\n" + HEADER_PREFIX.encode()
     runs, start = [], 0
     while start < len(data):

@@ -148,6 +148,23 @@ def test_many_scrapes_in_one_file_each_after_its_header(tmp_path: Path) -> None:
                                                                              (30, 30.0, 3)]
 
 
+@pytest.mark.parametrize("run_bytes", [64, 200, 1 << 20])
+def test_a_file_read_in_runs_of_scrapes_is_read_as_whole(tmp_path: Path, monkeypatch, run_bytes: int) -> None:
+    """Runs cut at scrape headers (a small file is one run) give every sample with its scrape's
+    time, number and line, as the specs' reading of the whole file does."""
+    from forensics.sources import prometheus_text
+
+    scrape = "# TYPE sglang:generation_tokens_total counter\nsglang:generation_tokens_total 1\nbad line\n"
+    text = "".join(HEADER.replace("21:40:10", f"21:40:{s:02d}") + scrape.replace(" 1\n", f" {s}\n")
+                   for s in range(10, 40))
+    monkeypatch.setattr(prometheus_text, "CHUNK_BYTES", run_bytes)
+    result = _parse(tmp_path, text)
+    # 30 scrapes of 4 lines: the sample on each scrape's 3rd line, the bad line quarantined at its 4th
+    assert result.rows.select(pl.col("ts").dt.second(), "value", "scrape", "source_line").rows() == [
+        (s, float(s), s - 9, 4 * (s - 10) + 3) for s in range(10, 40)]
+    assert result.quarantine.get_column("line").to_list() == [4 * n + 4 for n in range(30)]
+
+
 def test_time_and_target_from_the_bundle_layout(tmp_path: Path) -> None:
     folder = tmp_path / "metrics" / "gpu-node-01_30000"
     folder.mkdir(parents=True)
