@@ -72,10 +72,16 @@ def _ipc_kernel_manager(folder: str) -> type:
             self.ip = os.path.join(folder, "kernel")
 
         async def _async_pre_start_kernel(self, **kw: Any) -> Any:
-            log = open(os.path.join(folder, KERNEL_LOG), "ab")  # noqa: SIM115 - the kernel process holds it
-            kw.setdefault("stdout", log)
-            kw.setdefault("stderr", log)
+            self._log = open(os.path.join(folder, KERNEL_LOG), "ab")  # noqa: SIM115 - closed once the kernel has it
+            kw.setdefault("stdout", self._log)
+            kw.setdefault("stderr", self._log)
             return await super()._async_pre_start_kernel(**kw)
+
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            try:
+                await super()._async_launch_kernel(kernel_cmd, **kw)
+            finally:  # the kernel process holds its own copy of the log; this one would leak
+                self._log.close()
 
     return IpcKernelManager
 

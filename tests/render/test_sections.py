@@ -155,7 +155,8 @@ def test_health_checks_are_drawn_per_minute_in_their_lane(shanghai: ReportSessio
 
     import zstandard
 
-    raw = zstandard.ZstdDecompressor().stream_reader((REFERENCE / "journal" / "gpu-node-00.export.zst").open("rb")).read()
+    with (REFERENCE / "journal" / "gpu-node-00.export.zst").open("rb") as compressed:
+        raw = zstandard.ZstdDecompressor().stream_reader(compressed).read()
     answered = len(re.findall(rb'^MESSAGE=.*"GET /health(?:_generate)?[^"]*" 200', raw, re.M))
     fig = shanghai.timeline().fig
     (ok,) = _traces(fig, "health checks answered OK")
