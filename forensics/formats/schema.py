@@ -48,6 +48,7 @@ EVENTS_SCHEMA: Mapping[str, pl.DataType] = {
     "raw_fields": pl.List(RAW_FIELD),
 }
 
+
 def as_events(frame: pl.DataFrame) -> pl.DataFrame:
     """`frame`'s canonical columns in EVENTS_SCHEMA's types (a reader's text identifiers made
     categories), its other columns as they are."""

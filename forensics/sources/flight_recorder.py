@@ -33,7 +33,7 @@ from typing import Any
 import polars as pl
 
 from forensics.formats.rawio import read_all
-from forensics.formats.schema import EVENTS_SCHEMA, as_events, QUARANTINE_SCHEMA, ParseResult, empty, excerpt_text, quarantine_rows
+from forensics.formats.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, ParseResult, as_events, empty, excerpt_text, quarantine_rows
 from forensics.sources import register
 
 NAME = "flight_recorder"

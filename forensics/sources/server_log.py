@@ -46,7 +46,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.formats.rawio import MAX_LINE_ENV, cut_long_lines, read_whole_lines
-from forensics.formats.schema import EVENTS_SCHEMA, as_events, QUARANTINE_SCHEMA, empty, excerpt_text
+from forensics.formats.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, as_events, empty, excerpt_text
 from forensics.sources import ParseResult, register
 
 NAME = "server_log"

@@ -90,15 +90,12 @@ LEAN_BATCH_ROWS = 100_000  # records read with the profile at a time when lean
 # at a time, so that its memory stays bounded by them.
 SLICES_AT_ONCE, HELD_SLICE_ABOVE = 2, 200_000
 # In a lean timeline: the progress fields the detectors read (others stay in the case), the
-# columns held as categories (few distinct values, long ones), and those left out.
+# columns of the reading held as categories (few distinct values, long ones; the case's identifiers
+# are categories already: `EVENTS_SCHEMA`), and those left out.
 LEAN_FIELDS = ("running_req", "queue_req", "inflight_req")
-LEAN_CATEGORIES = ("_BOOT_ID", "unit", "identifier", "data_type", "source_file", "tag", "progress", "event", "track",
-                   "component")
+LEAN_CATEGORIES = ("tag", "progress", "event", "track", "component")
 LEAN_RANKS = ("line_dp", "line_tp", "line_pp", "line_ep")  # Int16 (a rank is below 32768)
 LEAN_DROPPED = ("invocation_id", "stamp")
-# In a full timeline too: identifiers of few values, 32 hex digits each (as text, a million lines
-# of them hold ~30 MB a column), that no detector searches as text
-FULL_CATEGORIES = ("_BOOT_ID", "invocation_id", "data_type")
 # text on few lines, cut out of each batch's messages (copied out: see `_kept_text`)
 LEAN_SPARSE_TEXT = ("message", "message_id", "rid_sent", "rid_received", "http_method", "http_path")
 # lines whose text a detector reads although no profile rule names them: tracebacks, systemctl
@@ -524,14 +521,11 @@ def read_host(case_dir: str, host: str | None, extras: list[str], incident: Inci
         read = _read_batch(batch, host, incident, profile)
         return _SliceRead(
             outside, _activity(read), _skew(read, zone),
-            # the boot as a category: a text column cut from the batch would hold all of the batch's text
-            read.select(pl.col("_at").alias("_row"), pl.col("_BOOT_ID").cast(pl.Categorical),
-                        "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP"),
+            read.select(pl.col("_at").alias("_row"), "_BOOT_ID", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP"),
             # the source's name is made for the gaps found, not for every line
-            read.select(pl.col("source_file").cast(pl.Categorical), pl.col("unit").cast(pl.Categorical), "ts"),
+            read.select("source_file", "unit", "ts"),
             progress_of(read, profile), count_progress(read, ACTIVITY_KEYS),
-            _lean(read.filter(_notable()), profile) if lean else
-            read.with_columns(pl.col(c).cast(pl.Categorical) for c in FULL_CATEGORIES if c in read.columns))
+            _lean(read.filter(_notable()), profile) if lean else read)
 
     # Slices, not the streaming engine's batches: it reads ahead (about 1 GB in flight at 10 M).
     # An empty folder is read once too: its empty frames have the columns.
