@@ -88,8 +88,6 @@ PYSPY = {
 PYSPY_GAPS = {
     "bigscience_hang_debug_6plus2_processes.txt":
         "the counts the author wrote in prose (6 processes, 2 processes) are not read: 1 + 1 ranks are counted",
-    "sglang_native_dp_attention_annotated_fragments.txt":
-        "two fragments from separate examples are judged as one snapshot (STRAGGLER_OR_MISSING)",
 }
 
 

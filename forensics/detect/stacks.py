@@ -20,6 +20,10 @@ STAT merges traces, and judged (docs/verdicts.md has the taxonomy with examples)
 - `ALL_IDLE`: every rank (two or more) waits for work: nothing reaches the engine.
 - `ORDINARY_WORK`: anything else: the stacks show no hang (a single process at work, ranks in
   different phases none of them waiting on the others).
+- `NO_VERDICT`: a process dump holds two threads of different ids under the main thread's name
+  and its stacks would otherwise show a wait. A process has one main thread, so the text is not one
+  snapshot of one process (fragments of separate captures pasted together): no hang can be judged
+  from it. Such a dump whose stacks show only work stays `ORDINARY_WORK`, with the fragments named.
 
 When the bundle holds processes the profile names (`[stacks] process_title`), only those are
 judged; a bundle of other dumps (a training job, any Python service) has all its processes judged.
@@ -43,8 +47,8 @@ from forensics.profiles import Profile, StackRules, load_profile
 
 TP_DESYNC, UNIFORM_WAIT, STRAGGLER_OR_MISSING = "TP_DESYNC", "UNIFORM_WAIT", "STRAGGLER_OR_MISSING"
 ALL_IDLE, ORDINARY_WORK = "ALL_IDLE", "ORDINARY_WORK"
-WAITING_IN_ONE_SNAPSHOT = "WAITING_IN_ONE_SNAPSHOT"
-VERDICTS = (TP_DESYNC, UNIFORM_WAIT, STRAGGLER_OR_MISSING, WAITING_IN_ONE_SNAPSHOT, ALL_IDLE, ORDINARY_WORK)
+WAITING_IN_ONE_SNAPSHOT, NO_VERDICT = "WAITING_IN_ONE_SNAPSHOT", "NO_VERDICT"
+VERDICTS = (TP_DESYNC, UNIFORM_WAIT, STRAGGLER_OR_MISSING, WAITING_IN_ONE_SNAPSHOT, ALL_IDLE, ORDINARY_WORK, NO_VERDICT)
 # Where a Python thread blocks on another thread of its process (the standard library's own files)
 _THREAD_SYNC_FILE = re.compile(r"(^|/)(threading|queue)\.py$")
 _STDLIB_WAIT_FILE = re.compile(r"(^|/)(threading|queue|selectors|socket|ssl|subprocess|asyncio/[a-z_]+|"
@@ -143,6 +147,7 @@ class RankStack:
     round: int = 0
     ts_confidence: str | None = None  # how sure the capture time is: high, medium or low (a file's mtime)
     dump: tuple[str, int | None] | None = None  # (file, dump number) of the capture, for its other threads
+    not_one_snapshot: str | None = None  # why the dump cannot be one capture of one process, if it cannot
 
 
 @dataclass
@@ -253,7 +258,7 @@ def main_thread_stacks(stacks: pl.DataFrame | pl.LazyFrame, profile: Profile) ->
     """One row per dump of a judged process: its context and main-thread frames (innermost first).
 
     The main thread is the one named as the profile says, else the one whose id is the pid, else
-    the first thread of the dump."""
+    the first thread of the dump; `main_ids` lists every thread id under the main thread's name."""
     frame = stacks.lazy() if isinstance(stacks, pl.DataFrame) else stacks
     rules = profile.stacks
     dump = ["source_file", "dump"]
@@ -265,11 +270,14 @@ def main_thread_stacks(stacks: pl.DataFrame | pl.LazyFrame, profile: Profile) ->
     chosen = (frame.with_columns(score.alias("_score"), pl.int_range(pl.len()).over(dump).alias("_order"))
               .filter(pl.col("_score") == pl.col("_score").min().over(dump))
               .filter(pl.col("thread_id") == pl.col("thread_id").sort_by("_order").first().over(dump)))
+    main_ids = (frame.filter(pl.col("thread_name") == rules.main_thread)
+                .group_by(dump).agg(pl.col("thread_id").drop_nulls().unique(maintain_order=True).alias("main_ids")))
     return (chosen.sort("depth", nulls_last=True)
             .group_by(dump, maintain_order=True)
             .agg(pl.col("ts", "ts_confidence", "host", "group", "pid", "title", "dp", "tp", "pp", "ep").first(),
                  pl.col("source_line").min().alias("first_line"),
                  pl.struct("function", "file", "line").filter(pl.col("depth").is_not_null()).alias("frames"))
+            .join(main_ids, on=dump, how="left", maintain_order="left")
             .sort("ts", "source_file", "dump", nulls_last=True)
             .collect())
 
@@ -286,13 +294,16 @@ def _rank_stacks(processes: pl.DataFrame, profile: Profile, by_pid: Mapping[int,
             rank, label = row["pid"], f"pid {row['pid']}"
         else:  # pasted without its head: named by where it is
             rank, label = -row["first_line"], f"{row['source_file'].rsplit('/', 1)[-1]} line {row['first_line']}"
+        mains = row["main_ids"] or []
+        joined = (f"{row['source_file']} line {row['first_line']}: threads {', '.join(str(t) for t in mains)} are all "
+                  f"named {profile.stacks.main_thread!r} in one process dump") if len(mains) > 1 else None
         out.append(RankStack(
             group=given or group_of(profile, row["group"], row["source_file"], row["title"], row["dp"],
                                     row["pp"], split_dp=split_dp),
             rank=rank, label=label, pid=row["pid"], title=row["title"], host=row["host"], ts=row["ts"],
             source=f"{row['source_file']} line {row['first_line']}", frames=frames,
             phase=classify(frames, profile.stacks), ts_confidence=row["ts_confidence"],
-            dump=(row["source_file"], row["dump"])))
+            dump=(row["source_file"], row["dump"]), not_one_snapshot=joined))
     return out
 
 
@@ -406,6 +417,11 @@ def _frame_key(r: RankStack) -> tuple[str, str] | None:
     return (r.phase.frame.function, r.phase.frame.file) if r.phase.frame else None
 
 
+def _fragments(v: Verdict) -> str:
+    """Why the verdict's dumps are not one snapshot each (joined fragments), or ""."""
+    return "; ".join(r.not_one_snapshot for r in v.ranks if r.not_one_snapshot)
+
+
 def _judge(group: str, number: int, ranks: list[RankStack], expected: int | None,
            unreadable: list[Missing]) -> Verdict:
     by_phase: dict[str, list[int]] = {}
@@ -443,6 +459,8 @@ def _judge(group: str, number: int, ranks: list[RankStack], expected: int | None
         verdict, holds = ALL_IDLE, not missing
     else:
         verdict, holds = ORDINARY_WORK, not missing
+    if verdict != ORDINARY_WORK and any(r.not_one_snapshot for r in ranks):
+        verdict, holds = NO_VERDICT, False  # pasted fragments: a wait between them is no real moment's
     at = max((r.ts for r in ranks if r.ts), default=None)
     v = Verdict(group, number, at, verdict, collective, called_from, by_phase, ranks, missing, holds)
     return v
@@ -515,10 +533,16 @@ def explain(v: Verdict) -> str:
         parts.append("In this one snapshot " + "; ".join(v.waiting) + ". One snapshot cannot tell a deadlock from "
                      "a slow producer or a lock passing through: a second round of dumps a few seconds later "
                      "would (the same stacks again: stuck).")
+    elif v.verdict == NO_VERDICT:
+        parts.append(f"{_fragments(v)}. A process has one main thread, so this is not one snapshot of one process "
+                     "(most likely fragments of separate captures pasted together), and no verdict is drawn from it. "
+                     "Next: dump each process again, whole, every rank of the group at the same moment.")
     elif v.verdict == ALL_IDLE:
         parts.append("Every rank waits for work: nothing reaches this engine; look upstream (router, peer engine).")
     else:
         parts.append("No rank waits on another: the stacks show work, not a hang.")
+        if joined := _fragments(v):
+            parts.append(f"{joined}: not one snapshot of one process, read only as far as that.")
     if v.round == 0 and not v.progress and v.verdict in (TP_DESYNC, UNIFORM_WAIT, STRAGGLER_OR_MISSING):
         parts.append("This is one round of dumps, one snapshot: a second round a few seconds later would tell a "
                      "hang (the same stacks again) from work passing through.")
@@ -574,7 +598,7 @@ def judge(stacks: pl.DataFrame | pl.LazyFrame, quarantine: pl.DataFrame | pl.Laz
             waits = [waiting[r.dump] for r in v.ranks if r.dump in waiting]
             if v.ranks and all(r.phase.phase in _OUTSIDE for r in v.ranks):  # none at work: each waits outside
                 waits += [_outside_wait(r) for r in v.ranks if r.dump not in waiting]
-            if len(rounds) == 1 and v.verdict == ORDINARY_WORK and waits:
+            if len(rounds) == 1 and v.verdict == ORDINARY_WORK and waits and not _fragments(v):
                 v.verdict, v.waiting = WAITING_IN_ONE_SNAPSHOT, waits
             if number == rounds[-1] and len(rounds) > 1:
                 v.progress = {rank: STUCK if len(set(seen)) == 1 else PROGRESSING

@@ -11,6 +11,7 @@ import pytest
 from forensics.case import ingest, load_case
 from forensics.detect.stacks import (
     ALL_IDLE,
+    NO_VERDICT,
     UNIFORM_WAIT,
     ORDINARY_WORK,
     PROGRESSING,
@@ -82,6 +83,34 @@ def test_ranks_split_between_all_reduce_and_on_idle_is_a_desync(tmp_path: Path) 
 def test_other_verdicts(tmp_path: Path, stacks: dict[int, list[str]], verdict: str) -> None:
     (v,) = verdicts(tmp_path, {"stacks/all.txt": ranks_file(stacks)})
     assert v.verdict == verdict
+
+
+def _fragments(first: list[str], second: list[str]) -> str:
+    """Two captures pasted as one, the way guides and issues quote them: the second block has no
+    `Process` header of its own, so its thread lands in the first block's process."""
+    second_block = "".join(f"    {f}\n" for f in second)
+    return (dump(117489, "sglang::scheduler_TP0", first, extra_thread=False)
+            + f"\nThread 117492 (active+gil): \"MainThread\"\n{second_block}")
+
+
+def test_fragments_of_two_captures_give_no_hang_verdict(tmp_path: Path) -> None:
+    """A process has one main thread: two of them in one process dump are fragments of separate
+    captures, not one moment (the corpus' annotated SGLang fragments: "Not one snapshot, so no
+    desync verdict"). Alone, the first block would be a rank waiting in a collective."""
+    (alone,) = verdicts(tmp_path / "alone", {"stacks/one.txt": dump(117489, "sglang::scheduler_TP0", ALL_REDUCE)})
+    assert alone.verdict != NO_VERDICT and alone.collective == "all_reduce"
+    (v,) = verdicts(tmp_path / "pasted", {"stacks/pasted.txt": _fragments(ALL_REDUCE, COMPUTE)})
+    assert v.verdict == NO_VERDICT and not v.holds_without_missing
+    assert "threads 117489, 117492 are all named 'MainThread' in one process dump" in v.explanation
+    assert "no verdict is drawn" in v.explanation
+
+
+def test_fragments_that_show_only_work_stay_ordinary_work_and_say_so(tmp_path: Path) -> None:
+    """The corpus' kitty report (two runs pasted as one) is ordinary work by its README: fragments
+    showing no wait are read as far as that, and the explanation names them."""
+    (v,) = verdicts(tmp_path, {"stacks/pasted.txt": _fragments(COMPUTE, COMPUTE)})
+    assert v.verdict == ORDINARY_WORK
+    assert "not one snapshot of one process" in v.explanation
 
 
 def test_a_missing_rank_is_listed_and_the_verdict_says_whether_it_holds(tmp_path: Path) -> None:
