@@ -40,7 +40,7 @@ from forensics.detect import (
 )
 from forensics.detect import stacks as stack_detector
 from forensics.detect.keytimes import HANG_VERDICTS, KeyTimes, annotation_track, key_times
-from forensics.detect.stacks import WAITING_IN_ONE_SNAPSHOT, Verdict, latest
+from forensics.detect.stacks import NO_VERDICT, WAITING_IN_ONE_SNAPSHOT, Verdict, latest
 from forensics.detect.tracks import Track, links, tracks
 from forensics.errors import ForensicsError
 from forensics.case.incident import load_incident
@@ -206,8 +206,10 @@ class Analysis:
             last = latest(self.verdicts)
             hung = [v for v in last if v.verdict in HANG_VERDICTS]
             verdicts = "; ".join(f"{v.group}: {v.verdict}" for v in last)
+            unjudged = [v for v in last if v.verdict == NO_VERDICT]
             out.append(f"py-spy stacks of {len({r.source for v in self.verdicts for r in v.ranks})} processes: "
                        f"{verdicts} " + ("(a hang shown: see the findings)" if hung or "stuck_process" in kinds
+                                         else "(pasted fragments, not one snapshot: not judged)" if unjudged
                                          else "(no hang shown)"))
         else:
             out.append("no py-spy stacks: whether ranks waited on each other could not be looked at")

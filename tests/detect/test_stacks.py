@@ -85,11 +85,11 @@ def test_other_verdicts(tmp_path: Path, stacks: dict[int, list[str]], verdict: s
     assert v.verdict == verdict
 
 
-def _fragments(first: list[str], second: list[str]) -> str:
+def _fragments(first: list[str], second: list[str], title: str = "sglang::scheduler_TP0") -> str:
     """Two captures pasted as one, the way guides and issues quote them: the second block has no
     `Process` header of its own, so its thread lands in the first block's process."""
     second_block = "".join(f"    {f}\n" for f in second)
-    return (dump(117489, "sglang::scheduler_TP0", first, extra_thread=False)
+    return (dump(117489, title, first, extra_thread=False)
             + f"\nThread 117492 (active+gil): \"MainThread\"\n{second_block}")
 
 
@@ -103,6 +103,10 @@ def test_fragments_of_two_captures_give_no_hang_verdict(tmp_path: Path) -> None:
     assert v.verdict == NO_VERDICT and not v.holds_without_missing
     assert "threads 117489, 117492 are all named 'MainThread' in one process dump" in v.explanation
     assert "no verdict is drawn" in v.explanation
+    # ranks below it are missing, as in the corpus' TP3 fragment: listed, with no verdict to change
+    (v,) = verdicts(tmp_path / "tp3", {"stacks/pasted.txt": _fragments(ALL_REDUCE, COMPUTE, "sglang::scheduler_TP3")})
+    assert v.verdict == NO_VERDICT and [m.rank for m in v.missing] == [0, 1, 2]
+    assert "Missing: TP0" in v.explanation and "The verdict" not in v.explanation
 
 
 def test_fragments_that_show_only_work_stay_ordinary_work_and_say_so(tmp_path: Path) -> None:
