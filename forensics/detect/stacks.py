@@ -555,10 +555,10 @@ def explain(v: Verdict) -> str:
             parts.append(f"Across rounds, {_ranks_text(moving)} moved (PROGRESSING).")
     if v.missing:
         listed = "; ".join(f"{m.label}: {m.reason}" for m in v.missing)
-        parts.append(f"Missing: {listed}." + ("" if v.verdict == NO_VERDICT else
-                                              " The verdict holds whatever the missing ranks show."
-                                              if v.holds_without_missing else
-                                              " The verdict could change with the missing ranks."))
+        parts.append(f"Missing: {listed}.")
+        if v.verdict != NO_VERDICT:  # with no verdict drawn, there is none the missing ranks could change
+            parts.append("The verdict holds whatever the missing ranks show." if v.holds_without_missing
+                         else "The verdict could change with the missing ranks.")
     return " ".join(parts)
 
 
