@@ -344,7 +344,8 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _collect_fleet(args: argparse.Namespace, plan: Any) -> int:
-    """`collect --host …/--inventory`: every host over ssh at once; 1 when any could not be collected."""
+    """`collect --host …/--inventory`: every host over ssh at once; 1 when any could not be collected
+    or sent anything but files and folders."""
     from dataclasses import replace
 
     from forensics.capture.collect import checked

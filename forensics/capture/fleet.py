@@ -18,9 +18,9 @@ the collector's own TOML is, every problem named with its path.
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
-import tarfile
 import threading
 import time
 import tomllib
@@ -31,13 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from forensics.capture.collect import CollectError, Plan, plan_problems, script
-from forensics.case.bundle import refused_member, unpacked_limit
+from forensics.case.unpack import Damaged, DeadlineReached, Unpacker, untar
 
 FLEET_FILE = "fleet.json"
 LEAD_S = 5  # the shared start is this far ahead of the launch: time for every host to connect
 DEADLINE_S = 300.0
 CONCURRENCY = 8
 SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
+RESERVED_NAMES = {FLEET_FILE}  # what collect writes beside the hosts' folders
 INVENTORY_KEYS = {f for f in Plan.__dataclass_fields__ if f not in ("out", "start_at", "host")}
 
 
@@ -53,6 +54,7 @@ class HostResult:
     files: int = 0
     bytes: int = 0
     rounds_started: float | None = None  # the host's own clock when its stack rounds began
+    refused: list[dict[str, str]] = field(default_factory=list)  # members of its stream not written, and why
     launched: float = field(default=0.0, repr=False)
 
     def as_dict(self, start_at: int) -> dict[str, Any]:
@@ -60,12 +62,15 @@ class HostResult:
         lag = None if self.rounds_started is None else round(self.rounds_started - start_at, 3)
         return {"host": self.host, "folder": self.folder.name, "status": self.status, "could_not_collect": self.why,
                 "seconds": round(self.seconds, 2), "files": self.files, "bytes": self.bytes,
-                "rounds_started": self.rounds_started, "rounds_started_minus_shared_start_s": lag}
+                "rounds_started": self.rounds_started, "rounds_started_minus_shared_start_s": lag,
+                "refused_members": self.refused}
 
 
 def folder_name(host: str) -> str:
-    """A host's folder under OUT: its ssh destination with anything but letters, digits, `_.-` made `_`."""
-    return SAFE_NAME.sub("_", host).strip("._") or "host"
+    """A host's folder under OUT: its ssh destination with anything but letters, digits, `_.-` made
+    `_`; never starting with `-` (an option to the next tool) and never a name collect writes itself."""
+    name = SAFE_NAME.sub("_", host).strip("._-") or "host"
+    return f"host-{name}" if name in RESERVED_NAMES else name
 
 
 def load_inventory(path: Path, out: Path) -> list[tuple[str, Plan]]:
@@ -132,21 +137,22 @@ def _collect_one(host: str, plan: Plan, result: HostResult, deadline_s: float, s
         process.stdin.close()  # type: ignore[union-attr]
     except OSError:
         pass  # ssh ended before reading it (unreachable): its exit status says why
+    # The stream is our own script's tar of files and folders: any link, device or name leading out
+    # in it is an attack (a compromised host), refused and named; the host's other files are kept.
+    unpacker = Unpacker(result.folder, what="the host's stream", deadline=time.monotonic() + deadline_s,
+                        on_file=on_bytes)
     try:
-        with tarfile.open(fileobj=process.stdout, mode="r|") as tar:  # type: ignore[arg-type]
-            budget = unpacked_limit()
-            for member in tar:
-                if refused_member(member, budget):  # what a bundle's tarball refuses, a host's stream does too
-                    continue
-                tar.extract(member, result.folder, filter="data")
-                budget -= member.size
-                if member.isfile():
-                    result.files += 1
-                    result.bytes += member.size
-                    on_bytes(member.size)
-    except (tarfile.TarError, OSError, EOFError) as error:
+        with unpacker:
+            untar(process.stdout, unpacker)  # type: ignore[arg-type]
+    except DeadlineReached:
+        kill()
+    except Damaged as error:
         if not expired.is_set() and process.poll() in (None, 0):
             result.why = f"the host's tar stream broke off: {error}"
+    if unpacker.stopped:
+        process.kill()  # it would wait for ever on a pipe nobody reads
+        result.why = unpacker.stopped
+    result.files, result.bytes, result.refused = unpacker.files, unpacker.bytes, unpacker.listing(stop=False)
     process.wait()
     timer.cancel()
     reader.join(timeout=5)
@@ -164,9 +170,12 @@ def _collect_one(host: str, plan: Plan, result: HostResult, deadline_s: float, s
     started = result.folder / "rounds-started.txt"
     if started.is_file():
         try:
-            result.rounds_started = float(started.read_text().split()[0])
-        except (ValueError, IndexError):
-            pass
+            with open(started, "rb") as said:
+                said_started = float(said.read(64).decode(errors="replace").split()[0])
+        except (ValueError, IndexError, OSError):
+            said_started = math.nan
+        # the host's own word: a number only where it is a finite time (NaN or inf is no time)
+        result.rounds_started = said_started if math.isfinite(said_started) else None
 
 
 def collect_fleet(out: Path, hosts: list[tuple[str, Plan]], *, concurrency: int = CONCURRENCY,

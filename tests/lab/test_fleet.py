@@ -43,11 +43,13 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def ssh_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     lab = tmp_path_factory.mktemp("ssh")
-    for key in ("host_key", "client_key", "stall_key"):
+    for key in ("host_key", "client_key", "stall_key", "evil_key"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(lab / key)], check=True)
-    # the stalling host: its key may only run a command that never ends (the script stalls there)
+    # the stalling host: its key may only run a command that never ends (the script stalls there);
+    # the compromised host: whatever it is asked, it answers with an attacker's tar stream
     (lab / "authorized_keys").write_text((lab / "client_key.pub").read_text()
-                                         + 'command="sleep 600" ' + (lab / "stall_key.pub").read_text())
+                                         + 'command="sleep 600" ' + (lab / "stall_key.pub").read_text()
+                                         + f'command="cat {lab / "evil.tar"}" ' + (lab / "evil_key.pub").read_text())
     port, closed = _free_port(), _free_port()
     venv_bin = Path(sys.executable).parent
     (lab / "sshd_config").write_text(
@@ -58,7 +60,9 @@ def ssh_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     daemon = subprocess.Popen([SSHD, "-D", "-f", str(lab / "sshd_config"), "-E", str(lab / "sshd.log")])
     common = "  User root\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
     client, stall = f"  IdentityFile {lab / 'client_key'}\n", f"  IdentityFile {lab / 'stall_key'}\n"
+    evil = f"  IdentityFile {lab / 'evil_key'}\n"
     (lab / "ssh_config").write_text(
+        f"Host node-evil\n  HostName 127.0.0.1\n  Port {port}\n{evil}{common}"
         f"Host node-a node-b\n  HostName 127.0.0.1\n  Port {port}\n{client}{common}"
         f"Host node-down\n  HostName 127.0.0.1\n  Port {closed}\n{client}{common}"
         f"Host node-stall\n  HostName 127.0.0.1\n  Port {port}\n{stall}{common}")
@@ -70,6 +74,33 @@ def ssh_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield lab / "ssh_config"
     daemon.terminate()
     daemon.wait(timeout=10)
+
+
+def test_a_compromised_hosts_stream_writes_nothing_outside_its_folder_and_keeps_its_files(
+        ssh_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What a compromised host could send instead of the collector's tar: CVE-2025-4517's link
+    chain aimed at the folders above OUT, a hard link, then ordinary evidence after them."""
+    import gzip
+
+    from forensics.cli import main
+    from tests.hostile.test_unpack import realpath_overflow_tarball
+
+    packed = tmp_path / "evil.tar.gz"
+    realpath_overflow_tarball(packed, len(str(tmp_path / "fleet" / "node-evil")), climb=2,
+                              extra={"rounds-started.txt": b"nan\n"})
+    (ssh_config.parent / "evil.tar").write_bytes(gzip.decompress(packed.read_bytes()))
+    said = main(["collect", str(tmp_path / "fleet"), "--host", "node-evil", "--ssh-config", str(ssh_config),
+                 "--title", "^no-such-process$", "--deadline", "30"])
+    printed = capsys.readouterr().out
+    folder = tmp_path / "fleet" / "node-evil"
+    assert said == 1  # a host that sent links is not "collected" silently
+    assert list(tmp_path.rglob("authorized_keys")) == [folder / "escape" / "authorized_keys"]
+    assert not [p for p in tmp_path.rglob("*") if p.is_symlink()]
+    assert (folder / "journal" / "node.export").is_file()  # the rest of the host's evidence is kept
+    assert "node-evil: refused escape: not extracted from the host's stream: a symbolic link to a/b/c" in printed
+    (row,) = json.loads((tmp_path / "fleet" / "fleet.json").read_text())["hosts"]
+    assert {r["path"] for r in row["refused_members"]} >= {"escape", "flaglink"}
+    assert row["rounds_started"] is None  # the host's "nan" is no time (it was written into fleet.json as NaN)
 
 
 def test_two_hosts_in_parallel_one_unreachable_one_past_its_deadline(ssh_config: Path, tmp_path: Path) -> None:
