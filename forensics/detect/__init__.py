@@ -8,6 +8,7 @@ and line or byte offset, time, an excerpt). `findings_frame` is the canonical `f
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -83,6 +84,28 @@ DISPLAY_ZONE: ContextVar[ZoneInfo] = ContextVar("display_zone", default=ZoneInfo
 def clock(at: datetime | None) -> str:
     """A time as the findings' text writes it: in the display zone, to the second."""
     return at.astimezone(DISPLAY_ZONE.get()).strftime("%H:%M:%S") if at else "?"
+
+
+RUN_COLLAPSED = 5  # consecutive ranks from this many on are written as a range ("0–7")
+RANK_PIECES = 16  # ranks or ranges written one by one; the rest are counted
+
+
+def rank_list(ranks: Iterable[int]) -> str:
+    """Ranks as a person writes them: in order, each once, long runs as ranges, at most
+    RANK_PIECES pieces and then how many more ("1, 2, 3, 5, 6, 7"; "0–1023 and 4 more (1,028 ranks)")."""
+    ordered = sorted(set(ranks))
+    runs: list[list[int]] = []
+    for rank in ordered:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    pieces: list[str] = []
+    for first, last in runs:
+        pieces += [f"{first}–{last}"] if last - first + 1 >= RUN_COLLAPSED else [str(r) for r in range(first, last + 1)]
+    if len(pieces) <= RANK_PIECES:
+        return ", ".join(pieces)
+    return f"{', '.join(pieces[:RANK_PIECES])} and {len(pieces) - RANK_PIECES:,} more ({len(ordered):,} ranks)"
 
 
 def between(first: datetime | None, last: datetime | None) -> str:

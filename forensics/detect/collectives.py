@@ -34,7 +34,7 @@ import re
 
 import polars as pl
 
-from forensics.detect import Evidence, Finding, clock, span
+from forensics.detect import Evidence, Finding, clock, rank_list, span
 from forensics.detect.stacks import STRAGGLER_OR_MISSING, TP_DESYNC, UNIFORM_WAIT, Verdict, latest
 from forensics.timeline.align import Timeline
 
@@ -146,7 +146,7 @@ def _say(row: dict[str, object], said: dict[str, str]) -> None:
 
 
 def _names(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in sorted(ranks))
+    return ("rank " if len(set(ranks)) == 1 else "ranks ") + rank_list(ranks)
 
 
 def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list[Finding]:
@@ -208,7 +208,7 @@ def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list
             if completed.len() and (completed >= latest_seq).all():
                 continue  # every rank completed the last collective it recorded: nothing stuck here
             verdict = UNIFORM_WAIT
-            parts.append(f"Every rank ({', '.join(map(str, seen))}) is in collective {latest_seq} ({op_at}) and none "
+            parts.append(f"Every rank ({rank_list(seen)}) is in collective {latest_seq} ({op_at}) and none "
                          "completed it: the ranks agree with each other, so the wait is below them (the transport, "
                          "the device, communicator init).")
         if waited is not None:
@@ -238,7 +238,7 @@ def _expected(ranks: str | None, world: str | None) -> str:
     if ranks and re.fullmatch(r"\s*[0-9]+\s*", ranks):
         return f" of the group's {ranks.strip()} ranks"
     if ranks:
-        return f" of the expected ranks {', '.join(map(str, _ranks(ranks)))}"
+        return f" of the expected ranks {rank_list(_ranks(ranks))}"
     return f" of the group's {world} ranks" if world else ""
 
 

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from forensics.detect import Finding, clock, earliest, event_evidence, kind_sentence, latest_time, one_unit, span
+from forensics.detect import Finding, clock, earliest, event_evidence, kind_sentence, latest_time, one_unit, rank_list, span
 from forensics.profiles import NOTHING, LogEvent, available, layers, load_profile, matches_nothing, meaning
 from forensics.timeline.align import Timeline
 from forensics.timeline.progress import FREEZE_GAP_S
@@ -43,6 +43,7 @@ PG_STATUS = re.compile(r"work sequence id: (?P<seq>-?[0-9]+).*?last enqueued (?:
                        r"last completed (?:NCCL )?work: (?P<completed>-?[0-9]+)")
 PG = re.compile(r"\[PG ID (?P<pg>[0-9]+)(?: PG GUID (?P<guid>[^ \]]+))?(?:\([^)]*\))? Rank (?P<rank>[0-9]+)\]")
 RANK = re.compile(r"\[Rank (?P<rank>[0-9]+)\]|^\[rank(?P<prefix>[0-9]+)\]:")
+XID_DEVICES_NAMED = 8  # GPUs named one by one in an Xid finding; the rest are counted
 XID = re.compile(r"NVRM: Xid \((?P<pci>PCI:[^)]*)\): (?P<code>[0-9]+)(?:, pid=(?P<pid>[^,]+))?(?:, name=(?P<name>[^,]+))?")
 OOM = re.compile(r"Killed process (?P<pid>[0-9]+) \((?P<name>[^)]*)\)")
 RESTARTS = re.compile(r"restart counter is at (?P<n>[0-9]+)")
@@ -110,6 +111,19 @@ def _numbers(messages: list[str], pattern: re.Pattern[str]) -> list[dict[str, st
     return [m.groupdict() for text in messages if (m := pattern.search(text or ""))]
 
 
+def _rank_order(rank: str) -> int:
+    return int(rank) if rank.isdigit() else 1 << 30
+
+
+def _who(ranks: list[str]) -> str:
+    """"rank 3", "ranks 1, 2, 3, 5, 6, 7" or "ranks 0–1023": ranks named as the log names them."""
+    numbers = [int(r) for r in ranks if r.isdigit()]
+    others = [r for r in ranks if not r.isdigit()]
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(([rank_list(numbers)] if numbers else []) + others)
+
+
 def _collective_timeout(group: pl.DataFrame, where: str) -> str:
     """Per rank and process group: the collective in flight (seq, op, sizes, timeout, how long it
     ran) and the last enqueued and completed work; then whether the ranks agree."""
@@ -130,10 +144,10 @@ def _collective_timeout(group: pl.DataFrame, where: str) -> str:
             entry.update(enqueued=status["enqueued"], completed=status["completed"])
         if not entry and (plain := re.search(r"Timed out waiting [0-9]+ ?ms for \w+ operation[^\n]*", text)):
             entry["plain"] = plain[0].strip()  # gloo's own timeout: no sequence number in it
-    parts = []
-    for rank, entry in sorted(ranks.items(), key=lambda item: int(item[0]) if item[0].isdigit() else 1 << 30):
+    clauses: dict[str, list[str]] = {}  # ranks in the same state are one clause: "ranks 1, 2, 3 (PG 0) in …"
+    for rank, entry in sorted(ranks.items(), key=lambda item: _rank_order(item[0])):
         pg = entry.get("pg", "?")
-        said = f"rank {rank}" + (f" (PG {pg})" if pg != "?" else "")
+        said = f" (PG {pg})" if pg != "?" else ""
         if "op" in entry:
             said += f" in {entry['op']} seq {entry['seq']}"
             if "ran_ms" in entry:
@@ -144,12 +158,16 @@ def _collective_timeout(group: pl.DataFrame, where: str) -> str:
             said += f": “{entry['plain']}”"
         if "completed" in entry:
             said += f"; last enqueued {entry['enqueued']}, last completed {entry['completed']}"
-        parts.append(said)
+        clauses.setdefault(said, []).append(rank)
+    parts = [f"{_who(who)}{said}" for said, who in clauses.items()]
     in_flight = {e["seq"] for e in ranks.values() if e.get("seq")}
     ops = {e["op"] for e in ranks.values() if e.get("op")}
     if len(in_flight) > 1 or len(ops) > 1:
+        at: dict[str, list[str]] = {}
+        for rank, entry in sorted(ranks.items(), key=lambda item: _rank_order(item[0])):
+            at.setdefault(f"{entry.get('op') or 'work'} {entry.get('seq', '?')}", []).append(rank)
         verdict = ("the ranks that reported are at different collectives — a desync: "
-                   + "; ".join(f"rank {r} at {e.get('op') or 'work'} {e.get('seq', '?')}" for r, e in sorted(ranks.items())))
+                   + "; ".join(f"{_who(who)} at {where_at}" for where_at, who in at.items()))
     elif in_flight and len(ranks) > 1:
         verdict = ("every rank that reported waits in the same collective: the rank to blame is one that did not "
                    "report (or the transport)")
@@ -170,8 +188,13 @@ def _xid(group: pl.DataFrame, where: str) -> str:
     said = []
     for code, items in codes.items():
         first = items[0]
-        who = ", ".join(x for x in (first.get("pci"), f"pid {first['pid']}" if first.get("pid") else None,
-                                    first.get("name")) if x and "unknown" not in x)
+        devices = list(dict.fromkeys(i["pci"] for i in items if i.get("pci")))
+        if len(devices) > 1:  # each GPU is named, up to a few: one address would hide the others
+            who = f"on {len(devices):,} GPUs: {', '.join(devices[:XID_DEVICES_NAMED])}" + (
+                f" and {len(devices) - XID_DEVICES_NAMED:,} more" if len(devices) > XID_DEVICES_NAMED else "")
+        else:
+            who = ", ".join(x for x in (first.get("pci"), f"pid {first['pid']}" if first.get("pid") else None,
+                                        first.get("name")) if x and "unknown" not in x)
         said.append(f"Xid {code}" + (f" × {len(items)}" if len(items) > 1 else "") + (f" ({who})" if who else "")
                     + f": {meaning('xid', code) or 'a code the table does not know (see NVIDIA’s Xid catalogue)'}")
     return (f"GPU fault on {where} at {clock(earliest(group.get_column('ts')))}: " + "; ".join(said) + ".") if said \

@@ -233,3 +233,4 @@ def test_a_folder_name_collect_writes_itself_or_an_option_is_never_a_hosts_folde
     assert folder_name("fleet.json") == "host-fleet.json"
     assert folder_name("-oProxyCommand=x") == "oProxyCommand_x"
     assert folder_name("--") == "host"
+
