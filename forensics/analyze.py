@@ -25,21 +25,15 @@ from forensics.case.places import location
 from forensics.case.cluster import Progress
 from forensics.detect import (
     DISPLAY_ZONE,
-    Evidence,
     Finding,
     clock,
     collectives,
-    errors,
-    event_evidence,
-    failures,
-    gpu,
     findings_frame,
-    lifecycle,
     progress,
     span,
 )
-from forensics.detect import stacks as stack_detector
-from forensics.detect.keytimes import HANG_VERDICTS, KeyTimes, annotation_track, key_times
+from forensics.detect.keytimes import HANG_VERDICTS, KeyTimes
+from forensics.detect.registry import run_detectors
 from forensics.detect.stacks import NO_VERDICT, WAITING_IN_ONE_SNAPSHOT, Verdict, latest
 from forensics.detect.tracks import Track, links, tracks
 from forensics.errors import ForensicsError
@@ -372,40 +366,14 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
     if chosen:
         incident.notes.append(chosen)
     timeline = build_timeline(case, incident, profile, progress=on_progress)
-    main = profile.logs.main_track
-    found: list[Finding] = []
-    found += progress.detect(timeline)
-    found += lifecycle.detect(timeline)
-    verdicts, stack_findings = stack_detector.findings(timeline.stacks, timeline.quarantine, profile, main)
-    found += stack_findings
-    found += gpu.detect(timeline, found, verdicts, main)
-    found += collectives.detect(timeline, verdicts, main)
-    for note in incident.annotations:
-        found.append(Finding("annotation", annotation_track(note.text, timeline), None, note.at, note.text))
-    for jump in timeline.jumps.iter_rows(named=True):
-        found.append(Finding("clock_jump", "data quality", None, jump["after"],
-                             f"{jump['host']}'s wall clock stepped {jump['jump_s']:+.3f} s between {clock(jump['before'])} "
-                             f"and {clock(jump['after'])} (journald's monotonic clock did not): times either side of it "
-                             "are on different clocks.", None,
-                             event_evidence(pl.DataFrame([jump]).rename({"after": "ts"}), 1), jump["host"]))
-    if timeline.out_of_range is not None:
-        for row in timeline.out_of_range.iter_rows(named=True):
-            found.append(Finding("out_of_range", "data quality", None, None,
-                                 f"{row['records']:,} {row['frame']} records of {row['source_file']} lie far outside the "
-                                 f"incident ({row['earliest']:%Y-%m-%d %H:%M:%S} … {row['latest']:%Y-%m-%d %H:%M:%S} "
-                                 "UTC): a forged, damaged or reset clock; left out of the analysis.", None,
-                                 [Evidence(row["frame"], row["source_file"], None, None, None, "outside the window")]))
-    times, contradictions = key_times(timeline, found)
-    found += errors.detect(timeline, times.started)
-    found += failures.detect(timeline)
-    found = failures.consequences_of_stop(found)
-    found += contradictions
+    ctx = run_detectors(timeline)
+    found, verdicts, times = ctx.found, ctx.verdicts, ctx.times
     if not any(is_anomaly(f) for f in found):
         # Stacks of healthy processes are a check that was made, not an incident: no track of its own.
         for f in found:
             if f.kind == "stack_verdict":
                 f.track = CHECKS_TRACK
-    all_tracks = tracks(found, main)
+    all_tracks = tracks(found, ctx.main_track)
     return Analysis(bundle, timeline, found, times, all_tracks, links(all_tracks, times.resolved), verdicts,
                     DISPLAY_ZONE.get().key)
 

@@ -49,7 +49,7 @@ def test_every_frame_is_a_hive_dataset_by_host_listed_in_the_manifest(reference_
 
 @pytest.mark.parametrize("name", ["events", "samples", "stacks", "quarantine"])
 def test_polars_pandas_and_duckdb_read_each_frame_as_it_lies(reference_case: Path, name: str) -> None:
-    """The documented one-liners of docs/case.md, each giving the rows forensics gives."""
+    """The documented one-liners of docs/scale.md, each giving the rows forensics gives."""
     case = load_case(reference_case)
     ours = getattr(case, name).collect()
     folder = reference_case / name

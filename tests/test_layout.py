@@ -115,15 +115,20 @@ def test_every_module_belongs_to_a_stage_and_the_root_keeps_only_the_entry_point
     assert set(RANK) - {"analyze", "report", "cli", "errors"} <= {p.name for p in PACKAGE.iterdir() if p.is_dir()}
 
 
-@pytest.mark.parametrize(("old", "new"), sorted(forensics.MOVED.items()))
-def test_a_moved_module_still_imports_with_a_warning_naming_its_new_place(old: str, new: str) -> None:
-    code = (f"import warnings, importlib\nwarnings.simplefilter('always')\n"
-            f"with warnings.catch_warnings(record=True) as seen:\n    old = importlib.import_module({old!r})\n"
-            f"assert old is importlib.import_module({new!r})\n"
-            f"assert [str(w.message) for w in seen if w.category is DeprecationWarning] == "
-            f"[{old!r} + ' moved to ' + {new!r} + '; the old name goes in the next release']\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
+#: Names of modules that moved to their stage's folder in 0.1; the shim that kept them importing is
+#: gone (0.1.0 has no users to keep), and nothing may import them again.
+OLD_NAMES = ("collect", "watch", "pull", "store", "places", "cluster", "bundle", "incident", "schema", "align",
+             "logs", "metrics")
+
+
+def test_no_module_imports_an_old_name_of_a_moved_module() -> None:
+    old = {f"forensics.{name}" for name in OLD_NAMES}
+    used = sorted(f"{module} imports {dep}" for module, deps in _graph().items() for dep in deps if dep in old)
+    assert used == []
+    assert not hasattr(forensics, "MOVED")
+    for name in OLD_NAMES:
+        with pytest.raises(ModuleNotFoundError):
+            __import__(f"forensics.{name}")
 
 
 def test_the_layout_page_and_the_readme_name_every_folder_of_the_package() -> None:
@@ -143,3 +148,22 @@ def test_the_public_face_is_unchanged() -> None:
         from forensics.case import Case, ingest, load_case  # noqa: F401 - the names people import
 
         assert forensics.load_case is load_case and forensics.Case is Case
+
+
+def test_every_detector_is_registered_through_the_one_interface_and_analyze_runs_them_in_one_loop() -> None:
+    from forensics.detect.registry import DETECTORS, REGISTRY, registered
+
+    names = [name for name, _ in registered()]
+    assert names == [name for name, _ in DETECTORS] and set(REGISTRY) == set(names)
+    assert len(set(names)) == len(names)
+    for name, function in REGISTRY.items():  # where a detector is registered is where the registry says it lives
+        assert function.__module__ == dict(DETECTORS)[name], name
+    # a module of forensics/detect/ with a `detect` or `findings` function is a detector, so registered
+    folder = PACKAGE / "detect"
+    modules_with_detectors = {f"forensics.detect.{p.stem}" for p in folder.glob("*.py")
+                              if any(isinstance(n, ast.FunctionDef) and n.name in ("detect", "findings")
+                                     for n in ast.parse(p.read_text()).body)}
+    assert modules_with_detectors <= {module for _, module in DETECTORS}
+    calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)
+             for n in ast.walk(ast.parse((PACKAGE / "analyze.py").read_text())) if isinstance(n, ast.Call)}
+    assert not calls & {"detect", "findings", "key_times", "consequences_of_stop"}

@@ -22,7 +22,7 @@ from forensics.errors import CaseError
 from forensics.case.places import is_remote, location, place_text
 
 DASK_ENV = "FORENSICS_DASK"
-LOCAL_TASKS = 2  # this machine's cores; more threads only add memory
+LOCAL_TASKS = max(1, len(os.sched_getaffinity(0)))  # the cores this process may run on; more threads only add memory
 
 #: Shows work as it finishes: given the finished items (with a length) and what they are.
 Progress = Callable[[Iterable[Any], str], Iterable[Any]]

@@ -37,6 +37,7 @@ import polars as pl
 from forensics.detect import Evidence, Finding, clock, rank_list, span
 from forensics.detect.stacks import STRAGGLER_OR_MISSING, TP_DESYNC, UNIFORM_WAIT, Verdict, latest
 from forensics.timeline.align import Timeline
+from forensics.detect.registry import Context, detector
 
 SIZE_MISMATCH = "SIZE_MISMATCH"
 # a rank outside a collective its peers entered less than this long before its dump may be on its
@@ -287,3 +288,9 @@ def _waited(at_latest: pl.DataFrame, behind: pl.DataFrame) -> float | None:
     outside = behind.select((pl.col("FR_DUMPED_AT") - entered) / 1e9).to_series()
     waits = pl.concat([inside, outside]) if behind.height else inside
     return None if waits.null_count() or waits.is_empty() else max(0.0, float(waits.min()))  # type: ignore[arg-type]
+
+
+@detector("collectives")
+def run(ctx: Context) -> list[Finding]:
+    """Flight Recorder dumps and torchfrtrace text: who never joined which collective."""
+    return detect(ctx.timeline, ctx.verdicts, ctx.main_track)

@@ -10,6 +10,7 @@ import polars as pl
 
 from forensics.timeline.align import Timeline
 from forensics.detect import Finding, between, clock, earliest, event_evidence, kind_sentence, latest_time, one_unit
+from forensics.detect.registry import Context, detector
 
 # Masks applied in order: what varies between two lines of the same template.
 MASKS = (
@@ -135,3 +136,9 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
                                     f"on {row['component']} ({clock(row['first'])}–{clock(row['last'])}).",
                                     row["last"], []))
     return findings
+
+
+@detector("errors")
+def run(ctx: Context) -> list[Finding]:
+    """Error lines and new templates from the incident's start on."""
+    return detect(ctx.timeline, ctx.times.started if ctx.times else None)

@@ -27,6 +27,7 @@ from forensics.detect import Finding, clock, earliest, event_evidence, kind_sent
 from forensics.profiles import NOTHING, LogEvent, available, layers, load_profile, matches_nothing, meaning
 from forensics.timeline.align import Timeline
 from forensics.timeline.progress import FREEZE_GAP_S
+from forensics.detect.registry import Context, detector
 
 ERROR = 3  # syslog priority: error and worse
 # An exception raised or a traceback begun (an error in a start-up whatever its level says): a
@@ -473,3 +474,16 @@ def consequences_of_stop(findings: list[Finding]) -> list[Finding]:
             f.text = f"after the stop at {clock(stop)} (a consequence of it, not a fault): {f.text}"
             f.kind = "after_stop"
     return findings
+
+
+@detector("failures")
+def run(ctx: Context) -> list[Finding]:
+    """Every profile's and layer's failure modes."""
+    return detect(ctx.timeline)
+
+
+@detector("stop_consequences")
+def run_stop_consequences(ctx: Context) -> list[Finding]:
+    """Re-tells the findings an operator's stop explains as its consequences; adds none."""
+    consequences_of_stop(ctx.found)
+    return []

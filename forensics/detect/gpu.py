@@ -18,6 +18,7 @@ from forensics.timeline.align import Timeline
 from forensics.detect import Evidence, Finding, clock
 from forensics.detect.stacks import Verdict, latest
 from forensics.timeline.metrics import label, named
+from forensics.detect.registry import Context, detector
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 XID = "DCGM_FI_DEV_XID_ERRORS"
@@ -89,3 +90,9 @@ def _xid(timeline: Timeline, track: str) -> list[Finding]:
                     [Evidence("samples", None, None, None, row["at"], f"{XID}={row['value']:g} gpu {row['gpu']}")],
                     row["host"])
             for row in first.iter_rows(named=True)]
+
+
+@detector("gpu")
+def run(ctx: Context) -> list[Finding]:
+    """GPUs busy or idle beside a hang, and Xid counters, from DCGM's samples."""
+    return detect(ctx.timeline, ctx.found, ctx.verdicts, ctx.main_track)

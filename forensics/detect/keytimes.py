@@ -14,6 +14,7 @@ import polars as pl
 
 from forensics.timeline.align import Timeline
 from forensics.detect import Evidence, Finding, clock
+from forensics.detect.registry import Context, detector
 
 ORDER = ("started", "detected", "mitigated", "resolved")
 HANG_VERDICTS = ("TP_DESYNC", "UNIFORM_WAIT", "STRAGGLER_OR_MISSING")
@@ -93,3 +94,24 @@ def key_times(timeline: Timeline, findings: list[Finding]) -> tuple[KeyTimes, li
             extra.append(Finding("key_times_contradiction", main, None, tb, f"key times out of order: {problem}.",
                                  None, [Evidence("findings", None, None, None, tb, problem)]))
     return times, extra
+
+
+@detector("annotations")
+def run_annotations(ctx: Context) -> list[Finding]:
+    """The incident file's notes, each on the track it speaks of."""
+    return [Finding("annotation", annotation_track(note.text, ctx.timeline), None, note.at, note.text)
+            for note in ctx.timeline.incident.annotations]
+
+
+@detector("key_times")
+def run_key_times(ctx: Context) -> list[Finding]:
+    """Started, detected, mitigated, resolved (kept in the context); their contradictions are said
+    last, once every finding they compare is known."""
+    ctx.times, ctx.contradictions = key_times(ctx.timeline, ctx.found)
+    return []
+
+
+@detector("key_time_contradictions")
+def run_contradictions(ctx: Context) -> list[Finding]:
+    """Key times out of order, as findings."""
+    return ctx.contradictions

@@ -25,6 +25,7 @@ from forensics.detect import (
     span,
 )
 from forensics.timeline.metrics import restarts as metric_restarts
+from forensics.detect.registry import Context, detector
 
 STARTING, STARTED = "7d4958e842da4a758f6c1cdc7b36dcc5", "39f53479d3a045ac8e11786248231fbf"
 STOPPING, STOPPED = "de5b426a63be47a7b6ac3eaac82e2f6f", "9d1aaa27d60140bd96365438aad20286"
@@ -111,3 +112,9 @@ def _metric_restarts(timeline: Timeline) -> list[Finding]:
                            f"{clock(row['before'])}: {row['evidence']}.", None,
                            [Evidence("samples", row["instance"], None, None, row["before"], row["evidence"][:80])]))
     return out
+
+
+@detector("lifecycle")
+def run(ctx: Context) -> list[Finding]:
+    """Restarts, stops and health answers."""
+    return detect(ctx.timeline)

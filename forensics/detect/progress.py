@@ -22,6 +22,7 @@ from forensics.detect import (
     event_evidence,
     span,
 )
+from forensics.detect.registry import Context, detector
 from forensics.timeline.align import Timeline
 from forensics.timeline.metrics import stalled
 from forensics.timeline.progress import (  # noqa: F401 - the detector's own names, read by its callers
@@ -155,3 +156,9 @@ def _silent_hang(timeline: Timeline, component: str, host: str | None, where: st
             "the blind spot of health-based monitoring.")
     return [Finding("silent_hang", timeline.profile.logs.main_track, component, at, text, blind_end,
                     event_evidence(health, 3), host)]
+
+
+@detector("progress")
+def run(ctx: Context) -> list[Finding]:
+    """Freezes and last progress per component."""
+    return detect(ctx.timeline)

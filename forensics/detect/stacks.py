@@ -6,7 +6,7 @@ unknown). Processes are grouped into engines (the TP group: the header's `group`
 component named in the file's path or the title, split by pipeline stage and, unless DP
 attention is on, by DP replica; a dump with neither is grouped by its file) and into rounds (one
 dump per rank each). Per group and round the stacks are merged into a prefix tree, the way LLNL's
-STAT merges traces, and judged (docs/verdicts.md has the taxonomy with examples):
+STAT merges traces, and judged (docs/analysis.md has the taxonomy with examples):
 
 - `TP_DESYNC`: ranks split across different collectives, or some wait in a collective while
   others are idle or elsewhere. A collective returns only when every rank has entered it.
@@ -44,6 +44,7 @@ import polars as pl
 
 from forensics.detect import Evidence, Finding
 from forensics.profiles import Profile, StackRules, load_profile
+from forensics.detect.registry import Context, detector
 
 TP_DESYNC, UNIFORM_WAIT, STRAGGLER_OR_MISSING = "TP_DESYNC", "UNIFORM_WAIT", "STRAGGLER_OR_MISSING"
 ALL_IDLE, ORDINARY_WORK = "ALL_IDLE", "ORDINARY_WORK"
@@ -656,3 +657,10 @@ def _stuck(last: Sequence[Verdict], main_track: str) -> list[Finding]:
                                            int(r.source.rsplit(" line ", 1)[1]), None, r.ts,
                                            f"{r.label}: {r.phase.phase} in {r.phase.frame}"[:80]) for r in stuck[:8]]))
     return out
+
+
+@detector("stacks")
+def run(ctx: Context) -> list[Finding]:
+    """Each group's stack verdicts (kept in the context for the detectors after it) as findings."""
+    ctx.verdicts, found = findings(ctx.timeline.stacks, ctx.timeline.quarantine, ctx.timeline.profile, ctx.main_track)
+    return found

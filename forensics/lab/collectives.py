@@ -28,7 +28,7 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
-from forensics.errors import ForensicsError
+from forensics.lab import LabError
 
 RANK_PROGRAM = """# forensics-collectives-lab rank
 import datetime, os, sys, time, torch, torch.distributed as dist
@@ -57,9 +57,6 @@ time.sleep(float(linger))  # ranks that stay up a while, as a job's abort handle
 sys.exit(1 if failed else 0)
 """
 
-
-class LabError(ForensicsError):
-    """The collective lab could not run (torch missing, a rank that did not finish)."""
 
 
 def _free_port() -> int:

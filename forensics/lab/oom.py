@@ -20,14 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-from forensics.errors import ForensicsError
+from forensics.lab import LabError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 HOG = "x = bytearray({size}); print(len(x))"  # touches every byte: the pages are charged to the cgroup
 
-
-class LabError(ForensicsError):
-    """The OOM lab cannot run here (no writable memory cgroup, no readable kernel log)."""
 
 
 def _own_memory_cgroup() -> tuple[Path, str]:

@@ -30,7 +30,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from forensics.errors import ForensicsError, MissingSystemDependency
+from forensics.errors import MissingSystemDependency
+from forensics.lab import LabError
 
 ROLES = ("prefill", "decode")
 READY_TIMEOUT_S = 180.0
@@ -39,9 +40,6 @@ HANG_AGE_S = 12.0  # the recorders are dumped once the wedge is older than a mom
 RECORDER_ENTRIES = "2000"  # the ring each rank's Flight Recorder keeps (TORCH_FR_BUFFER_SIZE)
 SETTLE_S = 1.0  # after the trigger: the wedge forms within one loop iteration (milliseconds)
 
-
-class LabError(ForensicsError):
-    """A lab rank failed to start or died; carries the tail of its log."""
 
 
 @dataclass

@@ -84,11 +84,11 @@ GAP_MIN_S = 60.0
 LEAN_ENV = "FORENSICS_LEAN_ABOVE"  # records above which the timeline is lean (default 2 M; 0: always)
 LEAN_ABOVE = int(os.environ.get(LEAN_ENV) or 2_000_000)
 LEAN_BATCH_ROWS = 100_000  # records read with the profile at a time when lean
-# A host's records are read this many slices at once (this machine's cores: a regular expression
+# A host's records are read this many slices at once (the cores this process may run on: a regular expression
 # over one column runs on one core): rows held in memory in as many slices, when there are at
 # least HELD_SLICE_ABOVE of them (fewer are read faster whole); a lean timeline's batches this many
 # at a time, so that its memory stays bounded by them.
-SLICES_AT_ONCE, HELD_SLICE_ABOVE = 2, 200_000
+SLICES_AT_ONCE, HELD_SLICE_ABOVE = max(1, len(os.sched_getaffinity(0))), 200_000
 # In a lean timeline: the progress fields the detectors read (others stay in the case), the
 # columns of the reading held as categories (few distinct values, long ones; the case's identifiers
 # are categories already: `EVENTS_SCHEMA`), and those left out.
