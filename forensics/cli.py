@@ -357,8 +357,12 @@ def _collect_fleet(args: argparse.Namespace, plan: Any) -> int:
                             ssh_config=args.ssh_config)
     for r in results:
         print(f"{r.host}: {r.status} ({r.files} files, {r.seconds:.1f} s)" + (f": {r.why}" if r.why else ""))
+        for refused in r.refused[:20]:  # a host's stream holds files and folders only: anything else is an attack
+            print(f"  {r.host}: refused {refused['path']}: {refused['reason']}")
+        if len(r.refused) > 20:
+            print(f"  {r.host}: {len(r.refused) - 20} more refused members in fleet.json")
     print(f"fleet record: {args.out / 'fleet.json'}")
-    return 0 if all(r.status == "collected" for r in results) else 1
+    return 0 if all(r.status == "collected" and not r.refused for r in results) else 1
 
 
 def _pid_groups(pairs: list[str]) -> dict[str, list[int]]:
