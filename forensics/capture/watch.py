@@ -20,12 +20,30 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from forensics.capture.collect import Plan, collect
+from forensics.capture.collect import CollectError, Plan, collect
 from forensics.capture.http import Failure, fetch
 from forensics.formats.promtext import name_key
 
 
 SCRAPE_DEADLINE_S = 5.0  # one poll of one endpoint, whole
+
+
+def new_bundle(out: Path, at: datetime) -> Path:
+    """A new, empty folder under `out` for a capture at `at`, named by its second
+    (`20260618T213447Z`), with `-2`, `-3`, … after it when that name is taken: captures in the same
+    second (two engines stalled in one poll, a failure line per rank) never share a folder, which
+    `collect` refuses. Made here, at once, so that no other capture can take the name meanwhile."""
+    stem, n = f"{at:%Y%m%dT%H%M%SZ}", 1
+    while True:
+        folder = out / (stem if n == 1 else f"{stem}-{n}")
+        try:
+            folder.mkdir(parents=True)
+        except FileExistsError:
+            n += 1
+            continue
+        except OSError as error:
+            raise CollectError(f"{folder}: cannot be written ({error.strerror})") from None
+        return folder
 
 
 @dataclass
@@ -113,7 +131,7 @@ def watch(w: Watch) -> list[Path]:
             if now - engine.flat_since < w.after_s:
                 continue
             stalled_at = datetime.now(UTC)
-            bundle = w.collect.out / f"{stalled_at:%Y%m%dT%H%M%SZ}"
+            bundle = new_bundle(w.collect.out, stalled_at)
             print(f"forensics watch: {endpoint} made no progress for {now - engine.flat_since:.0f} s with "
                   f"{waiting:g} requests pending; collecting into {bundle}", file=w.log, flush=True)
             done = collect(replace(w.collect, out=bundle, rounds=max(2, w.collect.rounds)))
