@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -281,7 +282,8 @@ class Analysis:
             "components": self.last_progress(),
             "findings": [{"kind": f.kind, "track": f.track, "component": f.component, "host": f.host,
                           "at": f.at.isoformat() if f.at else None, "until": f.until.isoformat() if f.until else None,
-                          "text": f.text} for f in sorted(self.findings, key=lambda f: (f.at is None, f.at))],
+                          "text": f.text, "facts": jsonable(f.facts)}
+                         for f in sorted(self.findings, key=lambda f: (f.at is None, f.at))],
             "tracks": [{"name": t.name, "components": t.components, "first": t.first.isoformat() if t.first else None,
                         "last": t.last.isoformat() if t.last else None, "findings": len(t.findings)}
                        for t in self.tracks],
@@ -389,6 +391,11 @@ def in_display_zone(analysis: Analysis) -> Iterator[None]:
 
 
 SUMMARY_SCHEMA = Path(__file__).with_name("summary.schema.json")  # summary.json's published JSON Schema
+
+
+def jsonable(facts: dict[str, Any]) -> dict[str, Any]:
+    """A finding's facts as JSON holds them: times as ISO-8601 text."""
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in facts.items()}
 
 
 def summary_problems(summary: dict[str, Any]) -> list[str]:

@@ -96,8 +96,6 @@ def test_deepspeed_both_ranks_wait_in_broadcast_seq1_of_pg1_and_nothing_ever_com
     assert _hms(timeout.at) == "20:27:21"
 
 
-@pytest.mark.xfail(strict=True, reason="gap: the start a timeout implies (watchdog time minus the time the work ran) "
-                   "is not taken as the incident's start; key times say none")
 def test_deepspeed_the_stall_began_when_the_timed_out_work_did(tmp_path: Path) -> None:
     _readme_says(DEEPSPEED, "Stall began ≈20:17:21")
     assert _hms(_analyze(tmp_path, DEEPSPEED).key_times.started) == "20:17:21"
@@ -112,20 +110,23 @@ def test_accelerate_six_ranks_time_out_in_broadcast_seq78(tmp_path: Path) -> Non
     assert _hms(timeout.at) == "03:04:10"
 
 
-@pytest.mark.xfail(strict=True, reason="gap: each rank's 'Last enqueued NCCL work: N, last completed NCCL work: M' "
-                   "line is not read, so ranks 0 and 4 (77 < 78) are not named as never having entered seq 78")
 def test_accelerate_ranks_0_and_4_never_entered_seq78_and_are_named(tmp_path: Path) -> None:
     _readme_says(ACCELERATE, "Ranks 0 and 4: `Last enqueued NCCL work: 77, last completed NCCL work: 77`",
                  "Culprits = ranks 0 and 4")
     (timeout,) = _kinds(_analyze(tmp_path, ACCELERATE))["collective_timeout"]
-    assert "ranks 0, 4 never entered BROADCAST seq 78" in timeout.text
+    assert timeout.facts["culprits"] == ["0", "4"] and timeout.facts["seq"] == [78]
+    assert "Ranks 0, 4 never entered BROADCAST seq 78 (last enqueued work 77)" in timeout.text
 
 
-@pytest.mark.xfail(strict=True, reason="gap: Gloo's 'Connection closed by peer' after the others abort is a "
-                   "consequence of the abort, not a root cause; it is reported as a transport failure of its own")
 def test_accelerate_gloo_connection_closed_is_the_aborts_consequence(tmp_path: Path) -> None:
+    from forensics.detect.failures import headline
+
     _readme_says(ACCELERATE, "die later with `Connection closed by peer` as the others abort")
-    assert "distributed_transport_failure" not in _kinds(_analyze(tmp_path, ACCELERATE))
+    analysis = _analyze(tmp_path, ACCELERATE)
+    (closed,) = _kinds(analysis)["distributed_transport_failure"]
+    assert closed.facts["consequence_of"] == "collective_timeout"
+    assert closed not in headline(analysis.reported())  # not among the causes the post-mortem lists
+    assert "Connection closed by peer" in closed.text
 
 
 def test_torchinferno_rank3_times_out_in_allreduce_seq59958_and_all_ranks_terminate(tmp_path: Path) -> None:
@@ -139,26 +140,31 @@ def test_torchinferno_rank3_times_out_in_allreduce_seq59958_and_all_ranks_termin
     assert abort.text.startswith("8 × ranks aborted") and _hms(abort.at) == "18:08:32"
 
 
-@pytest.mark.xfail(strict=True, reason="gap: rank 7's 'Last enqueued NCCL work: 59957' is not read: the finding says "
-                   "'its peers' logs would show who never entered the collective' two lines above the answer")
 def test_torchinferno_rank7_never_entered_seq59958(tmp_path: Path) -> None:
     _readme_says(TORCHINFERNO, "**rank 7 reports `Last enqueued NCCL work: 59957, last completed 59957`**")
     (timeout,) = _kinds(_analyze(tmp_path, TORCHINFERNO))["collective_timeout"]
-    assert "rank 7 never entered ALLREDUCE seq 59958" in timeout.text
+    assert timeout.facts["culprits"] == ["7"] and timeout.facts["seq"] == [59958]
+    assert "Rank 7 never entered ALLREDUCE seq 59958 (last enqueued work 59957)" in timeout.text
+    assert "its peers' logs would show" not in timeout.text
 
 
-@pytest.mark.xfail(strict=True, reason="gap: the stall's start (18:00:32 − 1800 s) is not taken from the watchdog line")
 def test_torchinferno_the_stall_began_at_1730(tmp_path: Path) -> None:
     _readme_says(TORCHINFERNO, "stall began ≈17:30:32 (18:00:32 − 1800 s)")
     assert _hms(_analyze(tmp_path, TORCHINFERNO).key_times.started) == "17:30:32"
 
 
-@pytest.mark.xfail(strict=True, reason="gap: c10d's 'Stack trace of the failed collective' (start-up warm-up) is in "
-                   "no finding")
 def test_torchinferno_where_it_hung_is_said(tmp_path: Path) -> None:
-    _readme_says(TORCHINFERNO, "`_warmup_tensor_parallel_model`", "`_decode_linear_all_reduce`")
-    texts = " ".join(f.text for f in _analyze(tmp_path, TORCHINFERNO).reported())
-    assert "_warmup_tensor_parallel_model" in texts
+    _readme_says(TORCHINFERNO, "FR stack of the failed all_reduce = `_decode_linear_all_reduce` ← "
+                 "`_attention_prefill_ragged` ← … ← `_capture_ragged_prefill_logits_graph` ← "
+                 "`_warmup_online_mixed_prefix_suffix_prefill_graphs` ← `_warmup_tensor_parallel_model` ← server "
+                 "`__init__`", "`#0 all_reduce from …distributed_c10d.py:3174` … `#19 _run_module_as_main")
+    (timeout,) = _kinds(_analyze(tmp_path, TORCHINFERNO))["collective_timeout"]
+    stack = timeout.facts["stack"]
+    assert len(stack) == 20 and stack[0] == "all_reduce" and stack[-1] == "_run_module_as_main"
+    assert stack.index("_decode_linear_all_reduce") < stack.index("_attention_prefill_ragged") \
+        < stack.index("_capture_ragged_prefill_logits_graph") < stack.index("_warmup_tensor_parallel_model") \
+        < stack.index("__init__")
+    assert "_decode_linear_all_reduce ← _attention_prefill_ragged" in timeout.text
 
 
 def test_verl_two_ranks_in_different_collectives_are_a_desync(tmp_path: Path) -> None:
@@ -209,12 +215,13 @@ def test_openclaw_is_a_crash_loop_with_its_restart_counter(tmp_path: Path) -> No
     assert any("ValueError: Free memory on device" in f.text for f in kinds["error_records"])
 
 
-@pytest.mark.xfail(strict=True, reason="gap: grep -n's line numbers before journalctl's stamps lose every time, and "
-                   "the crash loop is said of the file, not of the unit the lines name")
-def test_openclaw_crash_loop_names_its_unit_and_times(tmp_path: Path) -> None:
-    _readme_says(OPENCLAW, "User unit `openclaw-vllm.service`", "between 17:41:29 and 17:41:45")
+def test_openclaw_crash_loop_names_its_unit_its_times_and_why_each_start_died(tmp_path: Path) -> None:
+    _readme_says(OPENCLAW, "User unit `openclaw-vllm.service`", "between 17:41:29 and 17:41:45",
+                 "each start fails `ValueError: Free memory on device cuda:0")
     (loop,) = _kinds(_analyze(tmp_path, OPENCLAW))["crash_loop"]
-    assert "openclaw-vllm.service" in loop.text and _hms(loop.at) == "17:41:45"
+    assert loop.text.startswith("crash loop: openclaw-vllm.service restarted again and again")
+    assert (_hms(loop.at), _hms(loop.until)) == ("17:41:29", "17:41:45")
+    assert "First error of each start:" in loop.text and "ValueError: Free memory on device cuda:0" in loop.text
 
 
 @pytest.mark.xfail(strict=True, reason="gap: systemctl status output is not a recognised input, though it names "
@@ -307,15 +314,16 @@ def test_each_ascend_node_shows_its_rank_in_the_same_device_synchronize_every_ro
     assert "synchronize" in stuck.text and "did not move" in stuck.text
 
 
-@pytest.mark.xfail(strict=True, reason="gap: one process gets two verdicts: ORDINARY_WORK ('the stacks show work, "
-                   "not a hang') beside STUCK in every round")
-@pytest.mark.parametrize("name", ASCEND_SET[:1])
+@pytest.mark.parametrize("name", ASCEND_SET)
 def test_one_process_one_verdict(tmp_path: Path, name: str) -> None:
+    """Each node's rank stood in the same device synchronize in every round: a hang, said once."""
+    _readme_says(name, {ASCEND_SET[0]: "Identical in all 5 samples (no progress)",
+                        ASCEND_SET[1]: "identical ×3"}.get(name, "same stack as DP1"))
     kinds = _kinds(_analyze(tmp_path, name))
-    assert not any("ORDINARY_WORK" in f.text for f in kinds["stack_verdict"])
+    assert {f.facts["verdict"] for f in kinds["stack_verdict"]} == {"UNIFORM_WAIT"}
+    assert not any("ORDINARY_WORK" in f.text or "not a hang" in f.text for f in kinds["stack_verdict"])
 
 
-@pytest.mark.xfail(strict=True, reason="gap: a complete last dump without a final newline is set aside as cut short")
 def test_a_last_dump_without_a_final_newline_is_whole(tmp_path: Path) -> None:
     name = ASCEND_SET[3]
     _readme_says(name, "**no trailing newline**", "×3")
@@ -323,10 +331,12 @@ def test_a_last_dump_without_a_final_newline_is_whole(tmp_path: Path) -> None:
     assert (entry["parsed"], entry["quarantined"]) == (3, 0)
 
 
-@pytest.mark.xfail(strict=True, reason="gap: the four nodes' dumps are judged one by one (four groups, ORDINARY_WORK "
-                   "each), not as one set in the same device wait")
 def test_the_four_nodes_together_are_a_uniform_wait_at_the_device_level(tmp_path: Path) -> None:
-    assert "**Uniform wait at the device level**" in (CORPUS3 / "README.md").read_text()
+    readme = " ".join((CORPUS3 / "README.md").read_text().split())
+    assert "**Uniform wait at the device level**: no rank is missing at the Python level" in readme
     analysis = _analyze(tmp_path, *ASCEND_SET)
-    verdicts = {v["verdict"] for v in analysis.summary()["stack_verdicts"]}
-    assert verdicts == {"UNIFORM_WAIT"}
+    verdicts = analysis.summary()["stack_verdicts"]
+    assert len(verdicts) == 4 and {v["verdict"] for v in verdicts} == {"UNIFORM_WAIT"}
+    # each DP group's first TP rank was dumped: none of them is missing from another group
+    missing = {m["rank"] for v in verdicts for m in v["missing_ranks"]}
+    assert not missing & {0, 8, 16, 24}

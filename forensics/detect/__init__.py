@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import polars as pl
@@ -49,6 +50,9 @@ class Finding:
     until: datetime | None = None
     evidence: list[Evidence] = field(default_factory=list)
     host: str | None = None
+    #: What the finding states, as values (ranks, process group, sequence number, op, the start a
+    #: timeout implies, …): what code reads to decide, never the sentence.
+    facts: dict[str, Any] = field(default_factory=dict)
 
 
 def event_evidence(rows: pl.DataFrame, limit: int = EVIDENCE_ROWS) -> list[Evidence]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
+from typing import Any
 
 import polars as pl
 
@@ -42,6 +43,12 @@ WORK = re.compile(r"SeqNum=(?P<seq>-?[0-9]+), OpType=(?P<op>[A-Za-z_]+)(?:, Nume
                   r"(?: ran for (?P<ran_ms>[0-9]+) milliseconds)?")
 PG_STATUS = re.compile(r"work sequence id: (?P<seq>-?[0-9]+).*?last enqueued (?:NCCL )?work: (?P<enqueued>-?[0-9]+), "
                        r"last completed (?:NCCL )?work: (?P<completed>-?[0-9]+)")
+#: A frame of c10d's "Stack trace of the failed collective" (Flight Recorder's stack of the call that
+#: timed out), one per line after it: "#3 _decode_linear_all_reduce from /src/tensor_parallel.py:2574".
+FAILED_COLLECTIVE_FRAME = re.compile(r"^#(?P<n>[0-9]+) (?P<function>\S+) from (?P<where>[^\n]*\S)", re.M)
+UNIT_IN_MESSAGE = re.compile(r"(?:^|: )([\w@.\\-]+\.(?:service|scope|socket|timer|mount|slice)): ")
+DUMP_STATUS = re.compile(r"Last enqueued NCCL work: (?P<enqueued>-?[0-9]+), last completed NCCL work: "
+                         r"(?P<completed>-?[0-9]+)")
 PG = re.compile(r"\[PG ID (?P<pg>[0-9]+)(?: PG GUID (?P<guid>[^ \]]+))?(?:\([^)]*\))? Rank (?P<rank>[0-9]+)\]")
 RANK = re.compile(r"\[Rank (?P<rank>[0-9]+)\]|^\[rank(?P<prefix>[0-9]+)\]:")
 XID_DEVICES_NAMED = 8  # GPUs named one by one in an Xid finding; the rest are counted
@@ -94,14 +101,18 @@ def detect(timeline: Timeline) -> list[Finding]:
         event = layer[str(kind)]
         where = _where(component or one_unit(group), host, several_hosts)
         first, last = earliest(group.get_column("ts")), latest_time(group.get_column("ts"))
-        words = {"collective_timeout": _collective_timeout, "gpu_xid_error": _xid, "oom_kill": _oom,
-                 "crash_loop": _crash_loop, "operator_stop": _operator_stop}.get(str(kind))
+        words = {"gpu_xid_error": _xid, "oom_kill": _oom, "crash_loop": _crash_loop,
+                 "operator_stop": _operator_stop}.get(str(kind))
         text = words(group, where) if words else None
+        facts: dict[str, Any] = {}
+        if kind == "collective_timeout":
+            text, facts = _collective_timeout(group, where, _status_lines(timeline, group))
         if kind == "crash_loop":
             text = f"{text}{_first_errors(timeline, group)}"
         if text is None:
             text = kind_sentence(group, event.text, where, event.pattern)
-        out.append(Finding(str(kind), str(track), component, first, text, last, event_evidence(group), host))
+        out.append(Finding(str(kind), str(track), component, first, text, last, event_evidence(group), host,
+                           facts))
     out += _error_records(timeline, several_hosts)
     out += _startups(timeline, several_hosts)
     out += _died_serving(timeline, several_hosts)
@@ -125,26 +136,43 @@ def _who(ranks: list[str]) -> str:
     return "ranks " + ", ".join(([rank_list(numbers)] if numbers else []) + others)
 
 
-def _collective_timeout(group: pl.DataFrame, where: str) -> str:
+def _collective_timeout(group: pl.DataFrame, where: str, statuses: pl.DataFrame) -> tuple[str, dict[str, Any]]:
     """Per rank and process group: the collective in flight (seq, op, sizes, timeout, how long it
-    ran) and the last enqueued and completed work; then whether the ranks agree."""
+    ran) and the last enqueued and completed work; then whether the ranks agree. `statuses` are the
+    ranks' own status lines of the same log ("… Last enqueued NCCL work: N, last completed NCCL
+    work: M", printed by every rank on a dump signal): a rank whose last enqueued work is below
+    the timed-out sequence number never entered that collective — the rank to blame."""
     ranks: dict[str, dict[str, str]] = {}
+    started: list[datetime] = []
     for row in group.iter_rows(named=True):
         text = row["message"] or ""
-        pg = PG.search(text)
-        rank_match = RANK.search(text)
-        rank = (pg["rank"] if pg else (rank_match["rank"] or rank_match["prefix"]) if rank_match
-                else row.get("LOG_RANK")) or "?"
-        entry = ranks.setdefault(str(rank), {})
-        if pg:
+        rank = _rank_of(text, row)
+        entry = ranks.setdefault(rank, {})
+        if (pg := PG.search(text)):
             entry["pg"] = pg["pg"]
         if (work := WORK.search(text)):
             entry.update({k: v for k, v in work.groupdict().items() if v is not None})
+            ran_ms = int(work["ran_ms"] or work["timeout_ms"])
+            if row["ts"] is not None:  # the work began as long before the watchdog's line as it ran
+                started.append(row["ts"] - timedelta(milliseconds=ran_ms))
         if (status := PG_STATUS.search(text)):
             entry.setdefault("seq", status["seq"])
             entry.update(enqueued=status["enqueued"], completed=status["completed"])
         if not entry and (plain := re.search(r"Timed out waiting [0-9]+ ?ms for \w+ operation[^\n]*", text)):
             entry["plain"] = plain[0].strip()  # gloo's own timeout: no sequence number in it
+    stack: list[str] = []
+    for row in group.iter_rows(named=True):
+        text = row["message"] or ""
+        if not stack and "Stack trace of the failed collective" in text:
+            stack = [m["function"] for m in FAILED_COLLECTIVE_FRAME.finditer(text)]
+    for row in statuses.iter_rows(named=True):
+        text = row["message"] or ""
+        if (status := DUMP_STATUS.search(text)):
+            entry = ranks.setdefault(_rank_of(text, row), {})
+            if (pg := PG.search(text)):
+                entry.setdefault("pg", pg["pg"])
+            entry.setdefault("enqueued", status["enqueued"])
+            entry.setdefault("completed", status["completed"])
     clauses: dict[str, list[str]] = {}  # ranks in the same state are one clause: "ranks 1, 2, 3 (PG 0) in …"
     for rank, entry in sorted(ranks.items(), key=lambda item: _rank_order(item[0])):
         pg = entry.get("pg", "?")
@@ -157,16 +185,34 @@ def _collective_timeout(group: pl.DataFrame, where: str) -> str:
             said += f" at work {entry['seq']}"
         elif "plain" in entry:
             said += f": “{entry['plain']}”"
+        elif "completed" in entry:
+            said += " signalled to dump"
         if "completed" in entry:
             said += f"; last enqueued {entry['enqueued']}, last completed {entry['completed']}"
         clauses.setdefault(said, []).append(rank)
     parts = [f"{_who(who)}{said}" for said, who in clauses.items()]
     in_flight = {e["seq"] for e in ranks.values() if e.get("seq")}
     ops = {e["op"] for e in ranks.values() if e.get("op")}
-    if len(in_flight) > 1 or len(ops) > 1:
+    facts: dict[str, Any] = {"ranks": sorted(ranks, key=_rank_order), "seq": sorted(int(q) for q in in_flight),
+                             "op": sorted(ops), "pg": sorted({e["pg"] for e in ranks.values() if "pg" in e})}
+    if started:
+        facts["started"] = min(started)
+    culprits: list[str] = []
+    if len(in_flight) == 1:
+        failed = int(next(iter(in_flight)))
+        culprits = [r for r, e in sorted(ranks.items(), key=lambda item: _rank_order(item[0]))
+                    if "seq" not in e and "enqueued" in e and int(e["enqueued"]) < failed]
+    if culprits:
+        facts["culprits"] = culprits
+        op = next(iter(ops)) if len(ops) == 1 else "the collective"
+        last = sorted({ranks[r]["enqueued"] for r in culprits}, key=int)
+        verdict = (f"{_who(culprits)} never entered {op} seq {failed} (last enqueued work {', '.join(last)}), which "
+                   "the others wait in: the ranks to blame, or what held them — a desync")
+    elif len(in_flight) > 1 or len(ops) > 1:
         at: dict[str, list[str]] = {}
         for rank, entry in sorted(ranks.items(), key=lambda item: _rank_order(item[0])):
-            at.setdefault(f"{entry.get('op') or 'work'} {entry.get('seq', '?')}", []).append(rank)
+            if "seq" in entry:
+                at.setdefault(f"{entry.get('op') or 'work'} {entry['seq']}", []).append(rank)
         verdict = ("the ranks that reported are at different collectives — a desync: "
                    + "; ".join(f"{_who(who)} at {where_at}" for where_at, who in at.items()))
     elif in_flight and len(ranks) > 1:
@@ -176,9 +222,37 @@ def _collective_timeout(group: pl.DataFrame, where: str) -> str:
         verdict = "one rank reported: its peers' logs would show who never entered the collective"
     else:
         verdict = ""
-    return (f"collective timeout on {where} at {clock(earliest(group.get_column('ts')))}: "
+    if started:
+        verdict += f"{'; ' if verdict else ''}the timed-out work began at {clock(min(started))}"
+    if stack:  # where it hung: c10d printed the failed collective's own call stack
+        facts["stack"] = stack
+        verdict += (f"{'. ' if verdict else ''}The failed collective was called from (innermost first, c10d's stack "
+                    f"trace, {len(stack)} frames): {' ← '.join(stack)}")
+    text = (f"collective timeout on {where} at {clock(earliest(group.get_column('ts')))}: "
             f"{'; '.join(parts) or f'{group.height} lines'}" + (f". {verdict[0].upper()}{verdict[1:]}"
-                                                                             if verdict else "") + ".")
+                                                                 if verdict else "") + ".")
+    return text, facts
+
+
+def _rank_of(text: str, row: dict[str, Any]) -> str:
+    """The rank a c10d line speaks for: its `[PG … Rank N]`, `[Rank N]` or `[rankN]:` prefix."""
+    if (pg := PG.search(text)):
+        return str(pg["rank"])
+    if (match := RANK.search(text)):
+        return str(match["rank"] or match["prefix"])
+    return str(row.get("LOG_RANK") or "?")
+
+
+def _status_lines(timeline: Timeline, group: pl.DataFrame) -> pl.DataFrame:
+    """The ranks' own status lines ("Last enqueued NCCL work: …") in the logs a timeout group came from."""
+    events = timeline.events
+    if "message" not in events.columns:
+        return group.clear()
+    sources = group.get_column("source_file").unique().to_list() if "source_file" in group.columns else []
+    rows = events.lazy().filter(pl.col("message").str.contains("Last enqueued NCCL work: ", literal=True))
+    if sources:
+        rows = rows.filter(pl.col("source_file").is_in(sources))
+    return rows.select([c for c in ("ts", "message", "LOG_RANK") if c in events.columns]).collect()
 
 
 def _xid(group: pl.DataFrame, where: str) -> str:
@@ -213,11 +287,18 @@ def _oom(group: pl.DataFrame, where: str) -> str:
             f"{limit}; a process killed so ends without an error of its own.")
 
 
+def _named_units(group: pl.DataFrame) -> list[str]:
+    """The units systemd's own lines name ("openclaw-vllm.service: Scheduled restart job, …"): in a
+    pasted `journalctl` the record's unit is only the writer's name (systemd), not the unit."""
+    return sorted({m[1] for text in group.get_column("message").drop_nulls().to_list()
+                   if (m := UNIT_IN_MESSAGE.search(text))})
+
+
 def _crash_loop(group: pl.DataFrame, where: str) -> str:
     counts = [int(n["n"]) for n in _numbers(group.get_column("message").to_list(), RESTARTS)]
     times = group.get_column("ts").drop_nulls()
     gaps = times.diff().drop_nulls().dt.total_seconds() if times.len() > 1 else pl.Series([], dtype=pl.Int64)
-    units = ", ".join(sorted(set(group.get_column("unit").drop_nulls().to_list()))) or where
+    units = ", ".join(_named_units(group) or sorted(set(group.get_column("unit").drop_nulls().to_list()))) or where
     text = (f"crash loop: {units} restarted again and again — systemd's restart counter at {max(counts)}"
             if counts else f"crash loop: {units} could not stay up ({group.height} lines)")
     text += f" at {clock(latest_time(times))}"
@@ -236,7 +317,14 @@ def _first_errors(timeline: Timeline, group: pl.DataFrame) -> str:
     restarts = group.get_column("ts").drop_nulls().sort()
     if not units or restarts.is_empty():
         return ""
-    lines = (timeline.events.filter(pl.col("unit").cast(pl.String).is_in(units) & (pl.col("ts") <= restarts.max())
+    same = pl.col("unit").cast(pl.String).is_in(units)
+    named = _named_units(group)
+    if named and not set(named) & set(units) and "source_file" in group.columns:
+        # a pasted journal: the looping unit's own lines carry its process's name, not the unit's, so
+        # every line of the same paste but systemd's is the starts' own output
+        same = pl.col("source_file").cast(pl.String).is_in(group.get_column("source_file").cast(pl.String).unique()
+                                                           .to_list()) & ~same
+    lines = (timeline.events.filter(same & (pl.col("ts") <= restarts.max())
                                     & pl.col("event").ne_missing("crash_loop")
                                     & ((pl.col("priority") <= ERROR) | raised(pl.col("message"))))
              .sort("ts").select("ts", "message"))
@@ -448,14 +536,38 @@ HEADLINE = ("collective_verdict", "collective_timeout", "stuck_process", "hung_t
             "unit_oom_killed", "ray_oom_kill", "cuda_oom", "segfault", "fatal_signal", "disk_full", "crash_loop",
             "k8s_crash_loop", "startup_stall", "startup_failure", "rendezvous_failure", "silent_death",
             "process_killed", "shell_killed", "container_exited", "process_failed", "worker_died", "child_failed",
-            "ray_actor_died", "process_group_abort", "distributed_transport_failure", "distributed_launch_failure")
+            "ray_actor_died", "process_group_abort", "distributed_transport_failure", "distributed_launch_failure",
+            "k8s_device_admission", "k8s_node_not_ready", "k8s_error_exit", "k8s_failed_scheduling", "k8s_evicted",
+            "k8s_preempted", "k8s_image_pull", "k8s_sandbox_failed", "k8s_volume", "k8s_probe_failed")
 
 
 def headline(findings: list[Finding]) -> list[Finding]:
     """The failure-mode findings in the order a first screen names them (most telling first, then
     by time)."""
-    modes = [f for f in findings if f.kind in HEADLINE]
+    modes = [f for f in findings if f.kind in HEADLINE and not f.facts.get("consequence_of")]
     return sorted(modes, key=lambda f: (HEADLINE.index(f.kind), f.at is None, f.at))
+
+
+#: What a process group's abort brings with it: once the watchdog has caught a collective timeout,
+#: the peers' connections close as the ranks go down (Gloo's "Connection closed by peer", NCCL's
+#: remote errors). Such lines at or after the timeout are its consequence, not a cause of their own.
+TIMEOUT_CONSEQUENCES = ("distributed_transport_failure",)
+
+
+def consequences_of_timeout(findings: list[Finding]) -> None:
+    """Marks the findings a collective timeout explains (`facts["consequence_of"]`) and says so in
+    their sentence: they stay in the evidence, out of the causes."""
+    timeouts: dict[str | None, datetime] = {}
+    for f in findings:
+        if f.kind == "collective_timeout" and f.at is not None:
+            timeouts[f.host] = min(f.at, timeouts.get(f.host, f.at))
+    for f in findings:
+        at = timeouts.get(f.host) or (min(timeouts.values()) if timeouts and (f.host is None or None in timeouts)
+                                      else None)
+        if f.kind in TIMEOUT_CONSEQUENCES and at is not None and f.at is not None and f.at >= at:
+            f.facts["consequence_of"] = "collective_timeout"
+            f.text = (f"after the collective timeout at {clock(at)} (its consequence as the ranks abort, not a cause "
+                      f"of its own): {f.text}")
 
 
 def consequences_of_stop(findings: list[Finding]) -> list[Finding]:
@@ -480,6 +592,13 @@ def consequences_of_stop(findings: list[Finding]) -> list[Finding]:
 def run(ctx: Context) -> list[Finding]:
     """Every profile's and layer's failure modes."""
     return detect(ctx.timeline)
+
+
+@detector("timeout_consequences")
+def run_timeout_consequences(ctx: Context) -> list[Finding]:
+    """Re-tells what a collective timeout brought with it as its consequence; adds none."""
+    consequences_of_timeout(ctx.found)
+    return []
 
 
 @detector("stop_consequences")

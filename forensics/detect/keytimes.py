@@ -60,7 +60,14 @@ def key_times(timeline: Timeline, findings: list[Finding]) -> tuple[KeyTimes, li
     started = frozen[0][0] if frozen else None
     if frozen:
         how["started"] = f"{frozen[0][1] or 'a scheduler'} froze (last progress line)"
+    timeouts = sorted((f.facts["started"], f.at) for f in findings
+                      if f.kind == "collective_timeout" and f.facts.get("started") and f.at)
+    if started is None and timeouts:
+        started = timeouts[0][0]
+        how["started"] = "the timed-out collective began (the watchdog's time less how long the work ran)"
     candidates: list[tuple[datetime, str]] = []
+    if timeouts:
+        candidates.append((timeouts[0][1], "the process group's watchdog caught the collective timeout"))
     for note in timeline.incident.annotations:
         if annotation_track(note.text, timeline) == main:
             candidates.append((note.at, f"annotation: {note.text}"))

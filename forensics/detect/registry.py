@@ -28,9 +28,11 @@ DETECTORS: tuple[tuple[str, str], ...] = (
     ("collectives", "forensics.detect.collectives"),  # Flight Recorder and torchfrtrace
     ("annotations", "forensics.detect.keytimes"),  # the incident file's notes
     ("clocks", "forensics.detect.clocks"),  # wall-clock steps, records far outside the incident
-    ("key_times", "forensics.detect.keytimes"),  # started … resolved (sets ctx.times)
-    ("errors", "forensics.detect.errors"),  # error lines and new templates from the start on
     ("failures", "forensics.detect.failures"),  # every profile's and layer's failure modes
+    ("key_times", "forensics.detect.keytimes"),  # started … resolved (sets ctx.times): from a freeze, or
+                                                 # the start a collective timeout implies
+    ("errors", "forensics.detect.errors"),  # error lines and new templates from the start on
+    ("timeout_consequences", "forensics.detect.failures"),  # what a collective timeout brings with it
     ("stop_consequences", "forensics.detect.failures"),  # what an operator's stop explains
     ("key_time_contradictions", "forensics.detect.keytimes"),  # said last: they compare every finding
 )

@@ -424,7 +424,7 @@ def _fragments(v: Verdict) -> str:
 
 
 def _judge(group: str, number: int, ranks: list[RankStack], expected: int | None,
-           unreadable: list[Missing]) -> Verdict:
+           unreadable: list[Missing], elsewhere: frozenset[int] = frozenset()) -> Verdict:
     by_phase: dict[str, list[int]] = {}
     for r in sorted(ranks, key=lambda r: r.rank):
         by_phase.setdefault(r.phase.phase, []).append(r.rank)
@@ -434,7 +434,7 @@ def _judge(group: str, number: int, ranks: list[RankStack], expected: int | None
     missing: list[Missing] = []
     if numbered:
         for rank in range(size):
-            if rank in present:
+            if rank in present or rank in elsewhere:  # a rank dumped in another group is not this group's
                 continue
             known = [m for m in unreadable if m.rank == rank]
             missing.append(known[0] if known else Missing(rank, f"TP{rank}", "no dump of this rank in the bundle"))
@@ -465,6 +465,14 @@ def _judge(group: str, number: int, ranks: list[RankStack], expected: int | None
     at = max((r.ts for r in ranks if r.ts), default=None)
     v = Verdict(group, number, at, verdict, collective, called_from, by_phase, ranks, missing, holds)
     return v
+
+
+def _stuck_waiting(v: Verdict) -> bool:
+    """Whether every rank of a verdict said to be at work stood in the same wait (a device
+    synchronize, a collective, a transfer) in every round: then the stacks show a hang, not work."""
+    return (v.verdict == ORDINARY_WORK and bool(v.ranks) and not _fragments(v)
+            and all(v.progress.get(r.rank) == STUCK and r.phase.phase in WAITING_PHASES for r in v.ranks)
+            and len({_frame_key(r) for r in v.ranks}) == 1)
 
 
 def _where(r: RankStack) -> str:
@@ -518,6 +526,11 @@ def explain(v: Verdict) -> str:
         else:
             parts.append("The ranks wait in different collectives, so none of them can complete: the group is "
                          "desynchronised and will not make progress until it is restarted.")
+    elif v.verdict == UNIFORM_WAIT and len(v.ranks) == 1:
+        parts.append(f"The only rank dumped waited there in all {v.round + 1} rounds: a hang below Python (the device, "
+                     "NCCL, the transport) or in a peer outside these dumps, not work passing through. Next: dump "
+                     "its peers at the same moment, a `py-spy dump --native` of it, and the device's state "
+                     "(nvidia-smi or npu-smi, Xid or device error lines).")
     elif v.verdict == UNIFORM_WAIT:
         parts.append("Every rank waits at the same place, so the ranks agree with each other: the hang is below "
                      "Python (the device, NCCL, the transport) or in a peer outside these dumps. Next: a "
@@ -586,8 +599,10 @@ def judge(stacks: pl.DataFrame | pl.LazyFrame, quarantine: pl.DataFrame | pl.Laz
     for group, _ in unreadable:
         groups.setdefault(group, [])
     verdicts = []
+    numbered = {group: {r.rank for r in members if r.label.startswith("TP")} for group, members in groups.items()}
     for group in sorted(groups):
         members = groups[group]
+        elsewhere = frozenset().union(*(ranks_ for g, ranks_ in numbered.items() if g != group))
         _assign_rounds(members)
         lost = [m for g, m in unreadable if g == group]
         rounds = sorted({r.round for r in members}) or [0]
@@ -596,7 +611,7 @@ def judge(stacks: pl.DataFrame | pl.LazyFrame, quarantine: pl.DataFrame | pl.Laz
             history.setdefault(r.rank, []).append(tuple((f.function, f.file, f.line) for f in r.frames))
         for number in rounds:
             v = _judge(group, number, [r for r in members if r.round == number],
-                       (expected or {}).get(group), lost)
+                       (expected or {}).get(group), lost, elsewhere)
             waits = [waiting[r.dump] for r in v.ranks if r.dump in waiting]
             if v.ranks and all(r.phase.phase in _OUTSIDE for r in v.ranks):  # none at work: each waits outside
                 waits += [_outside_wait(r) for r in v.ranks if r.dump not in waiting]
@@ -605,6 +620,8 @@ def judge(stacks: pl.DataFrame | pl.LazyFrame, quarantine: pl.DataFrame | pl.Laz
             if number == rounds[-1] and len(rounds) > 1:
                 v.progress = {rank: STUCK if len(set(seen)) == 1 else PROGRESSING
                               for rank, seen in sorted(history.items()) if len(seen) > 1}
+                if _stuck_waiting(v):  # one process, one verdict: the same wait every round is a hang
+                    v.verdict, v.holds_without_missing = UNIFORM_WAIT, not v.missing
             v.explanation = explain(v)
             verdicts.append(v)
     return verdicts
@@ -629,9 +646,14 @@ def findings(stacks: pl.DataFrame, quarantine: pl.DataFrame | None, profile: Pro
     for v in verdicts:
         evidence = [Evidence("stacks", r.source.rsplit(" line ", 1)[0], int(r.source.rsplit(" line ", 1)[1]), None,
                              r.ts, f"{r.label}: {r.phase.phase} in {r.phase.frame}"[:80]) for r in v.ranks[:8]]
-        out.append(Finding("stack_verdict", main_track, v.group, v.at,
-                           v.explanation if v in last else f"{v.group}: {v.verdict} (round {v.round + 1}).",
-                           None, evidence))
+        final = next(f for f in last if f.group == v.group)
+        # an earlier round is one snapshot of the rounds the last verdict was judged over: one verdict per process
+        text = v.explanation if v in last else (
+            f"{v.group}: round {v.round + 1} of {final.round + 1} (judged with the last round: {final.verdict})."
+            if final.progress else f"{v.group}: {v.verdict} (round {v.round + 1}).")
+        out.append(Finding("stack_verdict", main_track, v.group, v.at, text, None, evidence,
+                           facts={"verdict": v.verdict if v in last or not final.progress else final.verdict,
+                                  "round": v.round + 1, "ranks": sorted(r.rank for r in v.ranks)}))
     out += _stuck(last, main_track)
     return verdicts, out
 

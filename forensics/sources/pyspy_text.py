@@ -113,7 +113,10 @@ class Lines:
 
 def classify(text: str) -> Lines:
     """Cut a dump file into lines and place each one."""
-    cut = not text.endswith("\n")
+    # A file that ends without its newline is cut short only where its last line is not whole: a
+    # dump's last frame line, "    f (file.py:12)", is complete though nothing follows it.
+    last = text[text.rfind("\n") + 1:]
+    cut = not text.endswith("\n") and re.fullmatch(_FRAME, last) is None
     lines = pl.Series("text", [text]).str.split("\n").explode().to_frame()
     if not cut:
         lines = lines.head(lines.height - 1)  # the empty string after the final newline

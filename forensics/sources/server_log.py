@@ -8,6 +8,7 @@ servers write them, after any wrapper is taken off:
 - wrappers: colour codes; `docker logs -t` / Docker Desktop times (`2025-02-04T21:29:17.1Z `,
   `2025-02-04 21:29:17 `) kept in `DOCKER_TIMESTAMP`; `kubectl logs --prefix` (`[pod/x/c] `);
   `docker compose logs` (`vllm-1  | `, when nearly every line has it; the name kept as the process);
+  `grep -n`'s line numbers (`67:Feb 26 17:41:24 host …`, when nearly every line has one);
   Ray / SkyPilot / vLLM process prefixes (`(head, rank=0, pid=18260) `, `(APIServer pid=7) `),
   whose `pid=` becomes the pid; a `# ` a write-up put in front of a stamped line;
 - stamps: SGLang's `[2025-02-17 05:27:24 TP0] …` (the message keeps it, so the profile reads the
@@ -61,6 +62,8 @@ _KUBE = r"^\[(?:pod|deployment|statefulset|job)/[^\]]+\] "
 # when nearly every line has it (COMPOSE_SHARE): a log of its own may write "INFO | …".
 _COMPOSE = r"^([A-Za-z0-9][\w.-]*) +\| ?"
 COMPOSE_SHARE = 0.9
+_GREP_NUMBER = r"^[0-9]+[:-]"
+_NUMBER_IS_TIME = r"^[0-9]{4}-[0-9]{2}-|^[0-9]{1,2}:[0-9]{2}(?::[0-9]{2})?\b"
 _LEVEL_WORDS = ["TRACE", "DEBUG", "INFO", "SUCCESS", "NOTICE", "WARN", "WARNING", "ERROR", "CRITICAL", "FATAL"]
 _PROCESS = r"^\(([^()]*)\) "
 _TORCH_RANK = r"^\[rank(?P<torch_rank>[0-9]+)\]:"
@@ -138,6 +141,11 @@ def _lines(text: str) -> pl.DataFrame:
         frame = frame.with_columns(pl.col("body").str.replace(_COMPOSE, ""))
     else:
         compose = compose.clear(frame.height)
+    # `grep -n` (or `grep -n` with context) before each line: taken off when nearly every line has
+    # it (COMPOSE_SHARE), so that the stamp after it is read; a date or a time is no such number
+    numbered = (pl.col("body").str.contains(_GREP_NUMBER) & ~pl.col("body").str.contains(_NUMBER_IS_TIME))
+    if written and frame.select(numbered.sum()).item() >= COMPOSE_SHARE * written:
+        frame = frame.with_columns(pl.col("body").str.replace(_GREP_NUMBER, ""))
     process = pl.coalesce(pl.col("body").str.extract(_PROCESS, 1), compose)
     frame = frame.with_columns(process.alias("process"), process.str.extract(r"pid=([0-9]+)", 1).alias("process_pid"))
     frame = frame.with_columns(pl.col("body").str.replace(_PROCESS, "").str.replace(_MARKDOWN, "$1").alias("body"))
