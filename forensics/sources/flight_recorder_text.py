@@ -56,12 +56,24 @@ _HEADS = (
 _FIELD = re.compile(r"^(?P<key>internal record id|group info|collective|missing ranks|input sizes|output sizes|"
                     r"world size|expected ranks|collective state|error msg|error message|total input numel|total output numel):"
                     r" ?(?P<value>.*)$")
+_INT64_LOW, _INT64_HIGH = -(2**63), 2**63 - 1
 _STACK = "collective stack trace:"
 _FRAME = re.compile(r"^\s*\S+ at \S+")  # `all_reduce at …/distributed_c10d.py:3245`
 _NOTICE = re.compile(r"^(tabulate is not installed\. Proceeding without it\.)$")
 _COLUMNS = {"missing ranks": "FR_MISSING", "expected ranks": "FR_EXPECTED", "collective": "FR_OP",
             "collective state": "FR_STATE", "input sizes": "FR_INPUT_SIZES", "output sizes": "FR_OUTPUT_SIZES",
             "error msg": "FR_ERRORS", "error message": "FR_ERRORS", "world size": "FR_WORLD_SIZE"}
+
+
+def _sequence_number(text: str) -> int | None:
+    """The number `-?digits` stands for, or None when it does not fit 64 bits: torch's sequence
+    numbers do, a longer one is damaged or forged (and one of 4,300 digits cannot even be read as an
+    int by Python)."""
+    digits = text.lstrip("-").lstrip("0") or "0"
+    if len(digits) > 19:
+        return None
+    value = -int(digits) if text.startswith("-") else int(digits)
+    return value if _INT64_LOW <= value <= _INT64_HIGH else None
 
 
 def _head(line: str) -> tuple[str, re.Match[str]] | None:
@@ -93,11 +105,17 @@ def parse(path: Path) -> ParseResult:
         if started:
             kind, found = started
             groups = found.groupdict()
-            current = {"kind": kind, "line": number, "text": [line],
-                       "FR_SEQ": int(groups["seq"]) if groups.get("seq") else None,
+            in_stack = False
+            seq = groups.get("seq")
+            if seq and _sequence_number(seq) is None:
+                # the block's head is quarantined, and the lines under it with it (outside any finding)
+                bad.append((number, f"sequence number {seq[:40]}{'...' if len(seq) > 40 else ''} does not fit "
+                                    "64 bits: not a finding torchfrtrace printed", line))
+                current = None
+                continue
+            current = {"kind": kind, "line": number, "text": [line], "FR_SEQ": _sequence_number(seq) if seq else None,
                        "FR_MISSING_DUMPS": groups.get("missing")}
             blocks.append(current)
-            in_stack = False
             continue
         field = _FIELD.match(line.strip())
         if current is not None and field:
