@@ -224,12 +224,20 @@ def test_openclaw_crash_loop_names_its_unit_its_times_and_why_each_start_died(tm
     assert "First error of each start:" in loop.text and "ValueError: Free memory on device cuda:0" in loop.text
 
 
-@pytest.mark.xfail(strict=True, reason="gap: systemctl status output is not a recognised input, though it names "
-                   "the unit holding the GPU and the other's restart counter")
-def test_systemctl_status_is_read(tmp_path: Path) -> None:
-    _readme_says(SYSTEMCTL, "restart counter **76**", "`vllm-assistant.service` **running**")
+def test_systemctl_status_is_read_in_the_zone_its_active_line_names(tmp_path: Path) -> None:
+    _readme_says(SYSTEMCTL, "`vllm-assistant.service` **running** since 06:35:31 AEST", "restart counter **76** at "
+                 "06:55:53", "journal in AEST (Feb 22 06:55:xx = 20:55 UTC)")
     analysis = _analyze(tmp_path, SYSTEMCTL)
-    assert analysis.timeline.manifest["inputs"], "skipped as not a recognised input"
+    (entry,) = analysis.timeline.manifest["inputs"]
+    assert entry["format"] == "systemctl_status" and entry["quarantined"] == 0
+    events = analysis.timeline.events
+    running = events.filter(pl.col("message").str.starts_with("systemctl status vllm-assistant.service"))
+    assert running.get_column("ts").to_list()[0].strftime("%H:%M:%S") == "20:35:31"  # 06:35:31 AEST
+    assert "active (running)" in running.get_column("message").to_list()[0]
+    (loop,) = _kinds(analysis)["crash_loop"]
+    assert loop.text.startswith("crash loop: openclaw-vllm.service restarted again and again — systemd's restart "
+                                "counter at 76")
+    assert _hms(loop.at) == "20:55:53"
 
 
 # -- logs/ -------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import Any
 import polars as pl
 
 from forensics.detect import Finding, clock, earliest, event_evidence, kind_sentence, latest_time, one_unit, rank_list, span
+from forensics.sources.kubectl import K8S_COLUMNS
 from forensics.profiles import NOTHING, LogEvent, available, layers, load_profile, matches_nothing, meaning
 from forensics.timeline.align import Timeline
 from forensics.timeline.progress import FREEZE_GAP_S
@@ -79,7 +80,8 @@ def _layer_events(timeline: Timeline) -> dict[str, LogEvent]:
 
 def _rows(timeline: Timeline, kinds: list[str]) -> pl.DataFrame:
     columns = [c for c in ("ts", "host", "unit", "component", "pid", "priority", "event", "track", "source_file",
-                           "source_line", "source_offset", "message", "LOG_RANK") if c in timeline.events.columns]
+                           "source_line", "source_offset", "message", "LOG_RANK", *K8S_COLUMNS)
+               if c in timeline.events.columns]
     return timeline.events.lazy().filter(pl.col("event").is_in(kinds)).select(columns).sort("ts").collect()
 
 
@@ -107,6 +109,9 @@ def detect(timeline: Timeline) -> list[Finding]:
         facts: dict[str, Any] = {}
         if kind == "collective_timeout":
             text, facts = _collective_timeout(group, where, _status_lines(timeline, group))
+        elif str(kind).startswith("k8s_") and "K8S_REASON" in group.columns:
+            facts = _k8s_facts(group)
+            text = f"{kind_sentence(group, event.text, where, event.pattern)}{_k8s_said(facts)}"
         if kind == "crash_loop":
             text = f"{text}{_first_errors(timeline, group)}"
         if text is None:
@@ -232,6 +237,58 @@ def _collective_timeout(group: pl.DataFrame, where: str, statuses: pl.DataFrame)
             f"{'; '.join(parts) or f'{group.height} lines'}" + (f". {verdict[0].upper()}{verdict[1:]}"
                                                                  if verdict else "") + ".")
     return text, facts
+
+
+def _k8s_facts(group: pl.DataFrame) -> dict[str, Any]:
+    """What kubectl's rows of one kind say, as values: the objects, reasons, how often (its event
+    counts added), exit codes, restart counts, memory limits and what the scheduler lacked."""
+    rows = group.filter(pl.col("K8S_REASON").is_not_null())
+    if rows.is_empty():
+        return {}
+
+    def values(column: str) -> list[str]:
+        return [v for v in dict.fromkeys(rows.get_column(column).drop_nulls().to_list()) if v]
+
+    objects = [f"{k.lower()}/{ns + '/' if ns else ''}{n}" for k, ns, n in
+               dict.fromkeys(rows.select("K8S_KIND", "K8S_NAMESPACE", "K8S_NAME").iter_rows()) if n]
+    # an event's count is how often kubectl saw it; a container's or a pod's row is one sighting
+    counted = rows.get_column("K8S_COUNT").cast(pl.Int64, strict=False).drop_nulls()
+    facts: dict[str, Any] = {"objects": objects, "reasons": values("K8S_REASON"),
+                             "count": int(counted.sum()) if counted.len() else rows.height}
+    for column, name in (("K8S_CONTAINER", "containers"), ("K8S_EXIT_CODE", "exit_codes"),
+                         ("K8S_MEMORY_LIMIT", "memory_limits"), ("K8S_FIRST_SEEN", "first_seen_ago"),
+                         ("K8S_LAST_SEEN", "last_seen_ago")):
+        if found := values(column):
+            facts[name] = found
+    restarts = rows.get_column("K8S_RESTARTS").cast(pl.Int64, strict=False).drop_nulls()
+    if restarts.len():
+        facts["restarts"] = int(restarts.max())  # type: ignore[arg-type]
+    lacking = sorted({m for text in rows.get_column("message").drop_nulls().to_list()
+                      for m in re.findall(r"Insufficient ([\w./-]*\w)", text)})
+    if lacking:
+        facts["insufficient"] = lacking
+    return facts
+
+
+def _k8s_said(facts: dict[str, Any]) -> str:
+    """The facts kubectl gave, after the kind's own sentence."""
+    parts = []
+    if facts.get("objects"):
+        shown = facts["objects"][:5]
+        parts.append(", ".join(shown) + (f" and {len(facts['objects']) - 5} more" if len(facts["objects"]) > 5 else ""))
+    if facts.get("reasons"):
+        parts.append("reason " + ", ".join(facts["reasons"]))
+    if facts.get("count", 1) > 1:
+        parts.append(f"{facts['count']:,} times")
+    if facts.get("exit_codes"):
+        parts.append("exit code " + ", ".join(facts["exit_codes"]))
+    if facts.get("restarts"):
+        parts.append(f"restarted {facts['restarts']} times")
+    if facts.get("memory_limits"):
+        parts.append("memory limit " + ", ".join(facts["memory_limits"]))
+    if facts.get("insufficient"):
+        parts.append("not enough " + ", ".join(facts["insufficient"]) + " on any node (a capacity incident, not a crash)")
+    return f" Kubernetes: {'; '.join(parts)}." if parts else ""
 
 
 def _rank_of(text: str, row: dict[str, Any]) -> str:
@@ -538,7 +595,8 @@ HEADLINE = ("collective_verdict", "collective_timeout", "stuck_process", "hung_t
             "process_killed", "shell_killed", "container_exited", "process_failed", "worker_died", "child_failed",
             "ray_actor_died", "process_group_abort", "distributed_transport_failure", "distributed_launch_failure",
             "k8s_device_admission", "k8s_node_not_ready", "k8s_error_exit", "k8s_failed_scheduling", "k8s_evicted",
-            "k8s_preempted", "k8s_image_pull", "k8s_sandbox_failed", "k8s_volume", "k8s_probe_failed")
+            "k8s_preempted", "k8s_image_pull", "k8s_sandbox_failed", "k8s_volume", "k8s_probe_failed",
+            "gpu_device_plugin_failed")
 
 
 def headline(findings: list[Finding]) -> list[Finding]:

@@ -16,6 +16,7 @@ UTC, the axis title names the zone. Every string from the evidence goes through
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -140,8 +141,14 @@ def stack_lane(host: str | None, group: str, label: str) -> str:
 
 
 def _lane_order(lanes: list[str], involved: set[str | None]) -> list[str]:
-    """Lanes of hosts that findings or stacks name first, then the rest, each by name."""
-    return sorted(set(lanes), key=lambda lane: (lane.split(" · ", 1)[0] not in involved, lane))
+    """Lanes of hosts that findings or stacks name first, then the rest, each by name with its
+    numbers compared as numbers (TP8 before TP10, node-2 before node-10)."""
+    return sorted(set(lanes), key=lambda lane: (lane.split(" · ", 1)[0] not in involved, natural_key(lane)))
+
+
+def natural_key(text: str) -> list[str | int]:
+    """`text` cut into words and numbers, the numbers compared by value: "TP10" after "TP8"."""
+    return [int(part) if n % 2 else part for n, part in enumerate(re.split(r"([0-9]+)", text))]
 
 
 @dataclass(frozen=True)
@@ -512,7 +519,8 @@ def _stack_markers(fig: go.Figure, verdicts: list[Verdict], axis: Axis, lane_y: 
 # One symbol per failure mode (the layer profiles' `fault`), drawn over its track's lane.
 FAULT_SYMBOLS = {"collective timeout": "hourglass", "device fault": "bowtie", "out of memory": "star-triangle-down",
                  "crash loop": "circle-cross", "process ended": "x-thin-open", "transport failure": "hexagram",
-                 "kernel hang": "hourglass-open", "disk full": "square-x-open"}
+                 "kernel hang": "hourglass-open", "disk full": "square-x-open", "capacity": "triangle-down-open",
+                 "platform": "pentagon-open"}
 FAULT_COLOUR = "#b2182b"
 
 

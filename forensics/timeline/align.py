@@ -47,14 +47,21 @@ import polars as pl
 
 from forensics.case import cluster
 from forensics.case.build import Case
-from forensics.timeline.progress import own_ends, LINE, count_progress, host_progress, progress_of
 from forensics.case.cluster import Progress, Runner
 from forensics.case.incident import Incident
-from forensics.timeline.logs import read_lines
-from forensics.profiles import Profile
 from forensics.case.places import location, place_text
 from forensics.case.store import partition_rows, scan_partition
 from forensics.formats.frames import columns_of_frame, cut_alike, replace_columns
+from forensics.profiles import Profile
+from forensics.sources.kubectl import K8S_COLUMNS
+from forensics.timeline.logs import read_lines
+from forensics.timeline.progress import (
+    LINE,
+    count_progress,
+    host_progress,
+    own_ends,
+    progress_of,
+)
 
 STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
 PLAIN_LOG = "log:line"
@@ -65,11 +72,12 @@ EVENT_COLUMNS = ("ts", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_I
                  "pid", "priority", "message_id", "invocation_id", "message", "data_type", "source_file",
                  "source_offset", "source_line")
 #: Fields some readers add that detectors read too, kept where the case has them: the rank torch
-#: prefixes a line with, and the Flight Recorder's entries (`forensics.detect.collectives`).
+#: prefixes a line with, the Flight Recorder's entries (`forensics.detect.collectives`) and kubectl's
+#: objects and numbers (`forensics.sources.kubectl`).
 DETECTOR_EXTRAS = ("LOG_RANK", "FR_RANK", "FR_JOB", "FR_DUMPED_AT", "FR_PG", "FR_PG_DESC", "FR_PG_RANKS",
                    "FR_SEQ", "FR_P2P", "FR_OP", "FR_STATE", "FR_INPUT_SIZES", "FR_LAST_ENQUEUED", "FR_LAST_STARTED",
                    "FR_LAST_COMPLETED", "FR_FINDING", "FR_MISSING", "FR_EXPECTED", "FR_ERRORS", "FR_MISSING_DUMPS",
-                   "FR_WORLD_SIZE")
+                   "FR_WORLD_SIZE", *K8S_COLUMNS)
 
 
 def _event_columns(available: list[str]) -> list[str]:

@@ -1,0 +1,418 @@
+"""What `kubectl` prints about a cluster's objects, as an SRE pastes it: event tables, `describe`
+and `get pods`.
+
+- Event tables: `kubectl get events` (`LAST SEEN TYPE REASON OBJECT MESSAGE`, with `NAMESPACE`
+  first under `-A`; `-o wide` adds `SUBOBJECT SOURCE … FIRST SEEN COUNT NAME`; before 1.14
+  `LASTSEEN FIRSTSEEN COUNT NAME KIND SUBOBJECT TYPE REASON SOURCE MESSAGE`), the newer
+  `kubectl events` (`44m (x9 over 60m)` in LAST SEEN), and the `Events:` section of any
+  `kubectl describe` (`Type Reason Age From Message`). Columns are cut where the header's titles
+  start (kubectl's tab writer aligns every row to them); rows pasted without their header
+  (grep-filtered) are read by their shape. A line that does not start a row continues the
+  message above it (a wrapped paste).
+- `kubectl describe pod`: each container's State / Last State (Reason, Exit Code, Started,
+  Finished), Ready, Restart Count and memory limit, one row per container.
+- `kubectl get pods`: NAME, READY, STATUS, RESTARTS (`4 (57s ago)`), AGE.
+
+Each row is one `events` record with its object and numbers in `K8S_*` columns and a message that
+says it in one line (`Warning FailedScheduling pod/default/x (x2 over 6m58s): 0/12 nodes …`).
+Times: kubectl prints ages ("3m41s"), not times. An age becomes a time only against a "now" the
+file itself gives (a `date` line, as `collect` and careful people write before the output); with
+none, rows stay at no time and the input's notes say so. `describe`'s Started / Finished are full
+times and are used as they are. Lines outside every table and block (prompts, commands, prose)
+are quarantined with their line, never dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+
+from forensics.formats.rawio import read_all
+from forensics.formats.schema import EVENTS_SCHEMA, ParseResult, as_events, empty, quarantine_rows
+from forensics.sources import register
+
+NAME = "kubectl"
+FORMAT = "kubectl"
+DATA_TYPE = "kubectl:object"
+_AGE = r"(?:<unknown>|<invalid>|[0-9]+[smhdy](?:[0-9]+[smhdy])*)"
+_OBJECT = r"[A-Za-z]+/(?:[\w.:-]|<[^<>\n]{1,40}>)+"  # `<id here>`: a name an author redacted
+# an events row without its header: [namespace] age [(xN over age)] Normal|Warning Reason kind/name message
+_ROW = re.compile(rf"^\s*(?:(?P<namespace>[a-z0-9][a-z0-9-]*)\s+)?(?P<last>{_AGE})(?: \(x(?P<count>[0-9]+) over "
+                  rf"(?P<over>{_AGE})\))?\s+(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z]+)\s+(?P<object>{_OBJECT})"
+                  r"\s+(?P<message>\S.*)$")
+_DESCRIBE_ROW = re.compile(rf"^\s*(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z]+)\s+(?P<last>{_AGE}|<unknown>)"
+                           rf"(?: \(x(?P<count>[0-9]+) over (?P<over>{_AGE})\))?\s+(?P<source>\S(?:.*?\S)?)\s{{2,}}"
+                           r"(?P<message>\S.*)$")
+_EVENTS_HEADER = re.compile(r"^\s*(?:NAMESPACE\s+)?LAST SEEN\s+TYPE\s+REASON\s+OBJECT\s+")
+_LEGACY_HEADER = re.compile(r"^\s*LASTSEEN\s+FIRSTSEEN\s+COUNT\s+NAME\s+KIND\s+")
+_DESCRIBE_EVENTS = re.compile(r"^\s*Type\s+Reason\s+Age\s+From\s+Message\s*$")
+# `kubectl describe` before 1.14: tab-separated, `FirstSeen LastSeen Count From SubobjectPath Type Reason Message`
+_LEGACY_DESCRIBE_EVENTS = re.compile(r"^\s*FirstSeen\s+LastSeen\s+Count\s+From\s+(?:SubobjectPath\s+)?Type\s+Reason"
+                                     r"\s+Message\s*$")
+_PODS_HEADER = re.compile(r"^\s*(?:NAMESPACE\s+)?NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE\b")
+_POD_ROW = re.compile(r"^\s*(?:(?P<namespace>[a-z0-9][a-z0-9-]*)\s+)?(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>[0-9]+/[0-9]+)"
+                      r"\s+(?P<status>\S+)\s+(?P<restarts>[0-9]+(?: \((?P<ago>" + _AGE + r") ago\))?)\s+(?P<age>"
+                      + _AGE + r")\b")
+_DATE_LINE = re.compile(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<month>[A-Z][a-z]{2}) +(?P<day>[0-9]{1,2}) "
+                        r"(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2}) (?:(?P<zone>[A-Z]{2,5}) )?(?P<year>[0-9]{4})$")
+_RFC1123 = "%a, %d %b %Y %H:%M:%S %z"
+_FIELD = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Z][\w ./-]*?):\s*(?P<value>.*?)\s*$")
+_SNIFF = re.compile(rb"(?m)^\s*(?:(?:NAMESPACE\s+)?LAST SEEN\s+TYPE\s+REASON\s+OBJECT|LASTSEEN\s+FIRSTSEEN\s+COUNT|"
+                    rb"Type\s+Reason\s+Age\s+From\s+Message|FirstSeen\s+LastSeen\s+Count\s+From|(?:NAMESPACE\s+)?NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE|"
+                    rb"Events:\s*$|(?:Normal|Warning)[ \t]+[A-Z][A-Za-z]+[ \t]+(?:<unknown>|[0-9]+[smhd])|Name:[ \t]+\S+[^\n]*\n(?:[^\n]*\n){0,3}?[ \t]*(?:Namespace|Roles|Labels):)")
+_TIME = r"[A-Z][a-z]{2}, [0-9]{2} [A-Z][a-z]{2} [0-9]{4} [0-9:]{8} [+-][0-9]{4}"
+_CONDITION = re.compile(rf"^\s*(?P<type>[A-Za-z]+)\s+(?P<status>True|False|Unknown)\s+(?P<heartbeat>{_TIME})\s+"
+                        rf"(?P<since>{_TIME})\s+(?P<reason>\S+)\s+(?P<message>.*?)\s*$")
+_PRESSURES = ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
+_CONTAINER = re.compile(r"^\s*(?P<name>[a-z0-9][a-z0-9.-]*):\s*$")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "y": 365 * 86400}
+_KINDS = {"pod": "Pod", "node": "Node", "deployment": "Deployment", "replicaset": "ReplicaSet", "job": "Job",
+          "persistentvolumeclaim": "PersistentVolumeClaim", "statefulset": "StatefulSet", "daemonset": "DaemonSet",
+          "service": "Service", "inferenceservice": "InferenceService"}
+K8S_COLUMNS = ("K8S_KIND", "K8S_NAMESPACE", "K8S_NAME", "K8S_TYPE", "K8S_REASON", "K8S_COUNT", "K8S_LAST_SEEN",
+               "K8S_FIRST_SEEN", "K8S_SOURCE", "K8S_CONTAINER", "K8S_STATE", "K8S_EXIT_CODE", "K8S_RESTARTS",
+               "K8S_MEMORY_LIMIT", "K8S_READY")
+
+
+def sniff(head: bytes, path: Path) -> bool:
+    """A text whose first 4 KiB hold a kubectl table header or a describe's `Events:` heading."""
+    return not path.is_dir() and bool(head) and b"\x00" not in head[:1024] and bool(_SNIFF.search(head))
+
+
+def age_seconds(age: str | None) -> int | None:
+    """kubectl's age ("3m41s", "2d", "60m") in seconds; None for `<unknown>` / `<invalid>`."""
+    if not age or age.startswith("<"):
+        return None
+    return sum(int(n) * _SECONDS[unit] for n, unit in re.findall(r"([0-9]+)([smhdy])", age))
+
+
+def _now(lines: list[str]) -> datetime | None:
+    """The capture's own time: the last `date` line before the output (`Sat Feb 21 21:00:31 UTC 2026`)."""
+    found = None
+    for line in lines:
+        if (m := _DATE_LINE.match(line.strip())) and (m["zone"] in (None, "UTC", "GMT")):
+            found = datetime.strptime(f"{m['day']} {m['month']} {m['year']} {m['time']} +0000", "%d %b %Y %H:%M:%S %z")
+    return found
+
+
+def _object(text: str, namespace: str | None) -> tuple[str, str | None, str]:
+    kind, _, name = text.partition("/")
+    return _KINDS.get(kind.lower(), kind), namespace, name
+
+
+class _Reader:
+    """Walks the lines once, keeping the table or block each line belongs to."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.rows: list[dict[str, object]] = []
+        self.bad: list[tuple[int, str, str]] = []
+        self.columns: list[tuple[str, int]] | None = None  # an events table's titles and where they start
+        self.table = ""  # events, describe_events, pods, describe
+        self.describe: dict[str, str] = {}
+        self.container: dict[str, object] | None = None
+        self.section = ""
+        self.base = 0  # the indentation of the describe block's `Name:` line (a paste may indent it all)
+        self.rows_at_start = 0  # rows before the current describe block
+        self.legacy = False  # the current events table is describe's tab-separated one (before 1.14)
+
+    def read(self) -> None:
+        for number, raw in enumerate(self.lines, 1):
+            line = raw.rstrip("\r\n")
+            if not line.strip():
+                if self.table in ("events", "pods"):
+                    self.table = ""
+                continue
+            if _EVENTS_HEADER.match(line) or _LEGACY_HEADER.match(line):
+                self._header(line, "events")
+            elif _DESCRIBE_EVENTS.match(line):
+                self._header(line, "describe_events")
+            elif _LEGACY_DESCRIBE_EVENTS.match(line):
+                self._header(line, "describe_events")
+                self.legacy = True
+            elif _PODS_HEADER.match(line):
+                self._header(line, "pods")
+            elif self.table in ("events", "describe_events") and self._event(line, number):
+                pass
+            elif self.table == "pods" and self._pod(line, number):
+                pass
+            elif (m := _ROW.match(line)) is not None:
+                self._event_row(m.groupdict(), number, line)  # a row without its header (grep-filtered)
+            elif (m := _DESCRIBE_ROW.match(line)) is not None:
+                fields = m.groupdict()  # a describe's Events row pasted without its heading
+                fields.update(object=f"{self.describe.get('kind', 'object')}/{self.describe.get('Name', '')}",
+                              namespace=self.describe.get("Namespace"))
+                self._event_row(fields, number, line)
+            elif self.describe and (m := _CONDITION.match(line)) is not None:
+                self._condition(m.groupdict(), number)
+            elif self._describe(line, number):
+                pass
+            elif self.rows and self.table in ("events", "describe_events") and line[:1] in (" ", "\t"):
+                self.rows[-1]["message"] = f"{self.rows[-1]['message']} {line.strip()}"  # a wrapped message
+            elif re.fullmatch(r"\s*-+(\s+-+)*\s*", line) or _DATE_LINE.match(line.strip()):
+                continue  # the dashes under a describe's table titles; the capture's `date` line (read above)
+            else:
+                self.bad.append((number, "a line outside kubectl's tables and describe blocks", line))
+        self._close_describe()
+
+    def _close_describe(self) -> None:
+        """A describe block that gave no row of its own (a healthy node, say) still says what it
+        showed: one row with its readiness, taints and GPUs."""
+        self._close_container()
+        d = self.describe
+        if not d or len(self.rows) > self.rows_at_start or d.get("kind") != "Node":
+            self.rows_at_start = len(self.rows)
+            return
+        gpus = "; ".join(f"{k.split(':', 1)[1]} {k.split(':', 1)[0].lower()} {v}" for k, v in d.items()
+                         if k.startswith(("Allocatable:", "Allocated resources:")))
+        said = "; ".join(x for x in (f"taints {d['Taints']}" if d.get("Taints") else "", gpus) if x)
+        self.rows.append({"source_line": d.get("line", 1), "K8S_KIND": "Node", "K8S_NAME": d.get("Name"),
+                          "K8S_TYPE": "Normal", "K8S_REASON": "Described", "priority": 6,
+                          "message": f"Normal Described node/{d.get('Name')}: {said or 'no condition out of order'}"})
+        self.rows_at_start = len(self.rows)
+
+    def _header(self, line: str, table: str) -> None:
+        self.table, self.legacy = table, False
+        titles = re.finditer(r"\S+(?: \S+)*", line) if table != "describe_events" else re.finditer(r"\S+", line)
+        self.columns = [(t.group().replace("LASTSEEN", "LAST SEEN").replace("FIRSTSEEN", "FIRST SEEN"), t.start())
+                        for t in titles]
+        if table == "describe_events":
+            self._close_container()
+            self.section = "Events"
+
+    def _cut(self, line: str) -> dict[str, str]:
+        """A row cut where its table's titles start; the last title takes the rest of the line."""
+        assert self.columns is not None
+        out = {}
+        for (title, start), following in zip(self.columns, [*self.columns[1:], ("", len(line))], strict=True):
+            out[title] = line[start:following[1]].strip()
+        return out
+
+    def _legacy_event(self, line: str, number: int) -> bool:
+        """A row of the tab-separated describe table: first, last, count, from, [subobject], type, …"""
+        cells = [c.strip() for c in line.split("\t") if c.strip()]
+        kinds = [i for i, c in enumerate(cells) if c in ("Normal", "Warning")]
+        if len(cells) < 6 or not kinds or age_seconds(cells[0]) is None:
+            return False
+        at = kinds[0]
+        self._event_row({"last": cells[1], "over": cells[0], "count": cells[2], "source": cells[3].strip("{} "),
+                         "type": cells[at], "reason": cells[at + 1] if at + 1 < len(cells) else None,
+                         "message": " ".join(cells[at + 2:]), "namespace": self.describe.get("Namespace"),
+                         "object": f"{self.describe.get('kind', 'object')}/{self.describe.get('Name', '')}"},
+                        number, line)
+        return True
+
+    def _event(self, line: str, number: int) -> bool:
+        if self.table == "describe_events" and self.legacy:
+            return self._legacy_event(line, number)
+        if self.table == "describe_events":
+            if (m := _DESCRIBE_ROW.match(line)) is None:
+                return False
+            fields = m.groupdict()
+            kind = self.describe.get("kind", "Pod")
+            fields.update(object=f"{kind}/{self.describe.get('Name', '')}", namespace=self.describe.get("Namespace"))
+            self._event_row(fields, number, line)
+            return True
+        cells = self._cut(line)
+        if cells.get("TYPE") not in ("Normal", "Warning"):
+            return False
+        last = cells.get("LAST SEEN", "")
+        count = over = None
+        if (m := re.fullmatch(rf"({_AGE}) \(x([0-9]+) over ({_AGE})\)", last)):
+            last, count, over = m[1], m[2], m[3]
+        obj = cells.get("OBJECT") or (f"{cells.get('KIND', '?')}/{cells.get('NAME', '?')}" if "KIND" in cells else "")
+        self._event_row({"namespace": cells.get("NAMESPACE"), "last": last, "count": cells.get("COUNT") or count,
+                         "over": cells.get("FIRST SEEN") or over, "type": cells["TYPE"], "reason": cells.get("REASON"),
+                         "object": obj, "source": cells.get("SOURCE"), "message": cells.get("MESSAGE", "")},
+                        number, line)
+        return True
+
+    def _event_row(self, f: dict[str, str | None], number: int, line: str) -> None:
+        kind, namespace, name = _object(f.get("object") or "?/?", f.get("namespace"))
+        count = f.get("count")
+        said = f" (x{count} over {f.get('over')})" if count and f.get("over") else ""
+        where = (f"{kind.lower()}/{namespace + '/' if namespace else ''}{name}" if name
+                 else f"the {kind.lower()} described (its name is not in the paste)")
+        self.rows.append({
+            "source_line": number, "K8S_KIND": kind, "K8S_NAMESPACE": namespace, "K8S_NAME": name or None,
+            "K8S_TYPE": f.get("type"), "K8S_REASON": f.get("reason"), "K8S_COUNT": count or "1",
+            "K8S_LAST_SEEN": f.get("last"), "K8S_FIRST_SEEN": f.get("over") or f.get("last"),
+            "K8S_SOURCE": f.get("source"), "priority": 4 if f.get("type") == "Warning" else 6,
+            "message": f"{f.get('type')} {f.get('reason')} {where}{said}: {f.get('message') or ''}".rstrip()})
+
+    def _pod(self, line: str, number: int) -> bool:
+        if (m := _POD_ROW.match(line)) is None:
+            return False
+        status, restarts = m["status"], m["restarts"].split()[0]
+        bad = status not in ("Running", "Completed", "Succeeded", "ContainerCreating", "Terminating")
+        namespace = m["namespace"]
+        where = f"pod/{namespace + '/' if namespace else ''}{m['name']}"
+        ago = f", the last {m['ago']} ago" if m["ago"] else ""
+        self.rows.append({
+            "source_line": number, "K8S_KIND": "Pod", "K8S_NAMESPACE": namespace, "K8S_NAME": m["name"],
+            "K8S_TYPE": "Warning" if bad else "Normal", "K8S_REASON": status, "K8S_STATE": status,
+            "K8S_RESTARTS": restarts, "K8S_READY": m["ready"], "K8S_LAST_SEEN": m["ago"], "K8S_FIRST_SEEN": m["age"],
+            "priority": 4 if bad else 6,
+            "message": f"{'Warning' if bad else 'Normal'} {status} {where}: ready {m['ready']}, {restarts} restarts{ago}, "
+                       f"age {m['age']}"})
+        return True
+
+    def _describe(self, line: str, number: int) -> bool:
+        """A line of a `kubectl describe` block: the object's fields and each container's state."""
+        if self.describe and self.section in ("Allocatable", "Capacity", "Allocated resources") and \
+                (gpu := re.match(r"^\s+(?P<resource>[\w.-]+/gpu)(?::\s+|\s+)(?P<amount>[0-9]+)", line)):
+            self.describe[f"{self.section}:{gpu['resource']}"] = gpu["amount"]
+            return True
+        m = _FIELD.match(line)
+        if m is not None and m["key"] == "Name" and m["value"] and (not self.describe or len(m["indent"]) <= self.base):
+            self._close_describe()
+            self.base = len(m["indent"].expandtabs(8))
+            self.describe, self.table, self.section = {"Name": m["value"], "kind": "Pod", "line": number}, "describe", ""
+            self.rows_at_start = len(self.rows)
+            return True
+        if self.describe and self.section in ("Containers", "Init Containers") and (c := _CONTAINER.match(line)) \
+                and len(line) - len(line.lstrip()) - self.base == 2:
+            self._close_container()
+            self.container = {"name": c["name"], "line": number}
+            return True
+        if self.container is not None and (limit := re.match(r"^\s+memory:\s+(\S+)\s*$", line)):
+            if self.container.get("block") == "Limits":
+                self.container["memory"] = limit[1]
+            return True
+        if m is None:
+            return bool(self.describe) and line[:1] in (" ", "\t")  # a value continued under its key
+        indent, key, value = len(m["indent"].expandtabs(8)) - self.base, m["key"], m["value"]
+        if indent <= 0:
+            self._close_container()
+            if key == "Name":
+                self._close_describe()
+                self.describe, self.table = {"Name": value, "kind": "Pod"}, "describe"
+            elif key in ("Roles", "Taints", "Unschedulable"):
+                self.describe["kind"] = "Node"
+            elif key == "Volume" or key == "StorageClass":
+                self.describe["kind"] = "PersistentVolumeClaim"
+            elif key == "Completions":
+                self.describe["kind"] = "Job"
+            self.describe.setdefault(key, value)
+            self.section = key if not value else ""
+            self.rows_at_start = self.rows_at_start if key != "Name" else len(self.rows)
+            return bool(self.describe)
+        if not self.describe:
+            return False
+        if self.container is not None:
+            self._container_field(key, value, indent)
+        return True
+
+    def _condition(self, f: dict[str, str], number: int) -> None:
+        """A node's condition: Ready not True, or a pressure True, is a Warning of its own."""
+        bad = (f["type"] == "Ready" and f["status"] != "True") or (f["type"] in _PRESSURES and f["status"] == "True")
+        if not bad:
+            return
+        name = self.describe.get("Name", "")
+        reason = "NodeNotReady" if f["type"] == "Ready" else f["type"]
+        self.rows.append({
+            "source_line": number, "K8S_KIND": "Node", "K8S_NAME": name or None, "K8S_TYPE": "Warning",
+            "K8S_REASON": reason, "K8S_STATE": f"{f['type']}={f['status']}", "finished": f["since"], "priority": 4,
+            "message": f"Warning {reason} node/{name}: {f['type']} {f['status']} since {f['since']} ({f['reason']}: "
+                       f"{f['message']})"})
+
+    def _container_field(self, key: str, value: str, indent: int) -> None:
+        c = self.container
+        assert c is not None
+        if key in ("State", "Last State"):
+            c["at"] = key
+            c[key] = value
+        elif key in ("Reason", "Exit Code", "Started", "Finished", "Signal") and c.get("at"):
+            c[f"{c['at']} {key}"] = value
+        elif key == "Restart Count":
+            c["restarts"] = value
+        elif key == "Ready":
+            c["ready"] = value
+        elif key in ("Limits", "Requests"):
+            c["block"] = key
+        elif key == "memory" and c.get("block") == "Limits":
+            c["memory"] = value
+        if key not in ("State", "Last State", "Reason", "Exit Code", "Started", "Finished", "Signal", "Message",
+                       "Detail"):
+            c.pop("at", None) if indent <= 4 else None
+
+    def _close_container(self) -> None:
+        c, self.container = self.container, None
+        if not c or not c.get("State"):
+            return  # a container not started yet (its pod pending) has no state to tell
+        name, namespace = self.describe.get("Name", "?"), self.describe.get("Namespace")
+        states = []
+        for which in ("State", "Last State"):
+            if not c.get(which):
+                continue
+            parts = [c[f"{which} {k}"] for k in ("Reason",) if c.get(f"{which} {k}")]
+            if c.get(f"{which} Exit Code"):
+                parts.append(f"exit code {c[f'{which} Exit Code']}")
+            for k in ("Started", "Finished"):
+                if c.get(f"{which} {k}"):
+                    parts.append(f"{k.lower()} {c[f'{which} {k}']}")
+            states.append(f"{which} {c[which]}" + (f" ({', '.join(parts)})" if parts else ""))
+        last_reason = c.get("Last State Reason") or c.get("State Reason")
+        exit_code = c.get("Last State Exit Code") or c.get("State Exit Code")
+        finished = c.get("Last State Finished") or c.get("State Finished")
+        bad = (str(c.get("State")) != "Running" or (exit_code not in (None, "0"))) and bool(last_reason or exit_code)
+        where = f"pod/{namespace + '/' if namespace else ''}{name}"
+        extra = [f"restart count {c['restarts']}"] if c.get("restarts") else []
+        extra += [f"memory limit {c['memory']}"] if c.get("memory") else []
+        self.rows.append({
+            "source_line": c["line"], "K8S_KIND": "Pod", "K8S_NAMESPACE": namespace, "K8S_NAME": name,
+            "K8S_CONTAINER": c["name"], "K8S_TYPE": "Warning" if bad else "Normal", "K8S_REASON": last_reason,
+            "K8S_STATE": c.get("State"), "K8S_EXIT_CODE": exit_code, "K8S_RESTARTS": c.get("restarts"),
+            "K8S_MEMORY_LIMIT": c.get("memory"), "K8S_READY": c.get("ready"), "finished": finished,
+            "priority": 3 if bad else 6,
+            "message": f"{'Warning' if bad else 'Normal'} {last_reason or c.get('State')} {where} container "
+                       f"{c['name']}: {'; '.join(states + extra)}"})
+
+
+def parse(path: Path) -> ParseResult:
+    """One `events` row per event, pod and container kubectl printed; other lines quarantined."""
+    lines = bytes(read_all(path)).decode("utf-8", "replace").splitlines()
+    reader = _Reader(lines)
+    reader.read()
+    quarantine = quarantine_rows(str(path), FORMAT, [(n, why, text, None) for n, why, text in reader.bad])
+    if not reader.rows:
+        return ParseResult("events", empty(EVENTS_SCHEMA), quarantine, len(reader.bad))
+    now = _now(lines)
+    notes = ([f"kubectl's ages are counted back from the capture's own `date` line ({now:%Y-%m-%d %H:%M:%S} UTC)"]
+             if now else ["kubectl prints ages, not times, and the file gives no capture time (a `date` line): its "
+                          "rows are read at no time, their ages kept as written"])
+    for row in reader.rows:
+        row["ts"] = _when(row, now)
+        row.pop("finished", None)
+    frame = pl.DataFrame(reader.rows, infer_schema_length=None)
+    k8s = [pl.col(c).cast(pl.String) if c in frame.columns else pl.lit(None, pl.String).alias(c) for c in K8S_COLUMNS]
+    events = frame.select(
+        pl.col("ts").cast(EVENTS_SCHEMA["ts"]),
+        pl.lit(None, pl.Int64).alias("__REALTIME_TIMESTAMP"), pl.lit(None, pl.Int64).alias("__MONOTONIC_TIMESTAMP"),
+        pl.lit(None, pl.String).alias("_BOOT_ID"), pl.lit(None, pl.String).alias("__CURSOR"),
+        pl.lit(None, pl.String).alias("host"), pl.lit("kubernetes").alias("unit"),
+        pl.lit("kubectl").alias("identifier"), pl.lit(None, pl.Int64).alias("pid"),
+        pl.col("priority").cast(pl.Int8), pl.lit(None, pl.String).alias("message_id"),
+        pl.lit(None, pl.String).alias("invocation_id"), pl.col("message").cast(pl.String),
+        pl.lit(DATA_TYPE).alias("data_type"), pl.lit(FORMAT).alias("format"), pl.lit(str(path)).alias("source_file"),
+        pl.lit(None, pl.Int64).alias("source_offset"), pl.col("source_line").cast(pl.Int64),
+        pl.lit(None, EVENTS_SCHEMA["raw_fields"]).alias("raw_fields"), *k8s)
+    return ParseResult("events", as_events(events), quarantine, len(reader.rows) + len(reader.bad), notes=notes)
+
+
+def _when(row: dict[str, object], now: datetime | None) -> datetime | None:
+    """A row's time: a container's Finished as describe wrote it, else its age before the capture."""
+    finished = row.get("finished")
+    if isinstance(finished, str):
+        try:
+            return datetime.strptime(finished, _RFC1123)
+        except ValueError:
+            pass
+    seconds = age_seconds(row.get("K8S_LAST_SEEN") if isinstance(row.get("K8S_LAST_SEEN"), str) else None)
+    return now - timedelta(seconds=seconds) if now is not None and seconds is not None else None
+
+
+register(NAME, sniff, parse, module=__name__)

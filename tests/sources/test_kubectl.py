@@ -1,0 +1,171 @@
+"""kubectl's output as SREs paste it (`tests/data/kubernetes/`: 51 real public samples, each cited with
+its ground truth in that folder's SOURCES.md): every file is read or quarantined line by line, the
+failure the platform reports is named with its facts, healthy ones are no incident. Each expected
+value is first found in the sample's own SOURCES.md row (`_ground_truth`)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forensics.analyze import Analysis, analyze, is_anomaly, summary_problems
+from forensics.sources import detect
+from forensics.sources.kubectl import age_seconds, parse
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data" / "kubernetes"
+
+
+def _ground_truth(name: str, *facts: str) -> None:
+    rows = [line for line in (SAMPLES / "SOURCES.md").read_text().splitlines() if line.startswith(f"| {name} |")]
+    assert rows, f"{name}: no row in SOURCES.md"
+    for fact in facts:
+        assert fact in rows[0], f"{name}: its ground truth does not say {fact!r}"
+
+
+def _analyze(tmp_path: Path, name: str, before: str = "") -> Analysis:
+    logs = tmp_path / "bundle" / "logs"
+    logs.mkdir(parents=True)
+    if before:
+        (logs / name).write_text(before + (SAMPLES / name).read_text())
+    else:
+        shutil.copy(SAMPLES / name, logs / name)
+    return analyze(tmp_path / "bundle", tmp_path / "case")
+
+
+def _faults(analysis: Analysis) -> dict[str, Any]:
+    return {f.kind: f for f in analysis.reported() if is_anomaly(f) and f.kind.startswith(("k8s_", "gpu_device"))}
+
+
+def test_every_sample_is_cited_and_every_cited_sample_is_here() -> None:
+    rows = [line.split("|")[1].strip() for line in (SAMPLES / "SOURCES.md").read_text().splitlines()
+            if line.startswith("| ") and ".txt |" in line]
+    assert sorted(rows) == sorted(p.name for p in SAMPLES.glob("*.txt")) and len(rows) >= 20
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SAMPLES.glob("*.txt")))
+def test_every_sample_is_read_or_quarantined_with_a_reason(tmp_path: Path, name: str) -> None:
+    analysis = _analyze(tmp_path, name)
+    (entry,) = analysis.timeline.manifest["inputs"]
+    assert entry["records"] == entry["parsed"] + entry["quarantined"] and entry["parsed"] > 0
+    assert summary_problems(analysis.summary()) == []
+
+
+@pytest.mark.parametrize(("name", "kind", "truth", "facts"), [
+    ("describe-pod_failedscheduling-insufficient-nvidia-gpu_full.txt", "k8s_failed_scheduling",
+     ("FailedScheduling — Insufficient nvidia.com/gpu (capacity)", "x70 over 5h43m"),
+     {"insufficient": ["nvidia.com/gpu"], "count": 70,
+      "objects": ["pod/default/user-profile-resources-659d4dd659-cq4kq"]}),
+    ("get-pods-plus-events_tfserving-gpu-pending-x57_unfenced-comment.txt", "k8s_failed_scheduling",
+     ("6 Insufficient nvidia.com/gpu", "x57 over 15m"), {"insufficient": ["nvidia.com/gpu"], "count": 57}),
+    ("get-events-A_coredns-failedscheduling-no-nodes_all-namespaces.txt", "k8s_failed_scheduling",
+     ("**FailedScheduling — no (ready) worker nodes**",),
+     {"objects": ["pod/kube-system/coredns-659f9d44fd-gnk2v", "pod/kube-system/coredns-659f9d44fd-lsjhs"]}),
+    ("describe-pod_failedscheduling-cpu_legacy-tabbed.txt", "k8s_failed_scheduling", (), {"count": 7}),
+    ("describe-pod_oomkilled-crashloop-backoff_full.txt", "k8s_oom_killed",
+     ("**OOMKilled — exceeds 100Mi memory limit (capacity/limit)**", "Restart Count 6"),
+     {"exit_codes": ["137"], "restarts": 6, "memory_limits": ["100Mi"], "containers": ["memory-eater"]}),
+    ("get-pods_oomkilled-restarts-ago_table.txt", "k8s_oom_killed", ("RESTARTS 4 (57s ago)",), {"restarts": 4}),
+    ("describe-pod_crashloop-error-exit1_full.txt", "k8s_crash_loop", ("**CrashLoopBackOff — app exit 1**",
+                                                                       "x896 over 4h2m"), {"count": 896}),
+    ("kubectl-events_crashloop-backoff-x280_for-pod-table.txt", "k8s_crash_loop", ("x280 over 60m",),
+     {"count": 280, "objects": ["pod/frontend-service"]}),
+    ("describe-job_backofflimitexceeded-exit1_full.txt", "k8s_error_exit", ("BackoffLimitExceeded**",),
+     {"reasons": ["BackoffLimitExceeded"]}),
+    ("get-pods-A-and-describe_imagepullbackoff-fluentd_legacy-excerpt.txt", "k8s_image_pull",
+     ("**ImagePullBackOff — image not pullable**",), {}),
+    ("describe-pvc_provisioningfailed-storageclass-notfound_full.txt", "k8s_volume",
+     ("**ProvisioningFailed — missing StorageClass (config)**", "x42 over 12m"), {"count": 42}),
+    ("describe-pod-events_failedmount-failedattachvolume-timeout_events-section.txt", "k8s_volume",
+     ("**FailedMount/FailedAttachVolume", "x28 over 38h"), {"reasons": ["FailedMount", "FailedAttachVolume"]}),
+    ("describe-pod-events_failedcreatepodsandbox-no-nvidia-runtime_events-section.txt", "k8s_sandbox_failed",
+     ("**FailedCreatePodSandBox", "x93 over 24m"), {"count": 94}),
+    ("describe-pod-events_liveness-unhealthy-killing_events-section.txt", "k8s_probe_failed",
+     ("**liveness probe failed → container restarted**",), {"reasons": ["Unhealthy", "Killing"]}),
+    ("describe-pod-events_vllm-startup-probe-unhealthy_events-section.txt", "k8s_probe_failed",
+     ("Startup probe failed",), {"count": 3}),
+    ("describe-node_notready-kubelet-stopped-posting_full.txt", "k8s_node_not_ready",
+     ("**NodeNotReady — kubelet unreachable, node down**",), {"objects": ["node/kube-worker-1"]}),
+    ("get-events_mpijob-gpu-worker-preempted_field-selector-table.txt", "k8s_preempted",
+     ("**Preempted — by a higher-priority GPU MPIJob",), {"objects": ["pod/medium-worker-0"]}),
+    ("get-events_evicted-memory-pressure_headerless-redacted.txt", "k8s_evicted", ("**Evicted — node memory pressure",),
+     {}),
+    ("get-pods_unexpectedadmissionerror-gpu-lost_table.txt", "k8s_device_admission",
+     ("**UnexpectedAdmissionError — GPU lost",), {"objects": ["pod/rojin-2q6ld"]}),
+    ("logs_nvidia-device-plugin-nvml-init-failed_plain.txt", "gpu_device_plugin_failed",
+     ("Failed to initialize NVML: could not load NVML library",), {}),
+])
+def test_the_platforms_failure_is_named_with_its_facts(tmp_path: Path, name: str, kind: str, truth: tuple[str, ...],
+                                                      facts: dict[str, Any]) -> None:
+    _ground_truth(name, *truth)
+    found = _faults(_analyze(tmp_path, name))
+    assert kind in found, sorted(found)
+    for key, value in facts.items():
+        assert found[kind].facts.get(key) == value, (key, found[kind].facts)
+
+
+@pytest.mark.parametrize("name", [
+    "describe-pod_healthy-running_full.txt", "describe-job_completed-succeeded-healthy_full.txt",
+    "describe-deployment_rollout-rollback-scalingreplicaset-healthy_list-indented.txt",
+    "get-events_rollout-healthy_legacy-default-firstseen-count-source.txt",
+    "get-pods-A_vllm-production-stack-healthy_all-namespaces.txt",
+    "kubectl-events_kserve-isvc-rollout-normal_table-excerpt.txt",
+])
+def test_healthy_output_is_no_incident(tmp_path: Path, name: str) -> None:
+    _ground_truth(name, "**healthy")
+    analysis = _analyze(tmp_path, name)
+    assert not analysis.incident_found, [f.text for f in analysis.findings if is_anomaly(f)]
+
+
+def test_a_node_describe_gives_its_gpus_and_taints(tmp_path: Path) -> None:
+    name = "describe-node_gpu-l40s-taint-allocated-2of4_full.txt"
+    _ground_truth(name, "Taints nvidia.com/gpu=true:NoSchedule", "Allocatable nvidia.com/gpu 4", "Allocated: nvidia.com/gpu 2/2")
+    (row,) = parse(SAMPLES / name).rows.to_dicts()
+    assert row["message"] == ("Normal Described node/ip-10-10-3-26.ec2.internal: taints nvidia.com/gpu=true:NoSchedule; "
+                              "nvidia.com/gpu allocatable 4; nvidia.com/gpu allocated resources 2")
+
+
+def test_ages_become_times_only_against_the_captures_own_date_line(tmp_path: Path) -> None:
+    name = "kubectl-events_crashloop-backoff-x280_for-pod-table.txt"
+    without = parse(SAMPLES / name)
+    assert without.rows.get_column("ts").null_count() == without.rows.height
+    assert "no capture time" in without.notes[0]
+    dated = tmp_path / name
+    dated.write_text("Fri Jun 19 10:00:00 UTC 2026\n" + (SAMPLES / name).read_text())  # as `date; kubectl …` prints
+    rows = parse(dated).rows
+    back_off = rows.filter(rows.get_column("K8S_REASON") == "BackOff").to_dicts()[0]
+    assert back_off["ts"].isoformat() == "2026-06-19T09:59:43+00:00"  # "17s (x280 over 60m)" before 10:00:00
+    assert back_off["K8S_FIRST_SEEN"] == "60m" and back_off["K8S_COUNT"] == "280"
+
+
+def test_a_describes_finished_time_is_used_as_written() -> None:
+    rows = parse(SAMPLES / "describe-pod_oomkilled-crashloop-backoff_full.txt").rows
+    oom = rows.filter(rows.get_column("K8S_REASON") == "OOMKilled").to_dicts()[0]
+    assert oom["ts"].isoformat() == "2025-02-27T06:36:22+00:00"  # Finished: Thu, 27 Feb 2025 07:36:22 +0100
+
+
+def test_ages_are_read_as_kubectl_writes_them() -> None:
+    assert [age_seconds(a) for a in ("17s", "3m41s", "5h43m", "2d", "<unknown>", "<invalid>")] == \
+        [17, 221, 20580, 172800, None, None]
+
+
+def test_sniffing_prefers_kubectl_over_the_catch_all_log_reader(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    shutil.copy(SAMPLES / "get-events-A_coredns-failedscheduling-no-nodes_all-namespaces.txt", logs / "events.txt")
+    assert detect(logs / "events.txt").name == "kubectl"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.one_of(
+    st.sampled_from([line for p in sorted(SAMPLES.glob("*.txt"))[:12] for line in p.read_text().splitlines()]),
+    st.text(max_size=200)), max_size=40))
+def test_any_mix_of_real_and_hostile_lines_is_read_or_quarantined(tmp_path: Path, lines: list[str]) -> None:
+    path = tmp_path / "mixed.txt"
+    path.write_text("Events:\n" + "\n".join(lines), errors="surrogatepass")
+    result = parse(path)
+    assert result.records == result.rows.height + result.quarantine.height
