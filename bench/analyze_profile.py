@@ -59,10 +59,7 @@ summed(B, "write_part", "write parts (rows past the memory held)")
 summed(B, "finish_partition", "merge parts into one file per host folder")
 walled(A, "ingest", "ingest")
 walled(A, "build_timeline", "timeline: classify")
-for name in ("progress", "lifecycle", "errors", "failures", "collectives", "gpu"):
-    walled(getattr(A, name), "detect", "detectors")
-walled(A.stack_detector, "findings", "detectors")
-walled(A, "key_times", "detectors")
+walled(A, "run_detectors", "detectors")  # every registered detector, in its one loop
 began = time.perf_counter()
 result = A.analyze(sys.argv[1], sys.argv[2])
 total = time.perf_counter() - began
