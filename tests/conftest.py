@@ -162,3 +162,18 @@ def browser() -> Iterator[Any]:
     assert screens.CHROMIUM.exists(), "Debian's chromium package is missing (./run test installs it)"
     with screens.chromium() as instance:
         yield instance
+
+
+def assert_every_input_accounted(analysis: Any, name: str) -> None:
+    """A corpus file went through ingest and analyze with no traceback: every input it gave is
+    records seen = parsed + quarantined, something was read or quarantined or a reason given for
+    skipping it, and summary.json follows its schema."""
+    from forensics.analyze import summary_problems
+
+    manifest = analysis.timeline.manifest
+    for entry in manifest["inputs"]:
+        assert entry["records"] == entry["parsed"] + entry["quarantined"]
+    said = [e for e in manifest["inputs"] if e["parsed"] or e["quarantined"]]
+    refused = [s for s in manifest["skipped"] if s["reason"]]
+    assert said or refused, f"{name}: nothing read, nothing quarantined, no reason given"
+    assert summary_problems(analysis.summary()) == []

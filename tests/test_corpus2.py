@@ -15,10 +15,11 @@ from typing import Any
 import polars as pl
 import pytest
 
-from forensics.analyze import Analysis, analyze, is_anomaly, summary_problems
+from forensics.analyze import Analysis, analyze, is_anomaly
 from forensics.case.build import read_bundle
 from forensics.detect import progress
 from forensics.detect.stacks import latest
+from tests.conftest import assert_every_input_accounted
 
 CORPUS2 = Path(os.environ.get("FORENSICS_CORPUS2", Path(__file__).resolve().parents[2] / "shared" / "corpus2"))
 pytestmark = pytest.mark.skipif(not (CORPUS2 / "README.md").is_file(), reason=f"no corpus at {CORPUS2}")
@@ -57,13 +58,7 @@ def _hms(finding: Any) -> str:
 @pytest.mark.parametrize("name", [p.name for p in _files()])
 def test_every_file_is_read_quarantined_or_refused_with_a_reason(tmp_path: Path, name: str) -> None:
     analysis = _analyze(tmp_path, name)  # no traceback, whatever the file
-    manifest = analysis.timeline.manifest
-    for entry in manifest["inputs"]:
-        assert entry["records"] == entry["parsed"] + entry["quarantined"]
-    said = [e for e in manifest["inputs"] if e["parsed"] or e["quarantined"]]
-    refused = [s for s in manifest["skipped"] if s["reason"]]
-    assert said or refused, f"{name}: nothing read, nothing quarantined, no reason given"
-    assert summary_problems(analysis.summary()) == []
+    assert_every_input_accounted(analysis, name)
     errors = analysis.timeline.events.filter(pl.col("priority") <= 3)
     if errors.height:  # an error line is never "no incident", unless an operator's stop explains it
         assert analysis.incident_found or any(f.kind == "operator_stop" for f in analysis.findings), name

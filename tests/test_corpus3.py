@@ -16,7 +16,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from forensics.analyze import Analysis, analyze, summary_problems
+from forensics.analyze import Analysis, analyze
+from tests.conftest import assert_every_input_accounted
 
 CORPUS3 = Path(os.environ.get("FORENSICS_CORPUS3", Path(__file__).resolve().parents[2] / "shared" / "corpus3"))
 pytestmark = pytest.mark.skipif(not (CORPUS3 / "README.md").is_file(), reason=f"no corpus at {CORPUS3}")
@@ -68,13 +69,7 @@ def _hms(at: Any) -> str:
 @pytest.mark.parametrize("name", [p.name for p in _files()])
 def test_every_file_is_read_quarantined_or_refused_with_a_reason(tmp_path: Path, name: str) -> None:
     analysis = _analyze(tmp_path, name)  # no traceback, whatever the file
-    manifest = analysis.timeline.manifest
-    for entry in manifest["inputs"]:
-        assert entry["records"] == entry["parsed"] + entry["quarantined"]
-    said = [e for e in manifest["inputs"] if e["parsed"] or e["quarantined"]]
-    refused = [s for s in manifest["skipped"] if s["reason"]]
-    assert said or refused, f"{name}: nothing read, nothing quarantined, no reason given"
-    assert summary_problems(analysis.summary()) == []
+    assert_every_input_accounted(analysis, name)
 
 
 # -- flight/: the collective, the ranks, and who never entered it -----------------------------------
