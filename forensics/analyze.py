@@ -63,7 +63,7 @@ def is_anomaly(finding: Finding) -> bool:
     if finding.kind in NOT_ANOMALIES:
         return False
     if finding.kind == "stack_verdict":  # a hang, or threads waiting on each other in one snapshot
-        return any(word in finding.text for word in (*HANG_VERDICTS, WAITING_IN_ONE_SNAPSHOT))
+        return finding.facts.get("verdict") in (*HANG_VERDICTS, WAITING_IN_ONE_SNAPSHOT)
     return True
 
 
@@ -84,7 +84,12 @@ class Analysis:
         """A stack verdict of an earlier py-spy round than its group's last (reports show the last)."""
         if finding.kind != "stack_verdict":
             return False
-        return {v.group: v.at for v in latest(self.verdicts)}.get(finding.component or "") != finding.at
+        last = {v.group: v for v in latest(self.verdicts)}.get(finding.component or "")
+        if last is None:
+            return True
+        if "round" in finding.facts:  # rounds of one capture time (a copied file's mtime) told apart
+            return bool(finding.facts["round"] != last.round + 1)
+        return last.at != finding.at
 
     def reported(self, findings: list[Finding] | None = None) -> list[Finding]:
         """The findings a report lists (all, or those given): stack verdicts of each group's last

@@ -323,6 +323,7 @@ def test_one_process_one_verdict(tmp_path: Path, name: str) -> None:
     _readme_says(name, {ASCEND_SET[0]: "Identical in all 5 samples (no progress)",
                         ASCEND_SET[1]: "identical ×3"}.get(name, "same stack as DP1"))
     kinds = _kinds(_analyze(tmp_path, name))
+    assert len(kinds["stack_verdict"]) == 1  # the report shows the last round's, though every round has one mtime
     assert {f.facts["verdict"] for f in kinds["stack_verdict"]} == {"UNIFORM_WAIT"}
     assert not any("ORDINARY_WORK" in f.text or "not a hang" in f.text for f in kinds["stack_verdict"])
 

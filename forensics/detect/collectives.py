@@ -229,7 +229,8 @@ def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list
         text = (f"{group}, Flight Recorder of {_names(seen)} (up to {clock(at)}): {verdict}. " + " ".join(parts))
         evidence = [Evidence("events", r["source_file"], r["source_line"], None, r["ts"], r["message"][:80])
                     for r in rows.sort("FR_RANK").iter_rows(named=True)][:8]
-        out.append(Finding("collective_verdict", main_track, None, at, text, None, evidence))
+        out.append(Finding("collective_verdict", main_track, None, at, text, None, evidence,
+                           facts={"verdict": verdict, "group": group}))
     return out + _pasted(timeline, main_track)
 
 
@@ -275,7 +276,8 @@ def _pasted(timeline: Timeline, main_track: str) -> list[Finding]:
         text = (f"{group}, torchfrtrace's text (pasted; it holds no time): {verdict}. {said} The dumps themselves "
                 "would give when each rank recorded it and how long the collective had waited.")
         evidence = [Evidence("events", r["source_file"], r["source_line"], None, None, (r["message"] or "")[:80])]
-        out.append(Finding("collective_verdict", main_track, None, None, text, None, evidence))
+        out.append(Finding("collective_verdict", main_track, None, None, text, None, evidence,
+                           facts={"verdict": verdict, "group": group}))
     return out
 
 

@@ -73,7 +73,7 @@ def key_times(timeline: Timeline, findings: list[Finding]) -> tuple[KeyTimes, li
             candidates.append((note.at, f"annotation: {note.text}"))
     # A dump is a diagnostic action only when something was wrong (a freeze, or stacks showing a
     # hang), and only when its capture time is known (not a copied file's mtime).
-    hang = any(f.kind == "stack_verdict" and any(v in f.text for v in HANG_VERDICTS) for f in findings)
+    hang = any(f.kind == "stack_verdict" and f.facts.get("verdict") in HANG_VERDICTS for f in findings)
     dumps = (timeline.stacks.filter(pl.col("ts_confidence").cast(pl.String) != "low")
              .get_column("ts").drop_nulls())
     if dumps.len() and (started is not None or hang):

@@ -185,7 +185,7 @@ def brief(analysis: Analysis) -> str:
 def _root_cause_prompt(analysis: Analysis, modes: list[Finding]) -> str:
     """What people must add under Root Causes, asked so that it agrees with what the evidence showed."""
     last = {v.verdict for v in latest(analysis.verdicts)}
-    if "TP_DESYNC" in last or any("TP_DESYNC" in f.text for f in modes if f.kind == "collective_verdict"):
+    if "TP_DESYNC" in last or any(f.facts.get("verdict") == "TP_DESYNC" for f in modes if f.kind == "collective_verdict"):
         asked = "why the ranks took different paths (the underlying bug)"
     elif "UNIFORM_WAIT" in last:
         asked = ("what every rank waited on together (the device, the transport, a peer outside the dumps): the "
