@@ -369,7 +369,8 @@ def _last_batches(fig: go.Figure, analysis: Analysis, events: pl.DataFrame, axis
     drawn = _marker_points(fig)
     for f, lane in points:
         at = wall_time(f.at, axis.zone)
-        text = f"{f.component} last batch {at:%H:%M:%S}"
+        # a log that names no component (a plain server.log) is named by its lane, never as "None"
+        text = f"{f.component or lane} last batch {at:%H:%M:%S}"
         ax, ay = _label_side(at, lane_y[lane], len(text), drawn, axis)
         fig.add_annotation(x=at, y=lane_y[lane], xref="x", yref="y", text=hover(text, redact),
                            showarrow=True, arrowhead=0, arrowcolor="#b2182b", ax=ax, ay=ay,

@@ -110,3 +110,21 @@ def test_lanes_of_plain_log_files_are_one_line_named_after_the_file(tmp_path: Pa
     (strip,) = [t for t in fig.data if t.type == "heatmap"]
     hovers = {cell.replace("<br>", "") for row in strip.text for cell in row if cell}
     assert any(Path(names[0]).stem in h for h in hovers) and any(Path(names[1]).stem in h for h in hovers)
+
+
+def test_a_freeze_in_a_log_naming_no_component_is_labelled_by_its_lane_not_none(tmp_path: Path) -> None:
+    """Issue 53: the chart labelled a plain server.log's freeze "None last batch 07:11:02"."""
+    from forensics.analyze import analyze
+    from forensics.render.figures import timeline_figure
+
+    logs = tmp_path / "bundle" / "logs"
+    logs.mkdir(parents=True)
+    batch = "TP0] Decode batch. #running-req: 4, #token: 100, token usage: 0.01, gen throughput (token/s): 50.00, " \
+            "#queue-req: 2,"
+    (logs / "server.log").write_text("".join(f"[2026-06-18 21:30:{s:02d} {batch}\n" for s in range(0, 60, 2))
+                                     + f"[2026-06-18 21:31:00 {batch}\n"
+                                     "[2026-06-18 21:40:00] Received sigquit from a child process.\n")
+    analysis = analyze(tmp_path / "bundle", tmp_path / "case")
+    assert [f.component for f in analysis.findings if f.kind == "frozen"] == [None]
+    labels = [a.text for a in timeline_figure(analysis).layout.annotations if "last batch" in (a.text or "")]
+    assert labels == ["server · TP0 last batch 21:31:00"]  # its lane: the file, the rank
