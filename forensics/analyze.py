@@ -39,7 +39,7 @@ from forensics.detect.stacks import NO_VERDICT, WAITING_IN_ONE_SNAPSHOT, Verdict
 from forensics.detect.tracks import Track, links, tracks
 from forensics.errors import ForensicsError
 from forensics.case.incident import load_incident
-from forensics.profiles import Profile, choose_profile, lines_found
+from forensics.profiles import Profile, choose_profile, layers, lines_found
 
 
 # Symptom kinds that speak of a cause and go into an incident's signature (counts of timeouts or
@@ -79,6 +79,9 @@ class Analysis:
     links: list[str]
     verdicts: list[Verdict]
     display_zone: str = "UTC"  # the zone the findings' text is written in
+    #: whether a serving profile's evidence was in the bundle (or the user named one): False when
+    #: the default profile was taken for want of any, so no page says the job was SGLang
+    profile_matched: bool = True
 
     def superseded(self, finding: Finding) -> bool:
         """A stack verdict of an earlier py-spy round than its group's last (reports show the last)."""
@@ -335,14 +338,37 @@ def _objects_so_far_left_alone() -> Iterator[None]:
         gc.unfreeze()
 
 
-def profile_for(case: Case) -> tuple[Profile, str]:
-    """The shipped profile the case's evidence points to (process titles, metric names, the first
-    log lines), and why."""
+def _profile_evidence(case: Case) -> tuple[list[str], list[str], pl.Series]:
+    """What a profile is chosen by: the process titles, the metric names and the first log lines."""
     titles = case.stacks.select(pl.col("title").drop_nulls().unique()).collect().get_column("title").to_list()
     names = (case.samples.select(pl.col("name").cast(pl.String).drop_nulls().unique()).collect()
              .get_column("name").to_list())
     messages = case.events.select("message").head(PROFILE_SAMPLE_LINES).collect().get_column("message").drop_nulls()
+    return titles, names, messages
+
+
+def profile_for(case: Case) -> tuple[Profile, str]:
+    """The shipped profile the case's evidence points to (process titles, metric names, the first
+    log lines), and why."""
+    titles, names, messages = _profile_evidence(case)
     return choose_profile(titles, names, messages.to_list(), lines_found_in(messages))
+
+
+def profile_evidence_found(case: Case, profile: Profile) -> bool:
+    """Whether the bundle shows `profile`'s own evidence (its titles, metric names or log lines),
+    rather than the profile having been taken as the default for want of any."""
+    if profile.evidence is None:
+        return False
+    titles, names, messages = _profile_evidence(case)
+    return bool(lines_found(profile.evidence, [*titles, *names]) or lines_found_in(messages)(profile.evidence))
+
+
+def profile_said(analysis: Analysis) -> str:
+    """Which knowledge read the bundle, as a report's header says it: the serving profile whose
+    evidence it showed, or that none matched and the layers under every stack read it."""
+    if analysis.profile_matched:
+        return f"profile {analysis.timeline.profile.name}"
+    return "no serving profile matched; read with the layers " + ", ".join(layer.name for layer in layers())
 
 
 def lines_found_in(messages: pl.Series) -> Callable[[re.Pattern[str]], int]:
@@ -367,8 +393,10 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
     case = load_case(case_dir)
     case.held_events = held.events
     chosen = None
+    matched = True
     if profile is None:
         profile, chosen = profile_for(case)
+        matched = profile_evidence_found(case, profile)
     incident = load_incident(bundle, profile)
     if chosen:
         incident.notes.append(chosen)
@@ -382,7 +410,7 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
                 f.track = CHECKS_TRACK
     all_tracks = tracks(found, ctx.main_track)
     return Analysis(bundle, timeline, found, times, all_tracks, links(all_tracks, times.resolved), verdicts,
-                    DISPLAY_ZONE.get().key)
+                    DISPLAY_ZONE.get().key, matched)
 
 
 @contextmanager

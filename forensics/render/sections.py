@@ -27,7 +27,7 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from forensics.timeline.align import gaps_in_sources
-from forensics.analyze import Analysis, analyze, in_display_zone, no_incident_heading, seen_before
+from forensics.analyze import Analysis, analyze, in_display_zone, no_incident_heading, profile_said, seen_before
 from forensics.case.build import check_output_target, instance_summary, to_pandas
 from forensics.detect import clock, errors, progress
 from forensics.detect.alert import promtool_test
@@ -232,7 +232,7 @@ class ReportSession:
                        "<ul>" + "".join(f"<li>{safe(line, r)}</li>" for line in a.checked()) + "</ul>")
             return Html(f"<h1>{safe(a.timeline.incident.title, r)}</h1>"
                         f'<p class="note">{safe(day) + " · " if day else ""}times in {safe(a.display_zone)} · '
-                        f"{safe(a.bundle.name, r)} · profile {safe(a.timeline.profile.name)}</p>"
+                        f"{safe(a.bundle.name, r)} · {safe(profile_said(a))}</p>"
                         f'<p class="verdict">{sentence}</p>{checked}{html.key_times_block(a, r)}')
 
     def sources(self) -> Html:

@@ -169,3 +169,14 @@ def test_any_mix_of_real_and_hostile_lines_is_read_or_quarantined(tmp_path: Path
     path.write_text("Events:\n" + "\n".join(lines), errors="surrogatepass")
     result = parse(path)
     assert result.records == result.rows.height + result.quarantine.height
+
+
+def test_a_bundle_no_serving_profile_matches_says_so_and_names_the_layers_read(tmp_path: Path) -> None:
+    """Issue 53: "profile sglang" was shown for jobs that are not SGLang."""
+    from forensics.analyze import profile_said
+
+    analysis = _analyze(tmp_path, "describe-pod_failedscheduling-insufficient-nvidia-gpu_full.txt")
+    assert not analysis.profile_matched
+    said = profile_said(analysis)
+    assert said.startswith("no serving profile matched; read with the layers ") and "kubernetes" in said
+    assert "sglang" not in said
