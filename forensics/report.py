@@ -265,13 +265,42 @@ def _render_one(bundle: Path, out: Path, display_tz: str, profile: str, redact: 
         return row
     s = rendered.summary
     key = s.get("key_times", {})
-    row.update(title=s.get("incident"), window=" — ".join(str(w) for w in s.get("window") or [] if w),
+    row.update(title=s.get("incident"), window=" — ".join(_as_read(w) for w in s.get("window") or [] if w),
                started=(s.get("window") or [None])[0], signature=s.get("signature"),
-               verdicts="; ".join(f"{v['group']}: {v['verdict']}" for v in s.get("stack_verdicts", [])),
+               what_happened=s.get("what_happened"), verdicts=_verdicts(s),
                ttd=_seconds(key.get("ttd_s")), ttm=_seconds(key.get("ttm_s")), ttr=_seconds(key.get("ttr_s")),
                links=[(name, f"{out.name}/{name}") for name in ("report.html", "timeline.html", "postmortem.md",
                                                                 "summary.json")])
     return row
+
+
+def _as_read(iso: object) -> str:
+    """An ISO time as people read it in an index: to the second, with its zone ("2026-06-18 21:34:47 UTC")."""
+    from datetime import datetime
+
+    try:
+        at = datetime.fromisoformat(str(iso))
+    except ValueError:
+        return str(iso)
+    zone = "UTC" if at.utcoffset() is not None and not at.utcoffset() else at.strftime("%z")
+    return f"{at:%Y-%m-%d %H:%M:%S} {zone}".rstrip()
+
+
+def _verdicts(summary: dict[str, Any]) -> str:
+    """Every verdict a bundle's summary holds, each once: the stack verdicts per group, the Flight
+    Recorder's per process group, and the collective timeouts with the ranks that never entered."""
+    said = [f"{v['group']}: {v['verdict']}" for v in summary.get("stack_verdicts", [])]
+    for f in summary.get("findings", []):
+        facts = f.get("facts") or {}
+        if f.get("kind") == "collective_verdict" and facts.get("verdict"):
+            said.append(f"{facts.get('group') or 'process group'}: {facts['verdict']}")
+        elif f.get("kind") == "collective_timeout":
+            seq = "/".join(str(q) for q in facts.get("seq", []))
+            culprits = facts.get("culprits")
+            said.append(f"collective timeout{f' at seq {seq}' if seq else ''}"
+                        + (f": rank{'s' if len(culprits) > 1 else ''} {', '.join(culprits)} never entered it"
+                           if culprits else ""))
+    return "; ".join(dict.fromkeys(said))
 
 
 def _seconds(value: float | None) -> str | None:

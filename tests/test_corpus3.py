@@ -344,3 +344,14 @@ def test_the_four_nodes_together_are_a_uniform_wait_at_the_device_level(tmp_path
     # each DP group's first TP rank was dumped: none of them is missing from another group
     missing = {m["rank"] for v in verdicts for m in v["missing_ranks"]}
     assert not missing & {0, 8, 16, 24}
+
+
+def test_the_batch_index_names_each_bundles_verdicts_with_the_culprits(tmp_path: Path) -> None:
+    """Issue 53: the index showed "—" for collective timeouts; it names them and who never entered."""
+    from forensics.report import _verdicts
+
+    _readme_says(ACCELERATE, "Culprits = ranks 0 and 4")
+    assert _verdicts(_analyze(tmp_path / "a", ACCELERATE).summary()) == \
+        "collective timeout at seq 78: ranks 0, 4 never entered it"
+    _readme_says(TUTORIAL, "rank 1 never joined collective 5")
+    assert _verdicts(_analyze(tmp_path / "t", TUTORIAL).summary()) == "process group 0 (default_pg): STRAGGLER_OR_MISSING"

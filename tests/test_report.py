@@ -246,11 +246,15 @@ def test_batch_goes_on_past_a_failing_bundle_and_indexes_both(tmp_path: Path, br
     assert set(rows) == {"good-incident", "broken-incident"}
     assert "incident.toml" in rows["broken-incident"]["error"]
     assert rows["good-incident"]["ttd"] == "3m43s" and "decode: TP_DESYNC" in rows["good-incident"]["verdicts"]
+    # issue 53: the one-sentence answer, and times as people read them (no microseconds)
+    assert rows["good-incident"]["what_happened"].startswith("decode froze at 21:34:47")
+    assert "." not in rows["good-incident"]["window"].replace(" — ", "") and "UTC" in rows["good-incident"]["window"]
     assert (out / "good-incident" / "report.html").is_file()
     page, errors, refused = open_offline(browser, out / "index.html")
     assert errors == [] and refused == []
     table = page.inner_text("#incidents")
     assert "DeepSeek-V4-Flash PD wedge" in table and "3m43s" in table and "5m58s" in table
+    assert "decode froze at 21:34:47" in table
     assert "failed" in table and "broken-incident" in table
     hrefs = page.evaluate("[...document.querySelectorAll('#incidents a')].map(a => a.getAttribute('href'))")
     assert "good-incident/timeline.html" in hrefs and all((out / h).exists() for h in hrefs)

@@ -254,6 +254,7 @@ def index_page(rows: Sequence[dict[str, Any]], groups: Sequence[dict[str, Any]] 
         body.append("<tr>" + "".join([
             f"<td>{safe(row.get('title') or row.get('bundle'))}<br>"
             f"<span class='note'>{safe(row.get('bundle'))}</span></td>",
+            f"<td>{safe(row.get('what_happened') or '—')}</td>",
             f"<td>{safe(row.get('window') or '—')}</td>",
             f"<td class='verdict'>{safe(row.get('verdicts') or '—')}</td>",
             f"<td class='num'>{safe(row.get('ttd') or '—')}</td>",
@@ -267,7 +268,7 @@ def index_page(rows: Sequence[dict[str, Any]], groups: Sequence[dict[str, Any]] 
 <h2>Recurring problems</h2>
 {signatures}
 <h2>Incidents</h2>
-<table id="incidents"><thead><tr><th>incident</th><th>window</th><th>verdicts</th><th>TTD</th><th>TTM</th>
+<table id="incidents"><thead><tr><th>incident</th><th>what happened</th><th>window</th><th>verdicts</th><th>TTD</th><th>TTM</th>
 <th>seen before</th><th>status</th><th>outputs</th></tr></thead><tbody>{''.join(body)}</tbody></table>
 <script type="application/json" id="index-data">{_json_for_script(rows)}</script>
 </body></html>

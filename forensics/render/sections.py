@@ -486,6 +486,8 @@ class ReportSession:
         """summary.json's content (redacted when redact="all"), with the earlier incidents of the
         same signature when a library of reports is given (`FORENSICS_LIBRARY`)."""
         data = self.analysis.summary()
+        with in_display_zone(self.analysis):  # the one-sentence answer, as the first screen says it
+            data["what_happened"] = postmortem.verdict_sentence(self.analysis, str)
         library = os.environ.get(LIBRARY_ENV)
         if library and (earlier := seen_before(data, Path(library), self.out_dir / "summary.json")) is not None:
             data["seen_before"] = earlier
