@@ -30,7 +30,9 @@ from forensics.render import DEEP_DIVES, FAILED_NOTEBOOK, MAIN_NOTEBOOK, OUTPUTS
 
 NOTEBOOKS = Path(os.environ.get("FORENSICS_NOTEBOOKS", Path(__file__).resolve().parents[1] / "notebooks"))
 TEMPLATES = Path(__file__).resolve().parent / "render" / "templates"
-BUNDLE_MARKERS = ("incident.toml", "journal", "metrics", "stacks")
+BUNDLE_MARKERS = ("incident.toml", "journal", "metrics", "stacks", "logs", "kubernetes")
+# files a folder of bundles may hold beside its bundles (a folder holding any other file is a bundle)
+NOT_EVIDENCE = {"README.md", "README", ".gitkeep", "index.html", "index.json", ".DS_Store"}
 RECORD_TAG = "record"
 NOTEBOOK_ONLY_TAG = "notebook-only"
 KERNEL_LOG = "kernel.log"
@@ -213,8 +215,9 @@ def _swap_in(staging: Path, out_dir: Path) -> None:
 
 
 def find_bundles(patterns: Iterable[str]) -> list[Path]:
-    """Bundles named by folders or globs: a folder that looks like a bundle (incident.toml, or a
-    journal/metrics/stacks folder) is one; any other folder holds bundles one level down."""
+    """Bundles named by folders or globs: a folder that looks like a bundle (incident.toml, a
+    journal/metrics/stacks/logs/kubernetes folder, or evidence files in it) is one; any other
+    folder holds bundles one level down."""
     found: list[Path] = []
     for pattern in patterns:
         matches = sorted(Path(p) for p in glob.glob(pattern)) or [Path(pattern)]
@@ -236,7 +239,10 @@ def find_bundles(patterns: Iterable[str]) -> list[Path]:
 
 
 def _is_bundle(path: Path) -> bool:
-    return any((path / marker).exists() for marker in BUNDLE_MARKERS)
+    """A folder `analyze` would take: one of the bundle layout's folders or incident.toml, or any
+    file of evidence lying in it directly (a folder of logs as copied off a box)."""
+    return any((path / marker).exists() for marker in BUNDLE_MARKERS) or any(
+        p.is_file() and p.name not in NOT_EVIDENCE for p in path.iterdir())
 
 
 def _out_names(bundles: Sequence[Path]) -> list[str]:

@@ -49,3 +49,13 @@ def test_a_missing_notebook_names_the_override(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setattr(report, "NOTEBOOKS", tmp_path)
     with pytest.raises(ReportError, match="set FORENSICS_NOTEBOOKS"):
         notebook_path()
+
+
+def test_batch_takes_every_folder_analyze_takes(tmp_path: Path) -> None:
+    """Issue 51: a logs-only bundle, or a folder of files as copied off a box, aborted the batch."""
+    (tmp_path / "incidents" / "logs-only" / "logs").mkdir(parents=True)
+    (tmp_path / "incidents" / "logs-only" / "logs" / "server.log").write_text("[2026-06-18 21:30:00] started\n")
+    (tmp_path / "incidents" / "loose-files").mkdir()
+    (tmp_path / "incidents" / "loose-files" / "events.txt").write_text("LAST SEEN   TYPE   REASON   OBJECT   MESSAGE\n")
+    (tmp_path / "incidents" / "README.md").write_text("our incidents\n")
+    assert [p.name for p in find_bundles([str(tmp_path / "incidents")])] == ["logs-only", "loose-files"]
