@@ -278,6 +278,10 @@ class ReportSession:
         with in_display_zone(self.analysis):
             fig = figures.overview_figure(self.analysis, self.redact)
         if not fig.data:
+            lines = progress.last_progress(self.analysis.timeline).get_column("lines").sum()
+            if lines:  # progress is logged, by logs the profile names no role for (a plain server.log)
+                return Html(f'<p class="note">{lines:,} progress lines are logged, by no component the profile '
+                            "names (no bar per component): the timeline below shows them in their lanes.</p>")
             return Html('<p class="note">No component logs progress lines: the timeline below shows what there is.</p>')
         return Figure(fig, "overview")
 

@@ -128,3 +128,17 @@ def test_a_freeze_in_a_log_naming_no_component_is_labelled_by_its_lane_not_none(
     assert [f.component for f in analysis.findings if f.kind == "frozen"] == [None]
     labels = [a.text for a in timeline_figure(analysis).layout.annotations if "last batch" in (a.text or "")]
     assert labels == ["server · TP0 last batch 21:31:00"]  # its lane: the file, the rank
+
+
+def test_progress_lines_of_no_named_component_are_not_said_to_be_missing(tmp_path: Path) -> None:
+    """Issue 53: "No component logs progress lines" was printed beside a lane full of them."""
+    from forensics.render.sections import ReportSession
+
+    logs = tmp_path / "bundle" / "logs"
+    logs.mkdir(parents=True)
+    batch = "TP0] Decode batch. #running-req: 4, #token: 100, token usage: 0.01, gen throughput (token/s): 50.00, " \
+            "#queue-req: 2,"
+    (logs / "server.log").write_text("".join(f"[2026-06-18 21:30:{s:02d} {batch}\n" for s in range(0, 60, 2)))
+    said = str(ReportSession.open(tmp_path / "bundle", tmp_path / "out").overview())
+    assert "30 progress lines are logged, by no component the profile names" in said
+    assert "No component logs progress lines" not in said
