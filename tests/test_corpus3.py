@@ -172,12 +172,19 @@ def test_verl_two_ranks_in_different_collectives_are_a_desync(tmp_path: Path) ->
     assert "fatal_signal" in kinds  # both processes abort (SIGABRT)
 
 
-@pytest.mark.xfail(strict=True, reason="gap: zone-less stamps are read as UTC with no word, though the same file's "
-                   "'SIGABRT received at time=1763469143' fixes them at UTC+8")
 def test_verl_times_are_placed_by_the_epoch_the_file_gives(tmp_path: Path) -> None:
-    _readme_says(VERL, "SIGABRT epoch 1763469143 = 12:32:23 UTC")
-    (timeout,) = _kinds(_analyze(tmp_path, VERL))["collective_timeout"]
-    assert timeout.at.strftime("%H:%M") == "12:32"
+    _readme_says(VERL, "SIGABRT epoch 1763469143 = 12:32:23 UTC", "stall from ≈20:02:23")
+    analysis = _analyze(tmp_path, VERL)
+    (timeout,) = _kinds(analysis)["collective_timeout"]
+    assert timeout.at.strftime("%H:%M:%S") == "12:32:23"
+    assert _hms(analysis.key_times.started) == "12:02:23"  # 20:02:23 at UTC+8
+    (entry,) = analysis.timeline.manifest["inputs"]
+    assert any("places them at UTC+08:00" in note for note in entry["notes"])
+
+
+def test_a_log_whose_stamps_carry_no_zone_says_it_read_them_as_utc(tmp_path: Path) -> None:
+    (entry,) = _analyze(tmp_path, SGLANG_DEATH).timeline.manifest["inputs"]
+    assert "its stamps carry no zone: read as UTC unless incident.toml gives the host's time_zone" in entry["notes"]
 
 
 def test_tutorial_rank1_never_joined_collective5(tmp_path: Path) -> None:

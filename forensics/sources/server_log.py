@@ -241,6 +241,10 @@ def parse(path: Path) -> ParseResult:
         pl.col("docker").alias("DOCKER_TIMESTAMP"), pl.col("process").alias("LOG_PROCESS"), "LOG_TIME_SOURCE",
         pl.col("torch_rank").alias("LOG_RANK"),
         pl.col("written").alias("LOG_STAMP"))
+    offset, anchor = _zone_from_epoch(good)
+    if offset:
+        events = events.with_columns((pl.col("ts") - pl.duration(seconds=offset)).alias("ts"),
+                                     pl.lit(_utc_offset(offset)).alias("LOG_ZONE"))
     events = as_events(events)
     quarantine = bad.select(
         pl.lit(str(path)).alias("source_file"), pl.lit(FORMAT).alias("format"), pl.lit(None, pl.Int64).alias("offset"),
@@ -257,6 +261,11 @@ def parse(path: Path) -> ParseResult:
                        for _, length in too_long],
             "excerpt": [""] * len(too_long), "subject": [None] * len(too_long)}).cast(dict(QUARANTINE_SCHEMA))])  # type: ignore[arg-type]
     notes = [n for n in (year_note,) if n]
+    if anchor:
+        notes.append(f"its stamps carry no zone; the file's own epoch ({anchor}) places them at "
+                     f"{_utc_offset(offset)}: read so")
+    elif good.height and good.get_column("written").drop_nulls().len():
+        notes.append("its stamps carry no zone: read as UTC unless incident.toml gives the host's time_zone")
     before = passed_over.filter(pl.col("record") == 0).height
     noise = passed_over.height - before
     if before:
@@ -275,6 +284,33 @@ def parse(path: Path) -> ParseResult:
         return ParseResult("events", empty(EVENTS_SCHEMA), quarantine.filter(pl.lit(bool(too_long))), len(too_long),
                            damage=damage, notes=notes or ["no line with a time stamp: nothing read"])
     return ParseResult("events", events, quarantine, records.height + len(too_long), damage=damage, notes=notes)
+
+
+#: A line that gives the true time as seconds since the epoch beside a stamp in local time: absl's
+#: failure signal handler (`*** SIGABRT received at time=1763469143 on cpu 138 ***`), which PyTorch,
+#: Ray and vLLM processes print as they die.
+EPOCH_ANCHOR = re.compile(r"\*\*\* SIG[A-Z]+ received at time=(?P<epoch>[0-9]{9,11})\b")
+ANCHOR_SLACK_S = 120  # the stamp before it and the epoch agree to within this, past a whole zone offset
+
+
+def _zone_from_epoch(records: pl.DataFrame) -> tuple[int, str | None]:
+    """The offset (seconds, a multiple of 15 min) of the file's zone-less stamps from UTC, when a
+    record gives the epoch beside a stamp (its own or the record's before it); 0 and None otherwise."""
+    for message, at in records.select("message", "ts_naive").iter_rows():
+        found = EPOCH_ANCHOR.search(message or "")
+        if found is None or at is None:
+            continue
+        true = datetime.fromtimestamp(int(found["epoch"]), UTC).replace(tzinfo=None)
+        gap = (at - true).total_seconds()
+        offset = round(gap / 900) * 900
+        if abs(gap - offset) <= ANCHOR_SLACK_S and abs(offset) <= 14 * 3600:
+            return offset, found.group(0).strip("* ")
+    return 0, None
+
+
+def _utc_offset(seconds: int) -> str:
+    sign, seconds = ("+" if seconds >= 0 else "-"), abs(seconds)
+    return f"UTC{sign}{seconds // 3600:02d}:{seconds % 3600 // 60:02d}"
 
 
 def _without_time(frame: pl.DataFrame, path: Path) -> pl.DataFrame:

@@ -77,7 +77,7 @@ EVENT_COLUMNS = ("ts", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_I
 DETECTOR_EXTRAS = ("LOG_RANK", "FR_RANK", "FR_JOB", "FR_DUMPED_AT", "FR_PG", "FR_PG_DESC", "FR_PG_RANKS",
                    "FR_SEQ", "FR_P2P", "FR_OP", "FR_STATE", "FR_INPUT_SIZES", "FR_LAST_ENQUEUED", "FR_LAST_STARTED",
                    "FR_LAST_COMPLETED", "FR_FINDING", "FR_MISSING", "FR_EXPECTED", "FR_ERRORS", "FR_MISSING_DUMPS",
-                   "FR_WORLD_SIZE", *K8S_COLUMNS)
+                   "FR_WORLD_SIZE", "LOG_ZONE", *K8S_COLUMNS)
 
 
 def _event_columns(available: list[str]) -> list[str]:
@@ -471,8 +471,10 @@ def _read_batch(batch: pl.DataFrame, host: str | None, incident: Incident, profi
         local = (pl.col("ts").dt.replace_time_zone(None).dt.replace_time_zone(zone, ambiguous="earliest",
                                                                               non_existent="null")
                  .dt.convert_time_zone("UTC"))
-        batch = batch.with_columns(pl.when(pl.col("data_type") == PLAIN_LOG).then(local).otherwise(pl.col("ts"))
-                                   .alias("ts"))
+        # a log whose own epoch fixed its zone (`LOG_ZONE`, forensics.sources.server_log) is placed already
+        placed = pl.col("LOG_ZONE").is_not_null() if "LOG_ZONE" in batch.columns else pl.lit(False)
+        batch = batch.with_columns(pl.when((pl.col("data_type") == PLAIN_LOG) & ~placed).then(local)
+                                   .otherwise(pl.col("ts")).alias("ts"))
     return _with_component(read_lines(batch, profile).with_columns(_local_stamp()), incident, profile)
 
 
