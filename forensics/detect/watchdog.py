@@ -48,12 +48,42 @@ def collective_timeout(group: pl.DataFrame, where: str, statuses: pl.DataFrame) 
     ranks' own status lines of the same log ("… Last enqueued NCCL work: N, last completed NCCL
     work: M", printed by every rank on a dump signal): a rank whose last enqueued work is below
     the timed-out sequence number never entered that collective — the rank to blame."""
+    ranks, started, stack = rank_states(group, statuses)
+    in_flight = {e["seq"] for e in ranks.values() if e.get("seq")}
+    ops = {e["op"] for e in ranks.values() if e.get("op")}
+    facts: dict[str, Any] = {"ranks": sorted(ranks, key=rank_order), "seq": sorted(int(q) for q in in_flight),
+                             "op": sorted(ops), "pg": sorted({e["pg"] for e in ranks.values() if "pg" in e})}
+    if len(in_flight) == 1:
+        failed = int(next(iter(in_flight)))
+        if culprits := [r for r, e in sorted(ranks.items(), key=lambda item: rank_order(item[0]))
+                        if "seq" not in e and "enqueued" in e and int(e["enqueued"]) < failed]:
+            facts["culprits"] = culprits
+    verdict = _verdict(ranks, facts)
+    if started:
+        facts["started"] = min(started)
+        verdict += f"{'; ' if verdict else ''}the timed-out work began at {clock(min(started))}"
+    if stack:  # where it hung: c10d printed the failed collective's own call stack
+        facts["stack"] = stack
+        verdict += (f"{'. ' if verdict else ''}The failed collective was called from (innermost first, c10d's stack "
+                    f"trace, {len(stack)} frames): {' ← '.join(stack)}")
+    parts = _clauses(ranks)
+    text = (f"collective timeout on {where} at {clock(earliest(group.get_column('ts')))}: "
+            f"{'; '.join(parts) or f'{group.height} lines'}" + (f". {verdict[0].upper()}{verdict[1:]}"
+                                                                 if verdict else "") + ".")
+    return text, facts
+
+
+def rank_states(group: pl.DataFrame, statuses: pl.DataFrame
+                ) -> tuple[dict[str, dict[str, str]], list[datetime], list[str]]:
+    """Each rank's state as its lines give it (its group, the work in flight and how long it ran,
+    its last enqueued and completed work), when the timed-out work began, and the failed
+    collective's stack."""
     ranks: dict[str, dict[str, str]] = {}
     started: list[datetime] = []
+    stack: list[str] = []
     for row in group.iter_rows(named=True):
         text = row["message"] or ""
-        rank = rank_of(text, row)
-        entry = ranks.setdefault(rank, {})
+        entry = ranks.setdefault(rank_of(text, row), {})
         if (pg := PG.search(text)):
             entry["pg"] = pg["pg"]
         if (work := WORK.search(text)):
@@ -66,9 +96,6 @@ def collective_timeout(group: pl.DataFrame, where: str, statuses: pl.DataFrame) 
             entry.update(enqueued=status["enqueued"], completed=status["completed"])
         if not entry and (plain := re.search(r"Timed out waiting [0-9]+ ?ms for \w+ operation[^\n]*", text)):
             entry["plain"] = plain[0].strip()  # gloo's own timeout: no sequence number in it
-    stack: list[str] = []
-    for row in group.iter_rows(named=True):
-        text = row["message"] or ""
         if not stack and "Stack trace of the failed collective" in text:
             stack = [m["function"] for m in FAILED_COLLECTIVE_FRAME.finditer(text)]
     for row in statuses.iter_rows(named=True):
@@ -79,7 +106,12 @@ def collective_timeout(group: pl.DataFrame, where: str, statuses: pl.DataFrame) 
                 entry.setdefault("pg", pg["pg"])
             entry.setdefault("enqueued", status["enqueued"])
             entry.setdefault("completed", status["completed"])
-    clauses: dict[str, list[str]] = {}  # ranks in the same state are one clause: "ranks 1, 2, 3 (PG 0) in …"
+    return ranks, started, stack
+
+
+def _clauses(ranks: dict[str, dict[str, str]]) -> list[str]:
+    """One clause per state, naming every rank in it: "ranks 1, 2, 3 (PG 0) in BROADCAST seq 78 …"."""
+    clauses: dict[str, list[str]] = {}
     for rank, entry in sorted(ranks.items(), key=lambda item: rank_order(item[0])):
         pg = entry.get("pg", "?")
         said = f" (PG {pg})" if pg != "?" else ""
@@ -96,48 +128,30 @@ def collective_timeout(group: pl.DataFrame, where: str, statuses: pl.DataFrame) 
         if "completed" in entry:
             said += f"; last enqueued {entry['enqueued']}, last completed {entry['completed']}"
         clauses.setdefault(said, []).append(rank)
-    parts = [f"{who(members)}{said}" for said, members in clauses.items()]
-    in_flight = {e["seq"] for e in ranks.values() if e.get("seq")}
-    ops = {e["op"] for e in ranks.values() if e.get("op")}
-    facts: dict[str, Any] = {"ranks": sorted(ranks, key=rank_order), "seq": sorted(int(q) for q in in_flight),
-                             "op": sorted(ops), "pg": sorted({e["pg"] for e in ranks.values() if "pg" in e})}
-    if started:
-        facts["started"] = min(started)
-    culprits: list[str] = []
-    if len(in_flight) == 1:
-        failed = int(next(iter(in_flight)))
-        culprits = [r for r, e in sorted(ranks.items(), key=lambda item: rank_order(item[0]))
-                    if "seq" not in e and "enqueued" in e and int(e["enqueued"]) < failed]
-    if culprits:
-        facts["culprits"] = culprits
-        op = next(iter(ops)) if len(ops) == 1 else "the collective"
+    return [f"{who(members)}{said}" for said, members in clauses.items()]
+
+
+def _verdict(ranks: dict[str, dict[str, str]], facts: dict[str, Any]) -> str:
+    """Whether the ranks agree, from the facts: the culprits that never entered, ranks in different
+    collectives, or all in one (and then who might be to blame)."""
+    if culprits := facts.get("culprits"):
+        op = facts["op"][0] if len(facts["op"]) == 1 else "the collective"
         last = sorted({ranks[r]["enqueued"] for r in culprits}, key=int)
-        verdict = (f"{who(culprits)} never entered {op} seq {failed} (last enqueued work {', '.join(last)}), which "
-                   "the others wait in: the ranks to blame, or what held them — a desync")
-    elif len(in_flight) > 1 or len(ops) > 1:
+        return (f"{who(culprits)} never entered {op} seq {facts['seq'][0]} (last enqueued work {', '.join(last)}), "
+                "which the others wait in: the ranks to blame, or what held them — a desync")
+    if len(facts["seq"]) > 1 or len(facts["op"]) > 1:
         at: dict[str, list[str]] = {}
         for rank, entry in sorted(ranks.items(), key=lambda item: rank_order(item[0])):
             if "seq" in entry:
                 at.setdefault(f"{entry.get('op') or 'work'} {entry['seq']}", []).append(rank)
-        verdict = ("the ranks that reported are at different collectives — a desync: "
-                   + "; ".join(f"{who(members)} at {where_at}" for where_at, members in at.items()))
-    elif in_flight and len(ranks) > 1:
-        verdict = ("every rank that reported waits in the same collective: the rank to blame is one that did not "
-                   "report (or the transport)")
-    elif in_flight:
-        verdict = "one rank reported: its peers' logs would show who never entered the collective"
-    else:
-        verdict = ""
-    if started:
-        verdict += f"{'; ' if verdict else ''}the timed-out work began at {clock(min(started))}"
-    if stack:  # where it hung: c10d printed the failed collective's own call stack
-        facts["stack"] = stack
-        verdict += (f"{'. ' if verdict else ''}The failed collective was called from (innermost first, c10d's stack "
-                    f"trace, {len(stack)} frames): {' ← '.join(stack)}")
-    text = (f"collective timeout on {where} at {clock(earliest(group.get_column('ts')))}: "
-            f"{'; '.join(parts) or f'{group.height} lines'}" + (f". {verdict[0].upper()}{verdict[1:]}"
-                                                                 if verdict else "") + ".")
-    return text, facts
+        return ("the ranks that reported are at different collectives — a desync: "
+                + "; ".join(f"{who(members)} at {where_at}" for where_at, members in at.items()))
+    if facts["seq"] and len(ranks) > 1:
+        return ("every rank that reported waits in the same collective: the rank to blame is one that did not "
+                "report (or the transport)")
+    if facts["seq"]:
+        return "one rank reported: its peers' logs would show who never entered the collective"
+    return ""
 
 
 def rank_of(text: str, row: dict[str, Any]) -> str:
