@@ -87,6 +87,7 @@ class Incident:
     inputs: list[str] = field(default_factory=list)  # globs from [inputs]; empty: every file is sniffed
     notes: list[str] = field(default_factory=list)  # what was guessed, in words
     metrics: list[str] = field(default_factory=list)  # metric names the report must draw, beyond the profile's
+    title_written: bool = False  # the title is the user's own words (incident.toml), not the bundle's name
 
     def clock(self, host: str | None) -> HostClock:
         """A host's clock; UTC and no offset unless the manifest says."""
@@ -280,4 +281,5 @@ def load_incident(bundle: Path, profile: Profile | None = None) -> Incident:
         inputs += globs
     return Incident(title=str(data.get("title", bundle.name)), window=window, hosts=hosts, components=components,
                     annotations=sorted(annotations, key=lambda a: a.at), guessed=False, inputs=inputs,
-                    metrics=list(data.get("metrics", [])), notes=[found_note] if found_note else [])
+                    metrics=list(data.get("metrics", [])), notes=[found_note] if found_note else [],
+                    title_written="title" in data)

@@ -23,7 +23,7 @@ from plotly.offline import get_plotlyjs
 
 from forensics.analyze import Analysis, in_display_zone, is_anomaly
 from forensics.detect import Finding, clock, span
-from forensics.render.text import Redact, code_spans, safe
+from forensics.render.text import Redact, code_spans, safe, title_redact
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em; color: #222; }
@@ -206,7 +206,7 @@ def timeline_page(analysis: Analysis, fig: go.Figure, redact: Redact | None, sta
 def _timeline_page(analysis: Analysis, fig: go.Figure, redact: Redact | None, statement: str | None) -> str:
     tracks = "".join(f"<li><b>{safe(track.name, redact)}</b>: {len(track.findings)} findings, "
                      f"{safe(clock(track.first))}–{safe(clock(track.last))}</li>" for track in analysis.tracks)
-    title = safe(analysis.timeline.incident.title, redact)
+    title = safe(analysis.timeline.incident.title, title_redact(analysis.timeline.incident.title_written, redact))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title} — timeline</title><style>{STYLE}</style>

@@ -19,7 +19,7 @@ from forensics.analyze import Analysis, in_display_zone, is_anomaly, no_incident
 from forensics.detect import DISPLAY_ZONE, Finding, clock, failures, span
 from forensics.detect.keytimes import HANG_VERDICTS
 from forensics.detect.stacks import latest
-from forensics.render.text import Redact
+from forensics.render.text import Redact, title_redact
 
 HEADINGS = ("Summary", "Impact", "Root Causes", "Trigger", "Resolution", "Detection", "Action Items",
             "Lessons Learned", "Timeline")
@@ -207,7 +207,8 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
     t, main = analysis.key_times, analysis.timeline.profile.logs.main_track
     zone = analysis.display_zone
     day = f", incident of {incident_day(analysis)}" if incident_day(analysis) else ""
-    out: list[str] = [f"# Post-mortem: {_md(analysis.timeline.incident.title, redact)}", "",
+    own = title_redact(analysis.timeline.incident.title_written, redact)  # the user's own words stay theirs
+    out: list[str] = [f"# Post-mortem: {_md(analysis.timeline.incident.title, own)}", "",
                       f"*Draft written by forensics from {_code(analysis.bundle.name, redact)}{day}; times in "
                       f"{zone}. Every statement below comes from the evidence; replace each TODO.*", ""]
     hangs = _of(analysis, "silent_hang")

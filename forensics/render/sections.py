@@ -36,7 +36,7 @@ from forensics.errors import ForensicsError
 from forensics.profiles import MetricPanel, load_profile
 from forensics.render import figures, html, postmortem
 from forensics.render.redact import Redactor
-from forensics.render.text import Redact, code_spans, hover, safe
+from forensics.render.text import Redact, code_spans, hover, safe, title_redact
 from forensics.render import OUTPUTS
 
 REDACT_MODES = ("none", "timeline", "all")
@@ -207,7 +207,8 @@ class ReportSession:
 
     def header(self) -> Html:
         """Incident, window, display zone, bundle."""
-        return Html(f"<h1>{safe(self.analysis.timeline.incident.title, self.redact)}</h1>{self.facts().body}")
+        return Html(f"<h1>{safe(self.analysis.timeline.incident.title, title_redact(self.analysis.timeline.incident.title_written, self.redact))}"
+                    f"</h1>{self.facts().body}")
 
     def facts(self) -> Html:
         """The bundle, its window in UTC, the display zone, the profile, and the incident's notes."""
@@ -230,7 +231,7 @@ class ReportSession:
             # "no incident found … Checked:" is followed by what was checked, on the first screen too
             checked = ("" if a.incident_found else
                        "<ul>" + "".join(f"<li>{safe(line, r)}</li>" for line in a.checked()) + "</ul>")
-            return Html(f"<h1>{safe(a.timeline.incident.title, r)}</h1>"
+            return Html(f"<h1>{safe(a.timeline.incident.title, title_redact(a.timeline.incident.title_written, r))}</h1>"
                         f'<p class="note">{safe(day) + " · " if day else ""}times in {safe(a.display_zone)} · '
                         f"{safe(a.bundle.name, r)} · {safe(profile_said(a))}</p>"
                         f'<p class="verdict">{sentence}</p>{checked}{html.key_times_block(a, r)}')

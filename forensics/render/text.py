@@ -84,3 +84,9 @@ class TerminalSafe:
 
     def __getattr__(self, name: str) -> object:  # flush, isatty, fileno, encoding: the stream's own
         return getattr(self._stream, name)
+
+
+def title_redact(written_by_user: bool, redact: Redact | None) -> Redact | None:
+    """How an incident's title is redacted: not at all when the user wrote it (incident.toml: their
+    own words, which they chose to share), as any evidence when it is the bundle's folder name."""
+    return None if written_by_user else redact

@@ -142,3 +142,22 @@ def test_progress_lines_of_no_named_component_are_not_said_to_be_missing(tmp_pat
     said = str(ReportSession.open(tmp_path / "bundle", tmp_path / "out").overview())
     assert "30 progress lines are logged, by no component the profile names" in said
     assert "No component logs progress lines" not in said
+
+
+def test_redaction_leaves_the_title_the_user_wrote(tmp_path: Path) -> None:
+    """Issue 53: "prefill-0" in a title the user wrote became "host-2"."""
+    from forensics.render.sections import ReportSession
+    from tests.test_report import REFERENCE
+
+    bundle = tmp_path / "gpu-node-00-incident"
+    shutil.copytree(REFERENCE, bundle)
+    toml = (bundle / "incident.toml").read_text()
+    (bundle / "incident.toml").write_text(toml.replace('title = "DeepSeek-V4-Flash PD wedge', 'title = "gpu-node-00 PD wedge', 1))
+    written = ReportSession.open(bundle, tmp_path / "out", redact="all")
+    assert "<h1>gpu-node-00 PD wedge" in written.header().body
+    from forensics.render.text import title_redact
+
+    def redactor(text: str) -> str:
+        return text.replace("gpu-node-00", "host-1")
+
+    assert title_redact(False, redactor) is redactor  # a title that is the bundle's name is evidence
