@@ -347,20 +347,15 @@ def _profile_evidence(case: Case) -> tuple[list[str], list[str], pl.Series]:
     return titles, names, messages
 
 
-def profile_for(case: Case) -> tuple[Profile, str]:
+def profile_for(case: Case) -> tuple[Profile, str, bool]:
     """The shipped profile the case's evidence points to (process titles, metric names, the first
-    log lines), and why."""
+    log lines), why, and whether its own evidence was there (not the default for want of any)."""
     titles, names, messages = _profile_evidence(case)
-    return choose_profile(titles, names, messages.to_list(), lines_found_in(messages))
-
-
-def profile_evidence_found(case: Case, profile: Profile) -> bool:
-    """Whether the bundle shows `profile`'s own evidence (its titles, metric names or log lines),
-    rather than the profile having been taken as the default for want of any."""
-    if profile.evidence is None:
-        return False
-    titles, names, messages = _profile_evidence(case)
-    return bool(lines_found(profile.evidence, [*titles, *names]) or lines_found_in(messages)(profile.evidence))
+    count = lines_found_in(messages)
+    profile, why = choose_profile(titles, names, messages.to_list(), count)
+    found = profile.evidence is not None and bool(lines_found(profile.evidence, [*titles, *names])
+                                                  or count(profile.evidence))
+    return profile, why, found
 
 
 def profile_said(analysis: Analysis) -> str:
@@ -395,8 +390,7 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
     chosen = None
     matched = True
     if profile is None:
-        profile, chosen = profile_for(case)
-        matched = profile_evidence_found(case, profile)
+        profile, chosen, matched = profile_for(case)
     incident = load_incident(bundle, profile)
     if chosen:
         incident.notes.append(chosen)

@@ -165,6 +165,12 @@ class Unpacker:
             raise
         return fd
 
+    def _pass_over(self, name: str, why: str, read_rest: Callable[[], None] | None) -> None:
+        """Refuse a file member and read past what is left of its data."""
+        self.refuse(name, why)
+        if read_rest is not None:
+            read_rest()
+
     def folder(self, name: str) -> None:
         """A folder member."""
         parts = self.parts(name)
@@ -186,9 +192,7 @@ class Unpacker:
             why = (f"{size:,} bytes, over what {self.what} may still unpack to ({self.budget:,} bytes of "
                    f"{UNPACKED_ENV}={unpacked_limit():,})")
         if why is not None:
-            self.refuse(name, why)
-            if read_rest is not None:
-                read_rest()
+            self._pass_over(name, why, read_rest)
             return
         assert not isinstance(parts, str)
         fd = folder = -1
@@ -203,21 +207,15 @@ class Unpacker:
                 os.write(fd, chunk)
             if mtime is not None and 0 <= mtime < 1 << 33:
                 os.utime(fd, (mtime, mtime))
-        except OSError as error:
-            if fd >= 0:
+        except BaseException as error:
+            if fd >= 0:  # a member that could not be written whole is not kept half-written
                 os.close(fd)
                 fd = -1
                 _unlink(folder, parts[-1])
-            self.refuse(name, _os_reason(error))
-            if read_rest is not None:
-                read_rest()
+            if not isinstance(error, OSError):
+                raise
+            self._pass_over(name, _os_reason(error), read_rest)
             return
-        except BaseException:
-            if fd >= 0:
-                os.close(fd)
-                fd = -1
-                _unlink(folder, parts[-1])  # a member cut short is not kept half-written
-            raise
         finally:
             if fd >= 0:
                 os.close(fd)

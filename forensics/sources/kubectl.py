@@ -56,7 +56,8 @@ _PODS_HEADER = re.compile(r"^\s*(?:NAMESPACE\s+)?NAME\s+READY\s+STATUS\s+RESTART
 _POD_ROW = re.compile(r"^\s*(?:(?P<namespace>[a-z0-9][a-z0-9-]*)\s+)?(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>[0-9]+/[0-9]+)"
                       r"\s+(?P<status>\S+)\s+(?P<restarts>[0-9]+(?: \((?P<ago>" + _AGE + r") ago\))?)\s+(?P<age>"
                       + _AGE + r")\b")
-_DATE_LINE = re.compile(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<month>[A-Z][a-z]{2}) +(?P<day>[0-9]{1,2}) "
+#: A `date` line before pasted output (`Sat Feb 21 21:00:31 UTC 2026`): the capture's own time.
+DATE_LINE = re.compile(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<month>[A-Z][a-z]{2}) +(?P<day>[0-9]{1,2}) "
                         r"(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2}) (?:(?P<zone>[A-Z]{2,5}) )?(?P<year>[0-9]{4})$")
 _RFC1123 = "%a, %d %b %Y %H:%M:%S %z"
 _FIELD = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Z][\w ./-]*?):\s*(?P<value>.*?)\s*$")
@@ -93,7 +94,7 @@ def _now(lines: list[str]) -> datetime | None:
     """The capture's own time: the last `date` line before the output (`Sat Feb 21 21:00:31 UTC 2026`)."""
     found = None
     for line in lines:
-        if (m := _DATE_LINE.match(line.strip())) and (m["zone"] in (None, "UTC", "GMT")):
+        if (m := DATE_LINE.match(line.strip())) and (m["zone"] in (None, "UTC", "GMT")):
             found = datetime.strptime(f"{m['day']} {m['month']} {m['year']} {m['time']} +0000", "%d %b %Y %H:%M:%S %z")
     return found
 
@@ -152,7 +153,7 @@ class _Reader:
                 pass
             elif self.rows and self.table in ("events", "describe_events") and line[:1] in (" ", "\t"):
                 self.rows[-1]["message"] = f"{self.rows[-1]['message']} {line.strip()}"  # a wrapped message
-            elif re.fullmatch(r"\s*-+(\s+-+)*\s*", line) or _DATE_LINE.match(line.strip()):
+            elif re.fullmatch(r"\s*-+(\s+-+)*\s*", line) or DATE_LINE.match(line.strip()):
                 continue  # the dashes under a describe's table titles; the capture's `date` line (read above)
             else:
                 self.bad.append((number, "a line outside kubectl's tables and describe blocks", line))
@@ -335,9 +336,10 @@ class _Reader:
             c["block"] = key
         elif key == "memory" and c.get("block") == "Limits":
             c["memory"] = value
-        if key not in ("State", "Last State", "Reason", "Exit Code", "Started", "Finished", "Signal", "Message",
-                       "Detail"):
-            c.pop("at", None) if indent <= 4 else None
+        # a key of the container's own (not of a state block) ends the state block it followed
+        if indent <= 4 and key not in ("State", "Last State", "Reason", "Exit Code", "Started", "Finished", "Signal",
+                                       "Message", "Detail"):
+            c.pop("at", None)
 
     def _close_container(self) -> None:
         c, self.container = self.container, None

@@ -26,6 +26,7 @@ import polars as pl
 from forensics.formats.rawio import read_all
 from forensics.formats.schema import EVENTS_SCHEMA, ParseResult, as_events, empty, quarantine_rows
 from forensics.sources import register
+from forensics.sources.kubectl import DATE_LINE
 
 NAME = "systemctl_status"
 FORMAT = "systemctl_status"
@@ -40,7 +41,6 @@ _SINCE = re.compile(r"since \w{3} (?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2}) (?P<time>
 _JOURNAL = re.compile(r"^(?P<month>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>[0-9]{1,2}) "
                       r"(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2}) (?P<host>\S+) (?P<ident>[^\s\[:]+)(?:\[(?P<pid>[0-9]+)\])?: "
                       r"(?P<message>.*)$")
-_DATE_LINE = re.compile(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} +[0-9]{1,2} [0-9:]{8} (?:[A-Z]{2,5} )?[0-9]{4}$")
 _CONTEXT = re.compile(r"^(?:enabled|disabled|static|masked|indirect|generated|transient|linked|alias|active|inactive|"
                       r"failed|activating|deactivating)$")
 _SNIFF = re.compile(rb"(?m)^(?:\xe2\x97\x8f|\xe2\x97\x8b|\xc3\x97|\*) [\w@.:\\-]+\.(?:service|scope|socket|timer|mount) "
@@ -81,7 +81,7 @@ def parse(path: Path) -> ParseResult:
     stated_year: int | None = None
     for number, raw in enumerate(lines, 1):
         line = raw.rstrip("\r")
-        if _DATE_LINE.match(line.strip()):
+        if DATE_LINE.match(line.strip()):
             stated_year = stated_year or int(line.strip()[-4:])  # `date` before the output: the capture's year
             continue
         if not line.strip() or _CONTEXT.match(line.strip()):
