@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from forensics.capture.collect import Plan
+from forensics.capture.plan import Plan
 from forensics.lab.sglang_metrics import SGLangMetrics
 from forensics.lab.tp_desync import TpDesyncLab
 from forensics.capture.watch import Watch, watch

@@ -26,7 +26,7 @@ def __getattr__(name: str) -> Any:
     """`Case`, `ingest` and `load_case` on first use: importing the package stays light (the data
     stack loads only when a case is opened)."""
     if name in ("Case", "ingest", "load_case"):
-        from forensics.case import build
+        from forensics.case import build, opened
 
-        return getattr(build, name)
+        return getattr(build if name == "ingest" else opened, name)
     raise AttributeError(f"module 'forensics' has no attribute {name!r}")

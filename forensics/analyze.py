@@ -21,7 +21,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import polars as pl
 
 from forensics.timeline.align import LEAN_ABOVE, Timeline, build_timeline
-from forensics.case.build import Case, Held, ingest, load_case
+from forensics.case.build import Held, ingest
+from forensics.case.opened import Case, load_case
 from forensics.case.places import location
 from forensics.case.cluster import Progress
 from forensics.detect import (
@@ -35,7 +36,8 @@ from forensics.detect import (
 )
 from forensics.detect.keytimes import HANG_VERDICTS, KeyTimes
 from forensics.detect.registry import run_detectors
-from forensics.detect.stacks import NO_VERDICT, WAITING_IN_ONE_SNAPSHOT, Verdict, latest
+from forensics.detect.stack_verdict import NO_VERDICT, WAITING_IN_ONE_SNAPSHOT, Verdict
+from forensics.detect.stacks import latest
 from forensics.detect.tracks import Track, links, tracks
 from forensics.errors import ForensicsError
 from forensics.case.incident import load_incident

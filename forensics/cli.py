@@ -54,7 +54,8 @@ def _progress(items: Iterable[Any], what: str) -> Iterable[Any]:
 
 def _ingest(bundle: Path, case_dir: Path | str) -> None:
     """Ingest with a progress bar, saying where the case goes first."""
-    from forensics.case.build import check_case_target, ingest
+    from forensics.case.build import ingest
+    from forensics.case.targets import check_case_target
 
     check_case_target(case_dir, bundle)  # a refusal is the only line printed
     print(f"case: {case_dir}", file=sys.stderr)
@@ -65,7 +66,7 @@ def print_summary(case_dir: Path | str, out: TextIO | None = None) -> None:
     """Print what a case holds: inputs, records seen = parsed + quarantined, hosts and units."""
     import polars as pl
 
-    from forensics.case.build import host_unit_summary, instance_summary, load_case
+    from forensics.case.opened import host_unit_summary, instance_summary, load_case
 
     out = out or sys.stdout
     case = load_case(case_dir)
@@ -112,7 +113,7 @@ def print_stacks(case_dir: Path | str, profile: str, expected: dict[str, int], e
                  groups_by_pid: dict[int, str] | None = None, out: TextIO | None = None) -> None:
     """Print each group's stack verdict with its explanation and the phase of every rank."""
     out = out or sys.stdout
-    from forensics.case.build import load_case
+    from forensics.case.opened import load_case
     from forensics.detect.stacks import judge, latest
     from forensics.profiles import load_profile
 
@@ -182,10 +183,17 @@ def _dask_option(parser: argparse.ArgumentParser) -> None:
                              "$FORENSICS_DASK, else this process); bundle and case must be on a path every worker sees")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `forensics` console script."""
+def _parser() -> argparse.ArgumentParser:
+    """The `forensics` command line: its subcommands in the order `--help` lists them."""
     parser = argparse.ArgumentParser(prog="forensics", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_report_commands, _add_evidence_commands, _add_lab_commands, _add_capture_commands):
+        add(sub)
+    return parser
+
+
+def _add_report_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`report` one bundle and `batch` many."""
     p_report = sub.add_parser("report", help="render a bundle's incident report with papermill into exports/")
     p_report.add_argument("bundle", type=Path)
     p_report.add_argument("--out", type=Path, help="output folder (default: exports/<bundle name>)")
@@ -202,6 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_batch.add_argument("--cases", metavar="FOLDER_OR_URL", help="put each bundle's case under this folder or "
                                                                  "object-store URL (default: in its output folder)")
     _report_options(p_batch)
+
+
+def _add_evidence_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """What reads or fetches evidence: `ingest` a bundle into a case, its `summary`, the `stacks`
+    verdicts, `pull` metrics from a Prometheus-compatible API, `analyze` a bundle."""
     p_ingest = sub.add_parser("ingest", help="read a bundle's inputs into a case (Parquet) and print its summary")
     p_ingest.add_argument("bundle", type=Path)
     p_ingest.add_argument("--case", type=_case_place, help="case folder or object-store URL such as s3://bucket/cases/x "
@@ -235,6 +248,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_an.add_argument("--profile", default="", help="profile name or .toml path (default: chosen from the evidence)")
     p_an.add_argument("--display-tz", default="UTC", help="time zone the text writes times in (default: UTC)")
     _dask_option(p_an)
+
+
+def _add_lab_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The generated data: the `reference` incident and a `synth` journal export."""
     p_ref = sub.add_parser("reference", help="write the reference incident bundle (deterministic), at any scale")
     p_ref.add_argument("out", type=Path)
     p_ref.add_argument("--scale", type=int, default=1, help="multiply request traffic (1: ~10k journal entries)")
@@ -247,6 +264,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="journal forms to write (default: export)")
     p_synth = sub.add_parser("synth", help="write a generated SGLang-shaped journal export")
     p_synth.add_argument("out", type=Path)
+    p_synth.add_argument("--entries", type=int, default=10_000)
+    p_synth.add_argument("--hosts", type=int, default=1)
+    p_synth.add_argument("--seed", type=int, default=0)
+
+
+def _add_capture_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`collect` a bundle on the affected host (here or over ssh), and `watch` engines to capture the
+    moment one hangs or fails."""
     p_collect = sub.add_parser("collect", help="capture a bundle on the affected host before the restart "
                                                 "(read-only, every step time-bounded)")
     p_collect.add_argument("out", type=Path, help="a new folder for the bundle")
@@ -306,10 +331,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                          ("--rounds", {"type": int, "default": 2}), ("--round-interval", {"type": float,
                                                                                          "default": 2.0})):
         p_watch.add_argument(flag, **kwargs, help="as for collect")  # type: ignore[arg-type]
-    p_synth.add_argument("--entries", type=int, default=10_000)
-    p_synth.add_argument("--hosts", type=int, default=1)
-    p_synth.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `forensics` console script."""
+    args = _parser().parse_args(argv)
     from forensics.render.text import TerminalSafe
 
     # what commands print comes from the evidence: its control characters are shown, never acted on
@@ -348,7 +374,7 @@ def _collect_fleet(args: argparse.Namespace, plan: Any) -> int:
     or sent anything but files and folders."""
     from dataclasses import replace
 
-    from forensics.capture.collect import checked
+    from forensics.capture.plan import checked
     from forensics.capture.fleet import collect_fleet, folder_name, load_inventory
 
     hosts = load_inventory(args.inventory, args.out) if args.inventory else []
@@ -409,113 +435,161 @@ def _run(args: argparse.Namespace) -> int:
 
         # read by the report notebook's kernel, which inherits this process's environment
         os.environ["FORENSICS_LIBRARY"] = str(args.library.resolve())
-    if args.command == "report":
-        from forensics.report import render
-        rendered = render(args.bundle, args.out, args.display_tz, args.profile, args.redact, screens=args.screens,
-                          case=args.case)
-        for name, path in rendered.files.items():
-            print(f"{name:<14} {path}")
-    elif args.command == "batch":
-        from forensics.report import batch
-        rows = batch([str(b) for b in args.bundles], args.out, args.workers, args.display_tz, args.profile,
-                     args.redact, cases=args.cases)
-        failed = [r for r in rows if r.get("error")]
-        print(f"{len(rows) - len(failed)} rendered, {len(failed)} failed; index: {args.out / 'index.html'}")
-        for row in failed:
-            print(f"  failed {row['bundle']}: {row['error'].splitlines()[0]}")
-        return 1 if failed else 0
-    elif args.command == "ingest":
-        case_dir = args.case or _default_case(args.bundle)
-        _ingest(args.bundle, case_dir)
-        sys.stderr.flush()
-        print_summary(case_dir)
-    elif args.command == "watch":
-        from forensics.capture.collect import Plan
-        from forensics.capture.watch import Watch, watch
+    return _COMMANDS[args.command](args)
 
-        plan = Plan(args.out, units=args.unit, journal=args.journal, endpoints=args.metrics, scrapes=2,
-                    scrape_interval_s=1.0, titles=args.title, pids=_pid_groups(args.pids), rounds=args.rounds,
-                    round_interval_s=args.round_interval)
-        if args.follow_journal or args.follow:
-            from dataclasses import replace
 
-            from forensics.capture.collect import checked
-            from forensics.capture.fleet import folder_name, load_inventory
-            from forensics.capture.signs import SignWatch, follow
-
-            hosts = load_inventory(args.inventory, args.out) if args.inventory else []
-            hosts += [(h, checked(replace(plan, out=args.out / folder_name(h)), f"--host {h}")) for h in args.host]
-            for bundle in follow(SignWatch(plan, args.follow, args.unit, args.restarts, args.flight_recorder_wait,
-                                           once=not args.forever, hosts=hosts, ssh_config=args.ssh_config)):
-                print(bundle)
-            return 0
-        if not args.metrics:
-            raise ForensicsError("watch needs --metrics (an engine's /metrics to poll), --follow-journal or --follow")
-        for bundle in watch(Watch(args.metrics, plan, after_s=args.after, poll_s=args.poll, webhook=args.webhook,
-                                  then=args.then, once=not args.forever)):
-            print(bundle)
-    elif args.command == "collect":
-        from forensics.capture.collect import Plan, collect, script
-
-        from forensics.capture.collect import plan_from_toml
-
-        plan = plan_from_toml(args.config, args.out) if args.config else Plan(args.out)
-        given = {"units": args.unit, "until": args.until, "journal": args.journal, "endpoints": args.metrics,
-                 "titles": args.title, "pids": _pid_groups(args.pids), "native": args.native or None}
-        for name, value in given.items():
-            if value:
-                setattr(plan, name, value)
-        for name, value, default in (("since", args.since, "-1h"), ("scrapes", args.scrapes, 3),
-                                     ("scrape_interval_s", args.scrape_interval, 5.0), ("rounds", args.rounds, 2),
-                                     ("round_interval_s", args.round_interval, 2.0)):
-            if value != default or not args.config:
-                setattr(plan, name, value)
-        if args.script:
-            print(script(plan), end="")
-            return 0
-        if args.host or args.inventory:
-            return _collect_fleet(args, plan)
-        done = collect(plan)
-        for path in done.written:
-            print(f"wrote {path}")
-        for item in done.missing:
-            print(f"could not collect {item['what']}: {item['why']}")
-    elif args.command == "summary":
-        print_summary(args.case)
-    elif args.command == "stacks":
-        expected, by_pid = _expected(args.expect), _groups(args.group)  # bad flags fail before work
-        print_stacks(_case_for(args.path), args.profile, expected, args.all_rounds, by_pid)
-    elif args.command == "pull":
-        from forensics.capture.pull import pull
-        files = pull(args.url, _utc(args.start), _utc(args.end), queries=args.query, metrics=args.metric,
-                     step=args.step, bundle=args.bundle)
-        for path in files:
-            print(path)
-    elif args.command == "analyze":
-        import json
-
-        from forensics.analyze import analyze, report_text
-        from forensics.profiles import load_profile
-        case_dir = args.case or _default_case(args.bundle)
-        print(f"case: {case_dir}", file=sys.stderr)
-        result = analyze(args.bundle, case_dir, load_profile(args.profile) if args.profile else None,
-                         display_zone=args.display_tz, on_progress=_progress)
-        if args.brief:
-            from forensics.render.postmortem import brief
-            print(brief(result))
-        else:
-            print(json.dumps(result.summary(), indent=2) if args.json else report_text(result))
-    elif args.command == "reference":
-        from forensics.lab.reference import write_reference
-        write_reference(args.out, scale=args.scale, hosts=args.hosts, time_zone=args.time_zone,
-                        skew_s=args.skew_s, declare_skew=not args.undeclared_skew,
-                        journal_formats=tuple(args.journal_format or ["export"]))
-        print(f"wrote the reference incident to {args.out}")
-    elif args.command == "synth":
-        from forensics.lab.synth import write_export
-        write_export(args.out, args.entries, hosts=args.hosts, seed=args.seed)
-        print(f"wrote {args.entries:,} entries to {args.out}")
+def _run_report(args: argparse.Namespace) -> int:
+    """`report`: render one bundle's report."""
+    from forensics.report import render
+    rendered = render(args.bundle, args.out, args.display_tz, args.profile, args.redact, screens=args.screens,
+                      case=args.case)
+    for name, path in rendered.files.items():
+        print(f"{name:<14} {path}")
     return 0
+
+
+def _run_batch(args: argparse.Namespace) -> int:
+    """`batch`: render many bundles and their index; 1 when any failed."""
+    from forensics.report import batch
+    rows = batch([str(b) for b in args.bundles], args.out, args.workers, args.display_tz, args.profile,
+                 args.redact, cases=args.cases)
+    failed = [r for r in rows if r.get("error")]
+    print(f"{len(rows) - len(failed)} rendered, {len(failed)} failed; index: {args.out / 'index.html'}")
+    for row in failed:
+        print(f"  failed {row['bundle']}: {row['error'].splitlines()[0]}")
+    return 1 if failed else 0
+
+
+def _run_ingest(args: argparse.Namespace) -> int:
+    """`ingest`: a bundle into its case, then the case's summary."""
+    case_dir = args.case or _default_case(args.bundle)
+    _ingest(args.bundle, case_dir)
+    sys.stderr.flush()
+    print_summary(case_dir)
+    return 0
+
+
+def _run_watch(args: argparse.Namespace) -> int:
+    """`watch`: poll the engines, or follow journals and logs, and capture."""
+    from forensics.capture.plan import Plan
+    from forensics.capture.watch import Watch, watch
+
+    plan = Plan(args.out, units=args.unit, journal=args.journal, endpoints=args.metrics, scrapes=2,
+                scrape_interval_s=1.0, titles=args.title, pids=_pid_groups(args.pids), rounds=args.rounds,
+                round_interval_s=args.round_interval)
+    if args.follow_journal or args.follow:
+        from dataclasses import replace
+
+        from forensics.capture.plan import checked
+        from forensics.capture.fleet import folder_name, load_inventory
+        from forensics.capture.signs import SignWatch, follow
+
+        hosts = load_inventory(args.inventory, args.out) if args.inventory else []
+        hosts += [(h, checked(replace(plan, out=args.out / folder_name(h)), f"--host {h}")) for h in args.host]
+        for bundle in follow(SignWatch(plan, args.follow, args.unit, args.restarts, args.flight_recorder_wait,
+                                       once=not args.forever, hosts=hosts, ssh_config=args.ssh_config)):
+            print(bundle)
+        return 0
+    if not args.metrics:
+        raise ForensicsError("watch needs --metrics (an engine's /metrics to poll), --follow-journal or --follow")
+    for bundle in watch(Watch(args.metrics, plan, after_s=args.after, poll_s=args.poll, webhook=args.webhook,
+                              then=args.then, once=not args.forever)):
+        print(bundle)
+    return 0
+
+
+def _run_collect(args: argparse.Namespace) -> int:
+    """`collect`: a bundle here, over ssh, or the script that takes one."""
+    from forensics.capture.collect import collect
+    from forensics.capture.plan import Plan, plan_from_toml
+    from forensics.capture.sh_script import script
+
+    plan = plan_from_toml(args.config, args.out) if args.config else Plan(args.out)
+    given = {"units": args.unit, "until": args.until, "journal": args.journal, "endpoints": args.metrics,
+             "titles": args.title, "pids": _pid_groups(args.pids), "native": args.native or None}
+    for name, value in given.items():
+        if value:
+            setattr(plan, name, value)
+    for name, value, default in (("since", args.since, "-1h"), ("scrapes", args.scrapes, 3),
+                                 ("scrape_interval_s", args.scrape_interval, 5.0), ("rounds", args.rounds, 2),
+                                 ("round_interval_s", args.round_interval, 2.0)):
+        if value != default or not args.config:
+            setattr(plan, name, value)
+    if args.script:
+        print(script(plan), end="")
+        return 0
+    if args.host or args.inventory:
+        return _collect_fleet(args, plan)
+    done = collect(plan)
+    for path in done.written:
+        print(f"wrote {path}")
+    for item in done.missing:
+        print(f"could not collect {item['what']}: {item['why']}")
+    return 0
+
+
+def _run_summary(args: argparse.Namespace) -> int:
+    """`summary`: what a case holds."""
+    print_summary(args.case)
+    return 0
+
+
+def _run_stacks(args: argparse.Namespace) -> int:
+    """`stacks`: the stack verdicts of a bundle or case."""
+    expected, by_pid = _expected(args.expect), _groups(args.group)  # bad flags fail before work
+    print_stacks(_case_for(args.path), args.profile, expected, args.all_rounds, by_pid)
+    return 0
+
+
+def _run_pull(args: argparse.Namespace) -> int:
+    """`pull`: a Prometheus API's range queries into a bundle."""
+    from forensics.capture.pull import pull
+    files = pull(args.url, _utc(args.start), _utc(args.end), queries=args.query, metrics=args.metric,
+                 step=args.step, bundle=args.bundle)
+    for path in files:
+        print(path)
+    return 0
+
+
+def _run_analyze(args: argparse.Namespace) -> int:
+    """`analyze`: findings, tracks and key times, as text or JSON."""
+    import json
+
+    from forensics.analyze import analyze, report_text
+    from forensics.profiles import load_profile
+    case_dir = args.case or _default_case(args.bundle)
+    print(f"case: {case_dir}", file=sys.stderr)
+    result = analyze(args.bundle, case_dir, load_profile(args.profile) if args.profile else None,
+                     display_zone=args.display_tz, on_progress=_progress)
+    if args.brief:
+        from forensics.render.postmortem import brief
+        print(brief(result))
+    else:
+        print(json.dumps(result.summary(), indent=2) if args.json else report_text(result))
+    return 0
+
+
+def _run_reference(args: argparse.Namespace) -> int:
+    """`reference`: the reference incident bundle."""
+    from forensics.lab.reference import write_reference
+    write_reference(args.out, scale=args.scale, hosts=args.hosts, time_zone=args.time_zone,
+                    skew_s=args.skew_s, declare_skew=not args.undeclared_skew,
+                    journal_formats=tuple(args.journal_format or ["export"]))
+    print(f"wrote the reference incident to {args.out}")
+    return 0
+
+
+def _run_synth(args: argparse.Namespace) -> int:
+    """`synth`: a generated journal export."""
+    from forensics.lab.synth import write_export
+    write_export(args.out, args.entries, hosts=args.hosts, seed=args.seed)
+    print(f"wrote {args.entries:,} entries to {args.out}")
+    return 0
+
+
+_COMMANDS = {"report": _run_report, "batch": _run_batch, "ingest": _run_ingest, "watch": _run_watch,
+             "collect": _run_collect, "summary": _run_summary, "stacks": _run_stacks, "pull": _run_pull,
+             "analyze": _run_analyze, "reference": _run_reference, "synth": _run_synth}
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forensics.case.build import OUTPUT_MARKER, case_lock, check_output_target
+from forensics.case.targets import OUTPUT_MARKER, case_lock, check_output_target
 from forensics.errors import ForensicsError
 from forensics.render import DEEP_DIVES, FAILED_NOTEBOOK, MAIN_NOTEBOOK, OUTPUTS  # noqa: F401 - also read here
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from forensics.timeline.align import clock_jumps
+from forensics.timeline.clocks import clock_jumps
 
 
 def test_a_step_is_found_within_a_boot_and_never_between_boots_or_hosts() -> None:
@@ -64,11 +64,12 @@ def test_the_timeline_read_from_the_rows_an_ingest_holds_is_the_one_read_from_it
     from the files it just wrote (and a big host's rows in a slice per core, side by side): every
     way gives the same timeline, line for line, its columns cut into the same pieces."""
     import forensics.timeline.align as align_module
+    import forensics.timeline.host_read as host_read_module
 
     if sliced:  # and the journal read in many small pieces, as a big one is
         import forensics.sources.journal_export as export_module
 
-        monkeypatch.setattr(align_module, "HELD_SLICE_ABOVE", 1)
+        monkeypatch.setattr(host_read_module, "HELD_SLICE_ABOVE", 1)
         monkeypatch.setattr(export_module, "CHUNK_BYTES", 64 << 10)
     layouts: list[set[tuple[int, ...]]] = []
     read_host = align_module.read_host
@@ -79,7 +80,8 @@ def test_the_timeline_read_from_the_rows_an_ingest_holds_is_the_one_read_from_it
         return host
 
     monkeypatch.setattr(align_module, "read_host", spied)
-    from forensics.case.build import Held, ingest, load_case
+    from forensics.case.build import Held, ingest
+    from forensics.case.opened import load_case
     from forensics.case.incident import load_incident
     from forensics.lab.reference import write_reference
     from forensics.profiles import load_profile

@@ -214,10 +214,11 @@ def test_a_wall_clock_step_is_found_with_the_monotonic_clock(tmp_path: Path, mon
     """Also on a lean timeline read two records at a time: the step lies between two batches, and
     the records either side (routine lines, no text held) are read back from the case."""
     import forensics.timeline.align as align
+    import forensics.timeline.host_read as host_read
     from tests.conftest import export_entry
     if lean:
         monkeypatch.setattr(align, "LEAN_ABOVE", -1)
-        monkeypatch.setattr(align, "LEAN_BATCH_ROWS", 2)
+        monkeypatch.setattr(host_read, "LEAN_BATCH_ROWS", 2)
     boot, base = "b" * 32, 1781818000_000000
     records = []
     for n, (real_s, mono_s) in enumerate([(0, 100), (1, 101), (3602, 102), (3603, 103)]):  # +3600 s step

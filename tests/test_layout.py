@@ -5,7 +5,6 @@ function, under TYPE_CHECKING — since each is a dependency a reader has to fol
 from __future__ import annotations
 
 import ast
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -167,3 +166,24 @@ def test_every_detector_is_registered_through_the_one_interface_and_analyze_runs
     calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)
              for n in ast.walk(ast.parse((PACKAGE / "analyze.py").read_text())) if isinstance(n, ast.Call)}
     assert not calls & {"detect", "findings", "key_times", "consequences_of_stop"}
+
+
+MAX_MODULE_LINES = 600  # a module longer than this mixes concerns (the house's rule, docs/layout.md)
+MAX_FUNCTION_LINES = 80  # a function longer than this does more than one thing
+
+
+def test_no_module_is_over_600_lines_and_no_function_over_80() -> None:
+    long_modules, long_functions = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.parent.name == "__pycache__":
+            continue
+        text = path.read_text()
+        where = path.relative_to(ROOT)
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            long_modules.append(f"{where}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{where}:{node.lineno} {node.name}: {length} lines")
+    assert long_modules == [] and long_functions == []

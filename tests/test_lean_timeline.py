@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 import forensics.timeline.align as align
+import forensics.timeline.host_read as host_read
 from forensics.analyze import Analysis, analyze, report_text
 from forensics.lab.reference import write_reference
-from forensics.render import figures
+from forensics.render import figures, lanes, swimlanes
 from tests.conftest import REPO, export_entry
 
 REFERENCE = REPO / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"
@@ -48,7 +49,7 @@ def _analysis(bundle: Path, case: Path, lean: bool, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(align, "LEAN_ABOVE", -1 if lean else 10**12)
     # lean: batches of a prime size, so that each host is read in many, and gaps, clock steps and
     # counts cross batch ends the way they do in a big case
-    monkeypatch.setattr(align, "LEAN_BATCH_ROWS", 997 if lean else align.LEAN_BATCH_ROWS)
+    monkeypatch.setattr(host_read, "LEAN_BATCH_ROWS", 997 if lean else host_read.LEAN_BATCH_ROWS)
     result = analyze(bundle, case)
     assert result.timeline.lean is lean
     return result
@@ -58,7 +59,7 @@ def _said(analysis: Analysis) -> dict[str, Any]:
     summary = analysis.summary()
     summary.pop("bundle")
     return {"summary": summary, "text": report_text(analysis),
-            "timeline": figures.timeline_figure(analysis).to_json(), "overview": figures.overview_figure(analysis)
+            "timeline": swimlanes.timeline_figure(analysis).to_json(), "overview": figures.overview_figure(analysis)
             .to_json(), "errors": figures.errors_figure(analysis).to_json()}
 
 
@@ -91,9 +92,9 @@ def test_a_mark_finds_routine_lines_a_lean_timeline_keeps_no_text_of(bundles: di
     found = {}
     for lean in (False, True):
         analysis = _analysis(bundles["reference"], tmp_path / str(lean), lean, monkeypatch)
-        events = analysis.timeline.events.with_columns(figures.lane_expr())
-        found[lean] = figures.marked_rows(analysis, events, where)
+        events = analysis.timeline.events.with_columns(lanes.lane_expr())
+        found[lean] = lanes.marked_rows(analysis, events, where)
     assert found[True].height >= 1
     assert found[True].equals(found[False])
-    by_timeline = figures.marked_rows(analysis, events, pl.col("component") == "decode")
+    by_timeline = lanes.marked_rows(analysis, events, pl.col("component") == "decode")
     assert by_timeline.height > 0  # a column only the timeline has: searched there

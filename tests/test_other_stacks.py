@@ -11,7 +11,8 @@ import polars as pl
 
 from forensics.analyze import analyze
 from forensics.case import read_bundle
-from forensics.render.figures import axis_for, metric_panels
+from forensics.render.axis import axis_for
+from forensics.render.metric_panels import metric_panels
 from tests.detect.test_stacks import ALL_REDUCE, ON_IDLE, ranks_file
 
 START = datetime(2026, 6, 18, 21, 30, tzinfo=UTC)

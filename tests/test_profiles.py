@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from forensics.detect.stacks import Frame, classify
+from forensics.detect.stack_frames import Frame, classify
 from forensics.analyze import lines_found_in
 from forensics.profiles import ProfileError, available, choose_profile, load_profile
 
@@ -268,7 +268,7 @@ def test_every_failure_mode_a_layer_knows_leads_a_first_screen_and_has_its_marke
     both take the kinds `failures.HEADLINE` lists; each failure mode (`fault`) has its own symbol."""
     from forensics.detect.failures import HEADLINE
     from forensics.profiles import layers
-    from forensics.render.figures import FAULT_SYMBOLS
+    from forensics.render.palette import FAULT_SYMBOLS
 
     kinds = [(e.kind, e.fault) for layer in layers() for e in layer.events if e.fault]
     assert kinds

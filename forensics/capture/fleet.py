@@ -30,7 +30,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from forensics.capture.collect import CollectError, Plan, plan_problems, script
+from forensics.capture.plan import CollectError, Plan, plan_problems
+from forensics.capture.sh_script import script
 from forensics.case.unpack import Damaged, DeadlineReached, Unpacker, untar
 
 FLEET_FILE = "fleet.json"

@@ -33,7 +33,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from forensics.capture.collect import Plan, collect, copy_flight_recorder
+from forensics.capture.collect import collect, copy_flight_recorder
+from forensics.capture.plan import Plan
 from forensics.capture.watch import new_bundle
 from forensics.profiles import load_profile
 from forensics.render.text import terminal_safe
@@ -239,7 +240,7 @@ def _journal_lines(units: list[str]) -> Iterator[str]:
 def _remote_lines(host: str, w: SignWatch, out: queue.Queue[tuple[str, str]], stop: threading.Event,
                   started: list[subprocess.Popen[bytes]]) -> None:
     """One host's new log lines over ssh (`tail -F` of the file, or `journalctl -f`), into `out`."""
-    from forensics.capture.collect import sh_quote
+    from forensics.capture.sh_script import sh_quote
 
     if w.follow_file:
         command = f"tail -n 0 -F {sh_quote(str(w.follow_file))}"

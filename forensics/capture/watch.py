@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from forensics.capture.collect import CollectError, Plan, collect
+from forensics.capture.collect import collect
+from forensics.capture.plan import CollectError, Plan
 from forensics.capture.http import Failure, fetch
 from forensics.formats.promtext import name_key
 

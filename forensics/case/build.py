@@ -15,16 +15,10 @@ PART_ROWS records either held in memory (in this process, up to HOLD_BYTES over 
 `Held`; a host folder of held rows is written once, as its one file) or written to their hosts'
 folders as one part, so memory holds a part, not the bundle; the inputs, then the host folders,
 are tasks that run in this process or on a Dask cluster (`forensics.case.cluster`).
-Re-ingesting a bundle rewrites the case whole (written aside, then swapped in under a lock), so
-running it twice gives the same case. A case folder carries `.forensics-case`; no other folder is
-ever replaced, nor the bundle, a folder above it or one inside it.
-
-A case may lie in an object store instead (`--case s3://bucket/cases/NAME`, any fsspec URL): it is
-built on local disk (or by Dask workers beside its place, `.NAME.partial-*`), then put in with its
-manifest last. The manifest is what makes a case there — the old one's goes first — so a reader
-never takes half a case for a whole one, and a build that fails leaves the old case as it was. A
-second writer of the same URL is stopped by a lock object beside the case
-(`forensics.case.places.writer_lock`).
+Re-ingesting a bundle rewrites the case whole (written aside, then swapped in under a lock:
+`forensics.case.staging`, where a case may lie in an object store too), so running it twice gives
+the same case; where a case may be written at all is `forensics.case.targets`, which inputs of a
+bundle are read `forensics.case.discovery`, and a case is opened by `forensics.case.opened`.
 
 Records seen in the same journal through two inputs (overlapping exports: the same `__CURSOR`)
 are kept once and counted as duplicates of the later input.
@@ -32,104 +26,29 @@ are kept once and counted as duplicates of the later input.
 
 from __future__ import annotations
 
-import fcntl
-import fnmatch
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any
 
 import polars as pl
 
 from forensics import sources
-from forensics.case.bundle import TAR_SKIPPED
-from forensics.errors import CaseError, ForensicsError, WrongFormat
-from forensics.case.incident import MANIFEST, load_incident
+from forensics.errors import CaseError, ForensicsError
+from forensics.case.incident import load_incident
 from forensics.case import cluster
 from forensics.case.cluster import Progress, Runner
 from forensics.formats.schema import EXCERPT_CHARS, QUARANTINE_SCHEMA, SCHEMAS, empty, validate
-from forensics.case.places import Place, is_remote, location, place_text, writer_lock
+from forensics.case.discovery import discover
+from forensics.case.opened import MANIFEST_VERSION, load_case
+from forensics.case.places import Place, location, place_text
+from forensics.case.staging import staged_case
 from forensics.case.store import (PARTITION, PARTS, by_host, columns_of, finish_held, finish_partition, hosts_in,
-                                  partition_name, scan_frame, write_empty, write_host_part, write_part)
-
-MANIFEST_VERSION = 5  # 4: frames partitioned by host; 5: events' identifiers stored as categories
-FRAMES = (*SCHEMAS, "quarantine")
-# the bundle's own papers, not evidence: the manifest, notes, what `forensics collect` recorded
-IGNORED_NAMES = {MANIFEST, "README.md", ".gitkeep", ".forensics-tar-skipped.json", "collect.json",
-                 "could-not-collect.tsv"}
-FOLLOW_LINKS_ENV = "FORENSICS_FOLLOW_LINKS"  # 1: read symbolic links that lead out of the bundle
-
-
-def follow_links_outside() -> bool:  # noqa: N802 - reads like the setting it is
-    """Whether symbolic links leading out of a bundle are read (off unless FORENSICS_FOLLOW_LINKS=1)."""
-    return os.environ.get(FOLLOW_LINKS_ENV, "") == "1"
-
-
-# s3fs reads a file under 100 MiB whole before sending it: a few at a time keep memory bounded
-UPLOADS_AT_ONCE = 4
-CASE_MARKER = ".forensics-case"  # in every case folder: the only folders a new case may replace
-OUTPUT_MARKER = ".forensics-report"  # in every report folder: the only folders a report writes into
-
-
-def to_pandas(frame: pl.DataFrame | pl.LazyFrame) -> Any:
-    """A polars frame as pandas with the dtypes an analyst expects: time zone-aware UTC timestamps
-    (`datetime64[us, UTC]`), categoricals as `category`, text as Arrow-backed strings, integers
-    and booleans as pandas' nullable types (a missing pid stays missing, not NaN), lists and
-    structs (labels, locals, raw fields) as Arrow-backed columns — no Python objects per cell."""
-    import pandas as pd
-    import pyarrow as pa
-
-    nullable = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
-                pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
-                pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(), pa.bool_(): pd.BooleanDtype()}
-
-    def mapped(kind: pa.DataType) -> Any:
-        if kind in nullable:  # integers stay integers where a value is missing (not float NaN)
-            return nullable[kind]
-        if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
-            return pd.StringDtype("pyarrow")
-        if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_struct(kind) \
-                or pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind):
-            return pd.ArrowDtype(kind)
-        return None
-
-    table = (frame.collect() if isinstance(frame, pl.LazyFrame) else frame).to_arrow()
-    return table.to_pandas(types_mapper=mapped, coerce_temporal_nanoseconds=False)
-
-
-@dataclass
-class Case:
-    """An opened case: lazy frames and the manifest."""
-
-    path: Place
-    events: pl.LazyFrame
-    samples: pl.LazyFrame
-    stacks: pl.LazyFrame
-    quarantine: pl.LazyFrame
-    manifest: dict[str, Any]
-    # host → its `events` rows still in memory from the ingest that wrote them (`Held.events`), for
-    # the timeline to read instead of the file; empty for a case opened from disk
-    held_events: dict[str | None, pl.DataFrame] = field(default_factory=dict)
-
-    def to_pandas(self, frame: str, columns: list[str] | None = None, where: pl.Expr | None = None) -> Any:
-        """One of the case's frames (`events`, `samples`, `stacks`, `quarantine`) as a pandas
-        DataFrame (`forensics.case.to_pandas`), narrowed first by `columns` and a polars `where`
-        (pushed down to the Parquet read, so only what is asked for is loaded)."""
-        if frame not in FRAMES:
-            raise CaseError(f"no frame {frame!r} in a case; there are {', '.join(FRAMES)}")
-        lazy: pl.LazyFrame = getattr(self, frame)
-        if where is not None:
-            lazy = lazy.filter(where)
-        if columns is not None:
-            lazy = lazy.select(columns)
-        return to_pandas(lazy)
+                                  partition_name, write_empty, write_host_part, write_part)
+from forensics.case.targets import check_case_target
 
 
 def _size(path: Path) -> int:
@@ -145,94 +64,6 @@ def _sha256(path: Path) -> str:
             while block := f.read(1 << 20):
                 digest.update(block)
     return digest.hexdigest()
-
-
-def discover(bundle: Path, listed: list[str] | None = None
-             ) -> tuple[list[tuple[Path, sources.Source]], list[dict[str, str]]]:
-    """The inputs of a bundle with their formats, and every other file with why it was skipped.
-    A directory that a format reads whole (a journal directory) is one input. With `listed` globs
-    (incident.toml [inputs]) only matching paths are read, and a glob matching nothing is reported."""
-    inputs: list[tuple[Path, sources.Source]] = []
-    skipped: list[dict[str, str]] = []
-    matched: set[str] = set()
-
-    def wanted(path: Path) -> bool:
-        if not listed:
-            return True
-        relative = str(path.relative_to(bundle))
-        hits = [g for g in listed if fnmatch.fnmatch(relative, g)]
-        matched.update(hits)
-        return bool(hits)
-
-    root = bundle.resolve()
-    seen_folders: set[Path] = set()
-
-    def skip(path: Path, reason: str) -> None:
-        skipped.append({"path": str(path.relative_to(bundle)), "reason": reason})
-
-    def outside(path: Path) -> str | None:
-        """Why `path` is not read: a link leading out of the bundle, a broken link, or a file that
-        is not a regular file (a FIFO would block the read forever)."""
-        if path.is_symlink():
-            target = path.resolve()
-            if not target.exists():
-                return f"broken symbolic link (to {os.readlink(path)})"
-            if target != root and root not in target.parents and not follow_links_outside():
-                return (f"symbolic link to {target}, outside the bundle: not followed "
-                        f"(set {FOLLOW_LINKS_ENV}=1 to read it)")
-        if not path.is_dir() and not path.is_file():
-            return "not a regular file (a FIFO, socket or device)"
-        return None
-
-    def visit(folder: Path) -> None:
-        real = folder.resolve()
-        if real in seen_folders:
-            skip(folder, f"folder already read through another path ({real}): a symbolic link loop or alias")
-            return
-        seen_folders.add(real)
-        for path in sorted(folder.iterdir()):
-            if path.name in IGNORED_NAMES:
-                continue
-            if (why := outside(path)) is not None:
-                skip(path, why)
-                continue
-            if not path.is_dir() and not wanted(path):
-                skip(path, "not among incident.toml [inputs]")
-                continue
-            if path.is_dir() and ((path / CASE_MARKER).is_file() or (path / OUTPUT_MARKER).is_file()):
-                skip(path, "a forensics case or report folder (output, not evidence)")
-                continue
-            if path.is_dir():
-                if path.resolve() in seen_folders:
-                    skip(path, f"folder already read through another path ({path.resolve()}): a symbolic link "
-                               f"loop or alias")
-                    continue
-                # a folder read whole (a journal directory) is read by a library that would follow
-                # its links: one holding a link out of the bundle is read file by file instead
-                links_out = any(outside(p) for p in path.rglob("*") if p.is_symlink())
-                try:
-                    if links_out:
-                        raise WrongFormat(f"{path}: holds links leading out of the bundle")
-                    inputs.append((path, sources.detect(path)))
-                except WrongFormat:
-                    visit(path)
-                continue
-            try:
-                inputs.append((path, sources.detect(path)))
-            except WrongFormat as why:
-                skip(path, str(why).split(": ", 1)[-1])
-            except OSError as error:
-                skip(path, f"cannot be read: {error.strerror or error}")
-
-    if not bundle.is_dir():
-        raise CaseError(f"{bundle}: not a directory (a bundle is a folder of evidence files, or a tarball of one)")
-    visit(bundle)
-    if (bundle / TAR_SKIPPED).is_file():
-        skipped += json.loads((bundle / TAR_SKIPPED).read_text())
-    for glob in listed or []:
-        if glob not in matched:
-            skipped.append({"path": glob, "reason": "listed in incident.toml [inputs] but matches no file"})
-    return inputs, skipped
 
 
 def _iso(value: Any) -> str | None:
@@ -542,271 +373,3 @@ def read_bundle(bundle: str | Path, progress: Progress | None = None) -> tuple[d
                   "quarantine": case.quarantine.collect()}
     return frames, manifest
 
-
-def _is_case(folder: Path) -> bool:
-    """Whether `folder` is a case this package wrote: its marker, or (cases written before the
-    marker) nothing but the frames' folders and a manifest of ours."""
-    if (folder / CASE_MARKER).is_file():
-        return True
-    names = {p.name for p in folder.iterdir()}
-    if "manifest.json" not in names or not names <= {*FRAMES, "manifest.json"}:
-        return False
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(manifest, dict) and {"version", "inputs", "totals"} <= manifest.keys()
-
-
-def _refuse_bundle_overlap(target: Path, given: str | Path, bundle: str | Path | None, what: str) -> None:
-    if bundle is None:
-        return
-    evidence = Path(bundle).expanduser().resolve()
-    if target == evidence or target in evidence.parents:
-        raise CaseError(f"{given}: refusing to write {what} here: it would replace the bundle {bundle}; "
-                        f"give a folder outside it")
-
-
-def _check_remote_target(case: Place, given: str | Place) -> Place:
-    """`case` (in an object store), or CaseError when a case may not be written there: a bucket's
-    root, an object of that name, or a prefix holding objects that are not a case of ours."""
-    if not case.path.strip("/").count("/"):
-        raise CaseError(f"{given}: a case needs a prefix of its own inside the bucket "
-                        f"(e.g. {place_text(case).rstrip('/')}/cases/NAME), not the bucket itself")
-    try:
-        if case.is_file():
-            raise CaseError(f"{given}: an object of that name exists; refusing to replace it with a case")
-        held = _objects(case)
-    except (OSError, PermissionError) as error:
-        raise CaseError(f"{given}: cannot be listed ({error}); check the store's address and credentials "
-                        "(for S3: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)") from None
-    if held and not (case / CASE_MARKER).is_file():
-        raise CaseError(f"{given}: holds {len(held)} objects and is not a forensics case (no {CASE_MARKER}); "
-                        f"refusing to replace it — give a new or empty prefix, or remove it yourself")
-    return case
-
-
-def check_case_target(case_dir: str | Place, bundle: str | Path | None = None) -> Place:
-    """`case_dir` resolved, or CaseError when writing a case there would destroy something: the
-    bundle itself or a folder above it, a file, or a folder holding anything that is not a case of
-    ours. (A case inside the bundle is allowed: reading the bundle passes over it.) A URL is
-    checked in its object store the same way (`_check_remote_target`)."""
-    if is_remote(place := location(case_dir)):
-        return _check_remote_target(place, case_dir)
-    case = Path(case_dir).expanduser().resolve()
-    _refuse_bundle_overlap(case, case_dir, bundle, "a case")
-    if case.exists() or case.is_symlink():
-        if not case.is_dir() or case.is_symlink():
-            raise CaseError(f"{case_dir}: exists and is not a folder; refusing to replace it with a case")
-        if any(case.iterdir()) and not _is_case(case):
-            raise CaseError(f"{case_dir}: holds files and is not a forensics case (no {CASE_MARKER}); refusing to "
-                            f"replace it — give a new or empty folder, or remove it yourself")
-    return case
-
-
-def check_output_target(out_dir: str | Path, bundle: str | Path | None, outputs: Iterable[str]) -> Path:
-    """`out_dir` resolved and marked as a report folder, or CaseError when writing the report's
-    files there could overwrite something that is not ours: the bundle or a folder above it, or a folder holding other files (one holding only the report's own file names — an output
-    folder from before the marker — is taken as ours)."""
-    out = Path(out_dir).expanduser().resolve()
-    _refuse_bundle_overlap(out, out_dir, bundle, "a report")
-    if out.exists() and not out.is_dir():
-        raise CaseError(f"{out_dir}: exists and is not a folder")
-    if out.is_dir() and not (out / OUTPUT_MARKER).is_file():
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in {*outputs, "case", ".case.lock"}
-                         and not p.name.startswith(".case.partial-"))
-        if foreign:
-            raise CaseError(f"{out_dir}: holds files that are not a forensics report ({', '.join(foreign[:3])}"
-                            f"{', …' if len(foreign) > 3 else ''}); refusing to write into it — give a new or "
-                            f"empty folder")
-    case = out / "case"  # ours only when it is a case (its marker, or a case from before the marker)
-    if (case.is_symlink() or case.exists()) and (not case.is_dir() or case.is_symlink()
-                                                 or (any(case.iterdir()) and not _is_case(case))):
-        raise CaseError(f"{out_dir}: its case/ is not a forensics case (no {CASE_MARKER}); refusing to replace "
-                        "it — give another --out, or move it away yourself")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / OUTPUT_MARKER).write_text("forensics report outputs: `forensics report` rewrites the files it made\n")
-    return out
-
-
-@contextmanager
-def case_lock(case_dir: Path) -> Iterator[None]:
-    """Exclusive use of `case_dir` by one writer: a second waits until the first has swapped its
-    case in (an advisory lock on a file beside the case). The file is removed when the writer is
-    done, so nothing is left beside an output; a waiter that then holds the lock of a file already
-    removed sees that its inode is no longer the path's and takes the lock again."""
-    case_dir.parent.mkdir(parents=True, exist_ok=True)
-    path = case_dir.parent / f".{case_dir.name}.lock"
-    while True:
-        handle = open(path, "a+b")
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            current = os.stat(path).st_ino
-        except FileNotFoundError:
-            current = None
-        if current == os.fstat(handle.fileno()).st_ino:
-            break
-        handle.close()  # the holder before us removed the file we locked: lock the new one
-    try:
-        yield
-    finally:
-        path.unlink(missing_ok=True)  # while still held: no one can lock this inode and think it current
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
-
-
-def _objects(place: Place) -> list[str]:
-    """The objects under `place` in its object store, by full key (not the empty "folders" some
-    stores keep, such as SeaweedFS's filer)."""
-    found = place.fs.find(place.path, withdirs=False, detail=True)
-    return sorted(name for name, info in found.items() if info.get("type") == "file")
-
-
-def _remove_tree(place: Place) -> None:
-    """Every object under `place` in its object store (nothing if there are none)."""
-    if objects := _objects(place):
-        place.fs.rm(objects)
-
-
-def _upload(fs: Any, local: str, key: str) -> None:
-    """One file of a case built here, put into its object store."""
-    fs.put_file(local, key)
-
-
-def _local_staging_prefix(case: Place) -> str:
-    """The name a local build of the case at URL `case` starts with (in the temporary folder), so
-    the next ingest of that URL finds and removes what a killed writer left."""
-    return f"forensics-case-{hashlib.sha1(place_text(case).encode()).hexdigest()[:12]}-"
-
-
-@contextmanager
-def _staged_remote_case(case: Place, build_here: bool, progress: Progress | None) -> Iterator[Place]:
-    """`staged_case` in an object store. Built in this machine's temporary folder (`build_here`:
-    one upload of the finished case, its objects counted on `progress`) or, when other machines
-    write parts of it, under `.NAME.partial-*` beside the case in the store (then copied server
-    side). Either way it goes in object by object with the manifest last, after the old case's
-    manifest and objects are gone; the manifest is what makes a case (`load_case` refuses a
-    prefix without one), so no reader takes half a case for a whole one. The caller holds the
-    case's `writer_lock`, so what is removed first was left by a writer that died."""
-    for leftover in case.parent.glob(f".{case.name}.partial-*"):  # what a killed writer left
-        _remove_tree(leftover)
-    for leftover in Path(tempfile.gettempdir()).glob(f"{_local_staging_prefix(case)}*"):
-        shutil.rmtree(leftover, ignore_errors=True)
-    fs, manifest = case.fs, case / "manifest.json"
-    if build_here:
-        staging: Place = Path(tempfile.mkdtemp(prefix=_local_staging_prefix(case)))
-        for name in FRAMES:
-            staging.joinpath(name).mkdir()
-    else:
-        staging = case.parent / f".{case.name}.partial-{os.getpid()}-{os.urandom(4).hex()}"
-    try:
-        (staging / CASE_MARKER).write_text("a forensics case: `forensics ingest` may replace this prefix whole\n")
-        yield staging
-        if manifest.exists():
-            manifest.unlink()  # from here on the old case is no case
-        _remove_tree(case)
-        if build_here:
-            built = sorted(p for p in staging.rglob("*") if p.is_file() and p.name != "manifest.json")
-            uploads = [(fs, str(p), f"{case.path}/{p.relative_to(staging).as_posix()}") for p in built]
-            cluster.Local(UPLOADS_AT_ONCE).map(_upload, uploads, "objects uploaded", progress)
-            fs.put_file(str(staging / "manifest.json"), manifest.path)
-        else:
-            built = [name for name in _objects(staging) if not name.endswith("/manifest.json")]
-            fs.copy(built, [f"{case.path}/{name[len(staging.path):].lstrip('/')}" for name in built])
-            fs.copy((staging / "manifest.json").path, manifest.path)
-    finally:
-        if build_here:
-            shutil.rmtree(staging, ignore_errors=True)
-        else:
-            _remove_tree(staging)
-
-
-@contextmanager
-def staged_case(case_dir: str | Place, bundle: str | Path | None = None, build_here: bool = True,
-                progress: Progress | None = None) -> Iterator[Place]:
-    """A folder to build the case in, swapped in place of `case_dir` when the block ends without
-    error (removed otherwise). Built beside it and swapped under a lock, so a reader never sees
-    half a case and two writers never mix theirs; what a killed writer left aside is removed by
-    the next one. Refuses (CaseError) any place `check_case_target` refuses. In an object store:
-    `_staged_remote_case` under its `writer_lock` (`build_here` False when workers elsewhere
-    write parts of it); there a second writer is refused rather than kept waiting."""
-    if is_remote(place := location(case_dir)):
-        _check_remote_target(place, case_dir)
-        with writer_lock(place), _staged_remote_case(place, build_here, progress) as staging:
-            yield staging
-        return
-    case_dir = Path(case_dir).expanduser()
-    with case_lock(case_dir.resolve()):
-        case_dir = check_case_target(case_dir, bundle)
-        for leftover in case_dir.parent.glob(f".{case_dir.name}.partial-*"):
-            shutil.rmtree(leftover, ignore_errors=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{case_dir.name}.partial-", dir=case_dir.parent))
-        try:
-            (staging / CASE_MARKER).write_text("a forensics case: `forensics ingest` may replace this folder whole\n")
-            for name in FRAMES:
-                (staging / name).mkdir()
-            yield staging
-            retired = None
-            if case_dir.exists():
-                retired = case_dir.with_name(f".{case_dir.name}.partial-old-{os.getpid()}")
-                case_dir.rename(retired)
-            staging.rename(case_dir)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        if retired is not None:
-            shutil.rmtree(retired, ignore_errors=True)
-
-
-@overload
-def load_case(path: str | Place, backend: Literal["polars"] = "polars") -> Case: ...
-@overload
-def load_case(path: str | Place, backend: Literal["pandas"]) -> dict[str, Any]: ...
-
-
-def load_case(path: str | Place, backend: str = "polars") -> Case | dict[str, Any]:
-    """Open a case folder: lazy `events`, `samples`, `stacks` and `quarantine` frames plus the
-    manifest. With `backend="pandas"`: a dict of those four frames as pandas DataFrames (read
-    whole: for big cases, `load_case(path).to_pandas(frame, columns, where)` reads less)."""
-    if backend == "pandas":
-        case = load_case(path)
-        return {name: case.to_pandas(name) for name in FRAMES}
-    if backend != "polars":
-        raise CaseError(f"backend must be polars or pandas, not {backend!r}")
-    path = location(path)
-    manifest_path = path / "manifest.json"
-    if not manifest_path.is_file():
-        if (path / CASE_MARKER).is_file():
-            raise CaseError(f"{path}: an ingest into this case did not finish (no manifest.json); run "
-                            f"`forensics ingest BUNDLE --case {path}` again")
-        raise CaseError(f"{path}: not a case (no manifest.json); "
-                        f"create one with `forensics ingest BUNDLE --case {path}`")
-    manifest = json.loads(manifest_path.read_text())
-    if manifest.get("version") != MANIFEST_VERSION:
-        raise CaseError(f"{manifest_path}: case version {manifest.get('version')}, this forensics reads "
-                        f"{MANIFEST_VERSION}; re-ingest the bundle")
-    frames = {}
-    extras = manifest.get("layout", {}).get("extra_columns", {})
-    for name in FRAMES:
-        dataset = path / name
-        if not dataset.is_dir():
-            raise CaseError(f"{path}: missing the {name} dataset ({dataset})")
-        frames[name] = scan_frame(path, name, extras.get(name))
-    return Case(path, frames["events"], frames["samples"], frames["stacks"], frames["quarantine"], manifest)
-
-
-def host_unit_summary(case: Case) -> pl.DataFrame:
-    """Records per host and unit with their first and last time."""
-    return (case.events.group_by("host", "unit")
-            .agg(pl.len().alias("records"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"))
-            .sort("host", "unit", nulls_last=True).collect())
-
-
-def instance_summary(case: Case | pl.LazyFrame) -> pl.DataFrame:
-    """Per metrics instance and source format: scrapes (or API points), series, samples, first and
-    last time — of a case, or of a `samples` frame (a timeline's, say)."""
-    samples = case.samples if isinstance(case, Case) else case
-    return (samples.group_by(pl.col("instance").cast(pl.String), pl.col("format").cast(pl.String))
-            .agg(pl.col("ts").n_unique().alias("times"), pl.col("series").n_unique().alias("series"),
-                 pl.len().alias("samples"), pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"))
-            .sort("instance", "format", nulls_last=True).collect())

@@ -49,7 +49,7 @@ class ManifestError(ForensicsError):
 @dataclass(frozen=True)
 class HostClock:
     """A host's time zone and clock offset (host clock minus true time); None when not known, in
-    which case `forensics.timeline.align` estimates it from requests seen on two hosts, if it can."""
+    which case `forensics.timeline.clocks` estimates it from requests seen on two hosts, if it can."""
 
     time_zone: ZoneInfo
     clock_offset_s: float | None

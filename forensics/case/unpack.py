@@ -415,27 +415,34 @@ def untar(raw: IO[bytes], unpacker: Unpacker) -> None:
             unpacker.refuse(name or "(a member)", why_before)
             stream.skip(size)
             continue
-        if kind in (b"0", b"\x00", b"7") and not sparse and not name.endswith("/"):
-            unpacker.file(name, size, stream.chunks(size), mtime, read_rest=_rest(stream, size))
-        elif kind == b"5" or (kind in (b"0", b"\x00") and name.endswith("/")):
-            unpacker.folder(name)
-            stream.skip(size)
-        elif sparse:
-            if real_size > unpacker.budget:
-                unpacker.refuse(name, f"{real_size:,} bytes (a sparse file), over what {unpacker.what} may still "
-                                      f"unpack to ({unpacker.budget:,} bytes of {UNPACKED_ENV}={unpacked_limit():,})")
-            else:
-                unpacker.refuse(name, f"a sparse file of {real_size:,} bytes: sparse members are not unpacked; "
-                                      f"unpack the archive with tar and give forensics the folder")
-            stream.skip(size)
-        elif kind in _SKIPPED_QUIETLY:
-            stream.skip(size)
+        _member(stream, unpacker, kind, name, size, mtime, sparse, real_size, link)
+
+
+def _member(stream: _Stream, unpacker: Unpacker, kind: bytes, name: str, size: int, mtime: float | None,
+            sparse: bool, real_size: int, link: str) -> None:
+    """One member whose header has been read, by its type: a file or folder unpacked, anything else
+    (a sparse file, a link, a device, a FIFO) refused with why, and its `size` bytes of data read on."""
+    if kind in (b"0", b"\x00", b"7") and not sparse and not name.endswith("/"):
+        unpacker.file(name, size, stream.chunks(size), mtime, read_rest=_rest(stream, size))
+    elif kind == b"5" or (kind in (b"0", b"\x00") and name.endswith("/")):
+        unpacker.folder(name)
+        stream.skip(size)
+    elif sparse:
+        if real_size > unpacker.budget:
+            unpacker.refuse(name, f"{real_size:,} bytes (a sparse file), over what {unpacker.what} may still "
+                                  f"unpack to ({unpacker.budget:,} bytes of {UNPACKED_ENV}={unpacked_limit():,})")
         else:
-            what = _TYPE_NAMES.get(kind, f"a member of type {kind!r}")
-            if kind in (b"1", b"2"):
-                what += f" to {_shown(link)[:120]}"
-            unpacker.refuse(name, f"{what}: only files and folders are unpacked")
-            stream.skip(size)
+            unpacker.refuse(name, f"a sparse file of {real_size:,} bytes: sparse members are not unpacked; "
+                                  f"unpack the archive with tar and give forensics the folder")
+        stream.skip(size)
+    elif kind in _SKIPPED_QUIETLY:
+        stream.skip(size)
+    else:
+        what = _TYPE_NAMES.get(kind, f"a member of type {kind!r}")
+        if kind in (b"1", b"2"):
+            what += f" to {_shown(link)[:120]}"
+        unpacker.refuse(name, f"{what}: only files and folders are unpacked")
+        stream.skip(size)
 
 
 def _rest(stream: _Stream, size: int) -> Callable[[], None]:

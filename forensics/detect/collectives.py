@@ -35,7 +35,8 @@ import re
 import polars as pl
 
 from forensics.detect import Evidence, Finding, clock, rank_list, span
-from forensics.detect.stacks import STRAGGLER_OR_MISSING, TP_DESYNC, UNIFORM_WAIT, Verdict, latest
+from forensics.detect.stack_verdict import STRAGGLER_OR_MISSING, TP_DESYNC, UNIFORM_WAIT, Verdict
+from forensics.detect.stacks import latest
 from forensics.timeline.align import Timeline
 from forensics.detect.registry import Context, detector
 
@@ -162,76 +163,86 @@ def detect(timeline: Timeline, verdicts: list[Verdict], main_track: str) -> list
     logged_timeout = ("event" in timeline.events.columns
                       and timeline.events.select((pl.col("event") == "collective_timeout").any()).item() is True)
     for (job, pg), rows in recorded.group_by("FR_JOB", "FR_PG", maintain_order=True):
-        expected = _ranks(rows.get_column("FR_PG_RANKS").drop_nulls().head(1).to_list()[0]
-                          if rows.get_column("FR_PG_RANKS").drop_nulls().len() else "")
-        seen = sorted(r for r in rows.get_column("FR_RANK").to_list() if r is not None)
-        latest_seq = int(rows.get_column("FR_SEQ").max())  # type: ignore[arg-type]
-        at_latest = rows.filter(pl.col("FR_SEQ") == latest_seq)
-        behind = rows.filter(pl.col("FR_SEQ") < latest_seq)
-        not_dumped = sorted(set(expected) - set(seen))
-        ops = dict(at_latest.group_by("FR_OP").agg(pl.col("FR_RANK")).iter_rows())
-        sizes = dict(at_latest.group_by("FR_INPUT_SIZES").agg(pl.col("FR_RANK")).iter_rows())
-        desc = rows.get_column("FR_PG_DESC").drop_nulls().head(1).to_list()
-        group = ((f"{job.split('/')[0]}: " if jobs > 1 else "") + f"process group {pg}"
-                 + (f" ({desc[0]})" if desc and desc[0] else ""))
-        op_at = ", ".join(sorted(ops))
-        mine = table.filter((pl.col("job") == job) & (pl.col("pg") == pg))
-        timed_out = mine.get_column("watchdog_seq").drop_nulls().len() > 0 or logged_timeout
-        waited = _waited(at_latest, behind)
-        parts = []
-        if len(ops) > 1:
-            verdict = TP_DESYNC
-            parts.append(f"At collective {latest_seq} the ranks are in different collectives: "
-                         + "; ".join(f"{_names(r)} in {op}" for op, r in sorted(ops.items()))
-                         + ". A collective completes only when every rank enters the same one: the group is "
-                         "desynchronised.")
-        elif len(sizes) > 1:
-            verdict = SIZE_MISMATCH
-            parts.append(f"Collective {latest_seq} ({op_at}) has different sizes on different ranks: "
-                         + "; ".join(f"{_names(r)}: {s}" for s, r in sorted(sizes.items())) + ".")
-        elif waited is not None and waited < MOMENT_S and not timed_out:
-            continue  # dumped while passing a collective: a moment, not a wait
-        elif behind.height or not_dumped:
-            verdict = STRAGGLER_OR_MISSING
-            if behind.height:
-                lag = ", ".join(f"rank {r['FR_RANK']} at {r['FR_SEQ']} ({r['FR_OP']})"
-                                for r in behind.iter_rows(named=True))
-                parts.append(f"{_names(behind.get_column('FR_RANK').to_list())[0].upper()}"
-                             f"{_names(behind.get_column('FR_RANK').to_list())[1:]} never entered collective "
-                             f"{latest_seq} ({op_at}), which {_names(at_latest.get_column('FR_RANK').to_list())} "
-                             f"entered: the last each recorded is {lag}. These are the ranks to blame (or what "
-                             "held them: their own stacks say).")
-            if not_dumped:
-                parts.append(f"No Flight Recorder dump of {_names(not_dumped)} of the group's ranks "
-                             f"{expected}: what they did is not in the evidence.")
-        else:
-            completed = at_latest.get_column("FR_LAST_COMPLETED").drop_nulls()
-            if completed.len() and (completed >= latest_seq).all():
-                continue  # every rank completed the last collective it recorded: nothing stuck here
-            verdict = UNIFORM_WAIT
-            parts.append(f"Every rank ({rank_list(seen)}) is in collective {latest_seq} ({op_at}) and none "
-                         "completed it: the ranks agree with each other, so the wait is below them (the transport, "
-                         "the device, communicator init).")
-        if waited is not None:
-            parts.append(f"When the dumps were written, {_names(at_latest.get_column('FR_RANK').to_list())} had "
-                         f"waited {span(waited) if waited >= 1 else f'{waited:.2f} s'} in collective {latest_seq}.")
-        elif not timed_out and verdict in (STRAGGLER_OR_MISSING, UNIFORM_WAIT):
-            parts.append("The dumps do not say when they were written (their file times were not kept), so how long "
-                         "the collective had waited is unknown: a watchdog timeout line or a second dump would tell "
-                         "a hang from a moment.")
-        disagree = mine.filter(pl.col("watchdog_seq").is_not_null() & pl.col("seq").is_not_null()
-                               & (pl.col("watchdog_seq") != pl.col("seq")))
-        if disagree.height:
-            parts.append("The sources disagree: " + "; ".join(
-                f"for rank {r['rank']} the watchdog names work {r['watchdog_seq']}, the recorder {r['seq']}"
-                for r in disagree.iter_rows(named=True)) + ".")
-        at = rows.get_column("ts").max()
-        text = (f"{group}, Flight Recorder of {_names(seen)} (up to {clock(at)}): {verdict}. " + " ".join(parts))
-        evidence = [Evidence("events", r["source_file"], r["source_line"], None, r["ts"], r["message"][:80])
-                    for r in rows.sort("FR_RANK").iter_rows(named=True)][:8]
-        out.append(Finding("collective_verdict", main_track, None, at, text, None, evidence,
-                           facts={"verdict": verdict, "group": group}))
+        found = _group_finding(job, pg, rows, table, jobs, logged_timeout, main_track)
+        if found is not None:
+            out.append(found)
     return out + _pasted(timeline, main_track)
+
+
+def _group_finding(job: str, pg: str, rows: pl.DataFrame, table: pl.DataFrame, jobs: int, logged_timeout: bool,
+                   main_track: str) -> Finding | None:
+    """The verdict on one process group of one job from its ranks' latest recorded collectives
+    (`rows`), or None when the dumps show nothing stuck (a moment passing a collective, or every
+    rank through the last it recorded)."""
+    expected = _ranks(rows.get_column("FR_PG_RANKS").drop_nulls().head(1).to_list()[0]
+                      if rows.get_column("FR_PG_RANKS").drop_nulls().len() else "")
+    seen = sorted(r for r in rows.get_column("FR_RANK").to_list() if r is not None)
+    latest_seq = int(rows.get_column("FR_SEQ").max())  # type: ignore[arg-type]
+    at_latest = rows.filter(pl.col("FR_SEQ") == latest_seq)
+    behind = rows.filter(pl.col("FR_SEQ") < latest_seq)
+    not_dumped = sorted(set(expected) - set(seen))
+    ops = dict(at_latest.group_by("FR_OP").agg(pl.col("FR_RANK")).iter_rows())
+    sizes = dict(at_latest.group_by("FR_INPUT_SIZES").agg(pl.col("FR_RANK")).iter_rows())
+    desc = rows.get_column("FR_PG_DESC").drop_nulls().head(1).to_list()
+    group = ((f"{job.split('/')[0]}: " if jobs > 1 else "") + f"process group {pg}"
+             + (f" ({desc[0]})" if desc and desc[0] else ""))
+    op_at = ", ".join(sorted(ops))
+    mine = table.filter((pl.col("job") == job) & (pl.col("pg") == pg))
+    timed_out = mine.get_column("watchdog_seq").drop_nulls().len() > 0 or logged_timeout
+    waited = _waited(at_latest, behind)
+    parts = []
+    if len(ops) > 1:
+        verdict = TP_DESYNC
+        parts.append(f"At collective {latest_seq} the ranks are in different collectives: "
+                     + "; ".join(f"{_names(r)} in {op}" for op, r in sorted(ops.items()))
+                     + ". A collective completes only when every rank enters the same one: the group is "
+                     "desynchronised.")
+    elif len(sizes) > 1:
+        verdict = SIZE_MISMATCH
+        parts.append(f"Collective {latest_seq} ({op_at}) has different sizes on different ranks: "
+                     + "; ".join(f"{_names(r)}: {s}" for s, r in sorted(sizes.items())) + ".")
+    elif waited is not None and waited < MOMENT_S and not timed_out:
+        return None  # dumped while passing a collective: a moment, not a wait
+    elif behind.height or not_dumped:
+        verdict = STRAGGLER_OR_MISSING
+        if behind.height:
+            lag = ", ".join(f"rank {r['FR_RANK']} at {r['FR_SEQ']} ({r['FR_OP']})"
+                            for r in behind.iter_rows(named=True))
+            parts.append(f"{_names(behind.get_column('FR_RANK').to_list())[0].upper()}"
+                         f"{_names(behind.get_column('FR_RANK').to_list())[1:]} never entered collective "
+                         f"{latest_seq} ({op_at}), which {_names(at_latest.get_column('FR_RANK').to_list())} "
+                         f"entered: the last each recorded is {lag}. These are the ranks to blame (or what "
+                         "held them: their own stacks say).")
+        if not_dumped:
+            parts.append(f"No Flight Recorder dump of {_names(not_dumped)} of the group's ranks "
+                         f"{expected}: what they did is not in the evidence.")
+    else:
+        completed = at_latest.get_column("FR_LAST_COMPLETED").drop_nulls()
+        if completed.len() and (completed >= latest_seq).all():
+            return None  # every rank completed the last collective it recorded: nothing stuck here
+        verdict = UNIFORM_WAIT
+        parts.append(f"Every rank ({rank_list(seen)}) is in collective {latest_seq} ({op_at}) and none "
+                     "completed it: the ranks agree with each other, so the wait is below them (the transport, "
+                     "the device, communicator init).")
+    if waited is not None:
+        parts.append(f"When the dumps were written, {_names(at_latest.get_column('FR_RANK').to_list())} had "
+                     f"waited {span(waited) if waited >= 1 else f'{waited:.2f} s'} in collective {latest_seq}.")
+    elif not timed_out and verdict in (STRAGGLER_OR_MISSING, UNIFORM_WAIT):
+        parts.append("The dumps do not say when they were written (their file times were not kept), so how long "
+                     "the collective had waited is unknown: a watchdog timeout line or a second dump would tell "
+                     "a hang from a moment.")
+    disagree = mine.filter(pl.col("watchdog_seq").is_not_null() & pl.col("seq").is_not_null()
+                           & (pl.col("watchdog_seq") != pl.col("seq")))
+    if disagree.height:
+        parts.append("The sources disagree: " + "; ".join(
+            f"for rank {r['rank']} the watchdog names work {r['watchdog_seq']}, the recorder {r['seq']}"
+            for r in disagree.iter_rows(named=True)) + ".")
+    at = rows.get_column("ts").max()
+    text = (f"{group}, Flight Recorder of {_names(seen)} (up to {clock(at)}): {verdict}. " + " ".join(parts))
+    evidence = [Evidence("events", r["source_file"], r["source_line"], None, r["ts"], r["message"][:80])
+                for r in rows.sort("FR_RANK").iter_rows(named=True)][:8]
+    return Finding("collective_verdict", main_track, None, at, text, None, evidence,
+                   facts={"verdict": verdict, "group": group})
 
 
 def _expected(ranks: str | None, world: str | None) -> str:

@@ -16,7 +16,8 @@ import polars as pl
 
 from forensics.timeline.align import Timeline
 from forensics.detect import Evidence, Finding, clock
-from forensics.detect.stacks import Verdict, latest
+from forensics.detect.stack_verdict import Verdict
+from forensics.detect.stacks import latest
 from forensics.timeline.metrics import label, named
 from forensics.detect.registry import Context, detector
 

@@ -44,7 +44,7 @@ class Context:
 
     timeline: Timeline
     found: list[Finding] = field(default_factory=list)
-    verdicts: list[Any] = field(default_factory=list)  # forensics.detect.stacks.Verdict, once judged
+    verdicts: list[Any] = field(default_factory=list)  # forensics.detect.stack_verdict.Verdict, once judged
     times: Any = None  # forensics.detect.keytimes.KeyTimes, once known
     contradictions: list[Finding] = field(default_factory=list)  # key times out of order, said last
 

@@ -133,14 +133,136 @@ def _frame(line: str, in_thread: bool) -> str | None:
     return None
 
 
+class _Rewriter:
+    """The pass over a paste's lines: what the previous lines opened decides what the next one is."""
+
+    def __init__(self, notes: list[str]) -> None:
+        self.out: list[str] = []
+        self.origin: list[int] = []
+        self.notes = notes
+        self.in_process = False  # inside a dump that has its own Process line
+        self.last = "none"  # what the previous meaningful line was: thread, frame, locals, other
+        self.block: _Block | None = None  # a head-less dump being gathered
+        self.headless_open = False  # a head-less process is open: its non-main threads join it
+
+    def emit(self, line: str, number: int) -> None:
+        self.out.append(line)
+        self.origin.append(number)
+
+    def flush(self) -> None:
+        """Write the head-less block gathered so far: each thread with the frames the block shares."""
+        block = self.block
+        if block is None:
+            return
+        shared = block.frames
+        for number, thread_text, name, thread_id in block.threads:
+            if not self.headless_open or name == "MainThread":
+                pid = int(thread_id) if thread_id.isdigit() and name in (None, "MainThread") else NO_PID
+                self.emit(f"Process {pid}: {HEADERLESS_TITLE}", number)
+                self.emit("Python v?", number)
+                self.emit("", number)
+                self.headless_open = True
+            self.emit(thread_text, number)
+            for frame_number, frame_text in shared:
+                self.emit(frame_text, frame_number)
+        if len(block.threads) > 1 and shared:
+            self.notes.append(f"line {block.threads[0][0]}: {len(block.threads)} thread lines share one frame list "
+                              f"(grouped by the author): each thread gets those frames")
+        self.block = None
+
+    def line(self, number: int, line: str) -> None:
+        """Rewrite one line, by the first of its kinds it is."""
+        if not (self._marker(number, line) or self._thread(number, line) or self._frame_or_locals(number, line)):
+            self._other(number, line)
+
+    def _marker(self, number: int, line: str) -> bool:
+        """A code fence, an elision, SGLang's dump wrappers or a Process line."""
+        if _FENCE.match(line):
+            self.flush()
+            self.headless_open, self.last = False, "other"
+            self.emit("", number)
+        elif _ELISION.match(line):
+            if self.last in ("thread", "frame", "locals"):
+                self.notes.append(f"line {number}: frames left out by whoever pasted the dump ('{line.strip()}')")
+            self.emit("", number)
+        elif (failed := _SGLANG_FAILED.search(line)) is not None:
+            self.flush()
+            self.in_process, self.headless_open, self.last = False, False, "other"
+            self.emit(f"=== pid {failed['pid']} ===", number)
+            self.emit(f"Error: {failed['why'].removeprefix('Error: ') or 'py-spy failed'}", number)
+        elif (dump := _SGLANG_DUMP.search(line)) is not None:
+            self.flush()
+            self.in_process, self.headless_open, self.last = False, False, "other"
+            self.emit(f"=== pid {dump['pid']} ===", number)
+        elif _PROCESS.match(line):
+            self.flush()
+            self.in_process, self.headless_open, self.last = True, False, "other"
+            self.emit(line, number)
+        else:
+            return False
+        return True
+
+    def _thread(self, number: int, line: str) -> bool:
+        thread = _THREAD.match(line)
+        if thread is None:
+            return False
+        self.last = "thread"
+        if self.in_process:
+            self.emit(line, number)
+            return True
+        if self.block is not None and self.block.frames:
+            self.flush()
+        if self.block is None:
+            self.block = _Block()
+        self.block.threads.append((number, line, thread["name"], thread["id"]))
+        return True
+
+    def _frame_or_locals(self, number: int, line: str) -> bool:
+        """A frame or a --locals line: into the head-less block, or out as it is."""
+        in_thread = self.last in ("thread", "frame", "locals")
+        frame = _frame(line, in_thread)
+        kind, text = (("frame", frame) if frame is not None and in_thread
+                      else ("locals", line) if _LOCALS.match(line) and self.last in ("frame", "locals") else (None, line))
+        if kind is None:
+            return False
+        self.last = kind
+        if self.block is not None:
+            self.block.frames.append((number, text))
+        else:
+            self.emit(text, number)
+        return True
+
+    def _other(self, number: int, line: str) -> None:
+        """A blank line, a line py-spy writes outside threads, or noise between dumps."""
+        if not line.strip():
+            if self.block is not None and self.block.frames:
+                self.flush()
+            self.emit("", number)
+            return
+        if _KEEP.match(line):
+            self.flush()
+            if not line.startswith(("Python v", "Parent Process")):
+                self.in_process, self.headless_open = False, False
+            self.last = "other"
+            self.emit(line, number)
+            return
+        # Prose, a shell prompt, `ps` output: noise between dumps, written so that no reader
+        # takes it for a dump line (a "    PID STAT" heading is not a damaged frame).
+        self.flush()
+        self.headless_open, self.last = False, "other"
+        if self.in_process and line.startswith("    "):
+            self.emit(line, number)  # inside a dump, a line that looks like py-spy's but is not: damage
+        else:
+            self.in_process = False
+            self.emit("> " + line.strip(), number)
+
+
 def normalize(text: str) -> Normalized:
     """`text` rewritten into py-spy's own layout (see the module's docstring)."""
     raw = text.split("\n")
     if text.endswith("\n"):
         raw.pop()
     lines = _dedent([_clean(line) for line in raw])
-    out: list[str] = []
-    origin: list[int] = []
     notes: list[str] = []
     inserted = None
     if frames_only(text):  # one thread's frames copied alone: read as the main thread of one process
@@ -148,106 +270,12 @@ def normalize(text: str) -> Normalized:
         lines.insert(inserted - 1, 'Thread 0: "MainThread"')
         notes.append(f"line {inserted}: frames pasted without a thread or process line: read as the main thread "
                      "of one process, whose pid and status the text does not give")
-    in_process = False  # inside a dump that has its own Process line
-    last = "none"  # what the previous meaningful line was: thread, frame, locals, other
-    block: _Block | None = None  # a head-less dump being gathered
-    headless_open = False  # a head-less process is open: its non-main threads join it
-
-    def emit(line: str, number: int) -> None:
-        out.append(line)
-        origin.append(number)
-
-    def flush() -> None:
-        nonlocal block, headless_open
-        if block is None:
-            return
-        shared = block.frames
-        for number, thread_text, name, thread_id in block.threads:
-            if not headless_open or name == "MainThread":
-                pid = int(thread_id) if thread_id.isdigit() and name in (None, "MainThread") else NO_PID
-                emit(f"Process {pid}: {HEADERLESS_TITLE}", number)
-                emit("Python v?", number)
-                emit("", number)
-                headless_open = True
-            emit(thread_text, number)
-            for frame_number, frame_text in shared:
-                emit(frame_text, frame_number)
-        if len(block.threads) > 1 and shared:
-            notes.append(f"line {block.threads[0][0]}: {len(block.threads)} thread lines share one frame list "
-                         f"(grouped by the author): each thread gets those frames")
-        block = None
-
+    rewriter = _Rewriter(notes)
     for number, line in enumerate(lines, start=1):
-        if _FENCE.match(line):
-            flush()
-            headless_open, last = False, "other"
-            emit("", number)
-            continue
-        if _ELISION.match(line):
-            if last in ("thread", "frame", "locals"):
-                notes.append(f"line {number}: frames left out by whoever pasted the dump ('{line.strip()}')")
-            emit("", number)
-            continue
-        if (failed := _SGLANG_FAILED.search(line)) is not None:
-            flush()
-            in_process, headless_open, last = False, False, "other"
-            emit(f"=== pid {failed['pid']} ===", number)
-            emit(f"Error: {failed['why'].removeprefix('Error: ') or 'py-spy failed'}", number)
-            continue
-        if (dump := _SGLANG_DUMP.search(line)) is not None:
-            flush()
-            in_process, headless_open, last = False, False, "other"
-            emit(f"=== pid {dump['pid']} ===", number)
-            continue
-        if _PROCESS.match(line):
-            flush()
-            in_process, headless_open, last = True, False, "other"
-            emit(line, number)
-            continue
-        thread = _THREAD.match(line)
-        if thread is not None:
-            last = "thread"
-            if in_process:
-                emit(line, number)
-                continue
-            if block is not None and block.frames:
-                flush()
-            if block is None:
-                block = _Block()
-            block.threads.append((number, line, thread["name"], thread["id"]))
-            continue
-        frame = _frame(line, last in ("thread", "frame", "locals"))
-        kind, text = (("frame", frame) if frame is not None and last in ("thread", "frame", "locals")
-                      else ("locals", line) if _LOCALS.match(line) and last in ("frame", "locals") else (None, line))
-        if kind is not None:  # a frame or a --locals line: into the head-less block, or out as it is
-            last = kind
-            if block is not None:
-                block.frames.append((number, text))
-            else:
-                emit(text, number)
-            continue
-        if not line.strip():
-            if block is not None and block.frames:
-                flush()
-            emit("", number)
-            continue
-        if _KEEP.match(line):
-            flush()
-            if not line.startswith(("Python v", "Parent Process")):
-                in_process, headless_open = False, False
-            last = "other"
-            emit(line, number)
-            continue
-        # Prose, a shell prompt, `ps` output: noise between dumps, written so that no reader
-        # takes it for a dump line (a "    PID STAT" heading is not a damaged frame).
-        flush()
-        headless_open, last = False, "other"
-        if in_process and line.startswith("    "):
-            emit(line, number)  # inside a dump, a line that looks like py-spy's but is not: damage
-        else:
-            in_process = False
-            emit("> " + line.strip(), number)
-    flush()
+        rewriter.line(number, line)
+    rewriter.flush()
+    origin = rewriter.origin
     if inserted is not None:  # the lines after the made-up thread line are one further down than in the text
         origin = [n - 1 if n > inserted else n for n in origin]
+    out = rewriter.out
     return Normalized("\n".join(out) + ("\n" if out else ""), origin, notes)

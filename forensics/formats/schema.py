@@ -1,6 +1,6 @@
 """Declared, timezone-aware schemas of the canonical frames, and one check that lists every problem.
 
-Parsers keep every raw time field; only `align` (a later stage) may decide a different `ts`.
+Parsers keep every raw time field; only the timeline (`forensics.timeline.clocks`, a later stage) may decide a different `ts`.
 Until then `ts` is `__REALTIME_TIMESTAMP` read as UTC microseconds.
 """
 

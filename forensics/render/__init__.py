@@ -1,7 +1,8 @@
 """Render: turn an `Analysis` into what people read and share.
 
-`figures` builds the plotly figures (timeline swimlanes with metric panels, stack phases and the
-merged-stack icicle, error templates per minute); `html` escapes every piece of log text, writes
+`swimlanes` draws the timeline (lanes named by `lanes`, with the `metric_panels` below, on the time
+`axis` every figure shares, in the colours of `palette`); `figures` the smaller ones (the incident
+at a glance, stack phases, the merged-stack icicle, error templates per minute); `html` escapes every piece of log text, writes
 the self-contained `timeline.html` and the batch `index.html`; `redact` replaces secrets and
 identities with stable pseudonyms; `postmortem` drafts `postmortem.md`; `tables` shows frames as
 escaped HTML tables in notebooks. The notebooks call these; nothing here runs a notebook

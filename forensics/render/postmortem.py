@@ -204,18 +204,22 @@ def draft(analysis: Analysis, redact: Redact | None = None) -> str:
 
 
 def _draft(analysis: Analysis, redact: Redact | None) -> str:
-    t, main = analysis.key_times, analysis.timeline.profile.logs.main_track
     zone = analysis.display_zone
     day = f", incident of {incident_day(analysis)}" if incident_day(analysis) else ""
     own = title_redact(analysis.timeline.incident.title_written, redact)  # the user's own words stay theirs
     out: list[str] = [f"# Post-mortem: {_md(analysis.timeline.incident.title, own)}", "",
                       f"*Draft written by forensics from {_code(analysis.bundle.name, redact)}{day}; times in "
                       f"{zone}. Every statement below comes from the evidence; replace each TODO.*", ""]
-    hangs = _of(analysis, "silent_hang")
-    verdicts = latest(analysis.verdicts)
-    desync = [v for v in verdicts if v.verdict == "TP_DESYNC"]
+    for section in (_summary, _impact, _root_causes, _trigger, _resolution, _detection, _action_items, _lessons,
+                    _timeline_table):
+        out += section(analysis, redact)
+    return "\n".join(out)
 
-    out += ["## Summary", "", verdict_sentence(analysis, lambda text: _md(text, redact))]
+
+def _summary(analysis: Analysis, redact: Redact | None) -> list[str]:
+    """The answer in a sentence, what was checked when nothing was found, and separate symptoms."""
+    main = analysis.timeline.profile.logs.main_track
+    out: list[str] = ["## Summary", "", verdict_sentence(analysis, lambda text: _md(text, redact))]
     if not analysis.incident_found:
         out += [f"- {_md(line, redact)}" for line in analysis.checked()]
     others = [tr for tr in analysis.tracks if tr.name not in (main, "data quality", "errors")]
@@ -223,7 +227,13 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
         out.append(f"A separate symptom, the {track.name}, was seen {_at(track.first)}–{_at(track.last)}.")
     out += ["", TODO + " a one-paragraph summary for readers outside the team.", ""]
 
-    out += ["## Impact", ""]
+    return out
+
+
+def _impact(analysis: Analysis, redact: Redact | None) -> list[str]:
+    """What the evidence counts of failed requests or lost work, from the start until service came back."""
+    t = analysis.key_times
+    out: list[str] = ["## Impact", ""]
     numbers = analysis.impact()
     if numbers:
         out.append(f"From the start ({_at(t.started)}) until service came back ({_at(t.resolved)}):")
@@ -232,7 +242,14 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
         out.append("The evidence holds no count of failed requests or lost work.")
     out += ["", TODO + " users and customers affected, SLO budget spent, revenue or contractual impact.", ""]
 
-    out += ["## Root Causes", ""]
+    return out
+
+
+def _root_causes(analysis: Analysis, redact: Redact | None) -> list[str]:
+    """Failure modes, stack verdicts (one snapshot alone is not yet a cause), consequences and links."""
+    verdicts = latest(analysis.verdicts)
+    desync = [v for v in verdicts if v.verdict == "TP_DESYNC"]
+    out: list[str] = ["## Root Causes", ""]
     modes = failures.headline(analysis.reported())
     for f in modes:
         out.append(f"- {_md(f.text, redact)}")
@@ -254,7 +271,14 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
         out.append(f"- {_md(text, redact)}")
     out += ["", TODO + " " + _root_cause_prompt(analysis, modes), ""]
 
-    out += ["## Trigger", ""]
+    return out
+
+
+def _trigger(analysis: Analysis, redact: Redact | None) -> list[str]:
+    """What the main track showed in the minutes before the start."""
+    t = analysis.key_times
+    main = analysis.timeline.profile.logs.main_track
+    out: list[str] = ["## Trigger", ""]
     before = [f for f in analysis.findings if f.at and t.started and f.track == main
               and 0 < (t.started - f.at).total_seconds() <= TRIGGER_LOOKBACK_S]
     if before:
@@ -264,14 +288,27 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
         out.append("Nothing notable in the evidence in the two minutes before the start.")
     out += ["", TODO + " confirm the trigger (a client's mass cancellation? a deploy? load?).", ""]
 
-    out += ["## Resolution", ""]
+    return out
+
+
+def _resolution(analysis: Analysis, redact: Redact | None) -> list[str]:
+    """Mitigations, restarts and when service came back."""
+    t = analysis.key_times
+    out: list[str] = ["## Resolution", ""]
     for f in _of(analysis, "mitigation", "restart"):
         out.append(f"- {_at(f.at)} {_md(f.text, redact)}")
     resolved = _md(t.how.get("resolved", "not in the evidence"), redact)
     out.append(f"- Resolved at {_at(t.resolved)}: {resolved}" if t.resolved else f"- Resolved: {resolved}")
     out += [""]
 
-    out += ["## Detection", ""]
+    return out
+
+
+def _detection(analysis: Analysis, redact: Redact | None) -> list[str]:
+    """When and how it was detected, the blind spots, and the alert that would have paged."""
+    t = analysis.key_times
+    hangs = _of(analysis, "silent_hang")
+    out: list[str] = ["## Detection", ""]
     detected = _md(t.how.get("detected", "not in the evidence"), redact)
     out.append((f"Detected at {_at(t.detected)} ({detected}), " if t.detected else f"Detected: {detected}; ")
                + (f"{span(s)} after the start." if (s := t.seconds("detected")) is not None
@@ -292,7 +329,12 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
                    "engines worked.")
     out += ["", TODO + " which alert fired (if any) and who was paged.", ""]
 
-    out += ["## Action Items", "", "| action item | type | priority | owner | bug |", "|---|---|---|---|---|"]
+    return out
+
+
+def _action_items(analysis: Analysis, redact: Redact | None) -> list[str]:
+    """The suggestions the findings call for, as a table people complete."""
+    out: list[str] = ["## Action Items", "", "| action item | type | priority | owner | bug |", "|---|---|---|---|---|"]
     kinds = {f.kind for f in analysis.findings}
     for kind, (text, kind_of_item, priority) in SUGGESTIONS.items():
         if kind in kinds:
@@ -301,7 +343,14 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
             out.append(f"| {text} | {kind_of_item} | {priority} | TODO | TODO |")
     out += ["| TODO | mitigate / prevent / detect / process | TODO | TODO | TODO |", ""]
 
-    out += ["## Lessons Learned", "", "### What went well", ""]
+    return out
+
+
+def _lessons(analysis: Analysis, redact: Redact | None) -> list[str]:
+    """What went well, what went wrong, where we got lucky: what the evidence says of each."""
+    t = analysis.key_times
+    hangs = _of(analysis, "silent_hang")
+    out: list[str] = ["## Lessons Learned", "", "### What went well", ""]
     if t.resolved and t.mitigated:
         back = span((t.resolved - t.mitigated).total_seconds())
         out.append(f"- The restart worked: healthy {back} after it was issued.")
@@ -318,13 +367,19 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
                    f"before the restart at {_at(t.mitigated)} "
                    "destroyed them: without them the desync would be a guess.")
     out += ["", TODO + " near misses.", ""]
+    return out
 
+
+def _timeline_table(analysis: Analysis, redact: Redact | None) -> list[str]:
+    """Every reported finding in time order, in the display zone (and UTC beside it when that differs)."""
+    zone = analysis.display_zone
     utc = zone != "UTC"
-    out += ["## Timeline", "", f"| date and time ({zone}) |" + (" UTC |" if utc else "") + " track | kind | what happened |",
-            "|---|" + ("---|" if utc else "") + "---|---|---|"]
+    out: list[str] = ["## Timeline", "",
+                      f"| date and time ({zone}) |" + (" UTC |" if utc else "") + " track | kind | what happened |",
+                      "|---|" + ("---|" if utc else "") + "---|---|---|"]
     for f in _timeline_rows(analysis):
         times = [_stamp(f.at), f"{f.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}"] if f.at else ["time unknown"] * 2
         when = " | ".join(times[:2 if utc else 1])
         out.append(f"| {when} | {_md(f.track, redact)} | {f.kind} | {_md(f.text, redact)} |")
     out.append("")
-    return "\n".join(out)
+    return out

@@ -26,15 +26,20 @@ import plotly.io as pio
 import polars as pl
 from plotly.subplots import make_subplots
 
-from forensics.timeline.align import gaps_in_sources
+from forensics.timeline.host_read import gaps_in_sources
 from forensics.analyze import Analysis, analyze, in_display_zone, no_incident_heading, profile_said, seen_before
-from forensics.case.build import check_output_target, instance_summary, to_pandas
-from forensics.detect import clock, errors, progress
+from forensics.case.opened import instance_summary, to_pandas
+from forensics.case.targets import check_output_target
+from forensics.detect import errors, progress
 from forensics.detect.alert import promtool_test
 from forensics.detect.stacks import latest
 from forensics.errors import ForensicsError
 from forensics.profiles import MetricPanel, load_profile
 from forensics.render import figures, html, postmortem
+from forensics.render.axis import axis_for, wall
+from forensics.render.lanes import Mark
+from forensics.render.metric_panels import metric_panel, metric_panels
+from forensics.render.swimlanes import timeline_figure
 from forensics.render.redact import Redactor
 from forensics.render.text import Redact, code_spans, hover, safe, title_redact
 from forensics.render import OUTPUTS
@@ -172,7 +177,7 @@ class ReportSession:
     redact_mode: str = "timeline"
     _report_redactor: Redactor | None = field(default=None, repr=False)
     panels: list[MetricPanel] = field(default_factory=list)  # added from notebook cells
-    marks: list[figures.Mark] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
     timeline_statement: str | None = None  # what write_outputs redacted in timeline.html
 
     @classmethod
@@ -289,7 +294,7 @@ class ReportSession:
     def timeline(self) -> Figure:
         """Swimlanes and metric panels on one time axis, with the panels and marks added from
         notebook cells (`add_panel`, `mark`)."""
-        return Figure(figures.timeline_figure(self.analysis, self.redact, extra_panels=self.panels,
+        return Figure(timeline_figure(self.analysis, self.redact, extra_panels=self.panels,
                                               marks=self.marks), "timeline")
 
     def add_panel(self, title: str, gauges: Sequence[str] = (), rates: Sequence[str] = ()) -> Figure:
@@ -309,13 +314,13 @@ class ReportSession:
     def mark(self, label: str, where: pl.Expr) -> Figure:
         """A lane of markers for the events a polars expression picks (e.g.
         `pl.col("message").str.contains("OOM")`; on a big case's lean timeline it searches every
-        record's text in the case: `figures.marked_rows`); returns the timeline redrawn."""
+        record's text in the case: `forensics.render.lanes.marked_rows`); returns the timeline redrawn."""
         columns = self.analysis.timeline.events.columns
         for name in where.meta.root_names():
             if name not in columns:  # the lane could not be drawn: stop here, with the names there are
                 raise ForensicsError(f"mark {label!r}: the events have no column {name!r}"
                                      + _closest(name, columns))
-        self.marks.append(figures.Mark(label, where))
+        self.marks.append(Mark(label, where))
         return self.timeline()
 
     def frames(self, backend: str = "polars") -> dict[str, Any]:
@@ -430,7 +435,7 @@ class ReportSession:
         fig = go.Figure()
         for (where,), rows in counts.group_by("where", maintain_order=True):
             name = hover(where, self.redact, 60)
-            fig.add_trace(go.Bar(x=rows.select(figures.wall("minute", a.display_zone)).to_series().to_list(),
+            fig.add_trace(go.Bar(x=rows.select(wall("minute", a.display_zone)).to_series().to_list(),
                                  y=rows.get_column("len").to_list(), name=name))
         fig.update_layout(barmode="stack", height=380, template="plotly_white", title="log lines per minute",
                           xaxis_title=f"minute ({a.display_zone})")
@@ -457,14 +462,14 @@ class ReportSession:
     def metric_panels(self) -> Figure | Html:
         """The profile's metric panels alone, full width."""
         a = self.analysis
-        axis = figures.axis_for(a)
-        panels = figures.metric_panels(a, axis)
+        axis = axis_for(a)
+        panels = metric_panels(a, axis)
         if not panels:
             return Html("<p>No samples of the profile's panel metrics in this bundle.</p>")
         fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True,
                             subplot_titles=[panel.title for panel, _ in panels])
         for row, (panel, frame) in enumerate(panels, start=1):
-            figures.metric_panel(fig, frame, row, self.redact, legend=True, unit=panel.axis_title)
+            metric_panel(fig, frame, row, self.redact, legend=True, unit=panel.axis_title)
         fig.update_xaxes(type="date")
         fig.update_layout(height=260 * max(len(panels), 1), template="plotly_white")
         return Figure(fig, "metrics")
@@ -505,7 +510,7 @@ class ReportSession:
         out = self.out_dir
         (out / "summary.json").write_text(json.dumps(self.summary(), indent=2, default=str) + "\n")
         timeline_redactor = None if self.redact_mode == "none" else self.redactor()
-        fig = figures.timeline_figure(self.analysis, timeline_redactor, extra_panels=self.panels, marks=self.marks)
+        fig = timeline_figure(self.analysis, timeline_redactor, extra_panels=self.panels, marks=self.marks)
         statement = timeline_redactor.statement() if timeline_redactor else None
         self.timeline_statement = statement
         (out / "timeline.html").write_text(html.timeline_page(self.analysis, fig, timeline_redactor, statement))

@@ -490,7 +490,12 @@ def parse(path: Path) -> ParseResult:
     if not rows:
         return ParseResult("events", empty(EVENTS_SCHEMA), quarantine, records,
                            notes=notes + ["a Flight Recorder dump with no entries: nothing was recorded"])
-    frame = pl.DataFrame(rows, infer_schema_length=None)
+    return ParseResult("events", _events(pl.DataFrame(rows, infer_schema_length=None), path), quarantine, records,
+                       notes=notes)
+
+
+def _events(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
+    """The dump's rows as the canonical events frame, its FR_ fields as text (as journald's are)."""
     events = frame.select(
         pl.from_epoch(pl.col("ts_ns"), time_unit="ns").dt.cast_time_unit("us").dt.replace_time_zone("UTC").alias("ts"),
         pl.lit(None, pl.Int64).alias("__REALTIME_TIMESTAMP"), pl.lit(None, pl.Int64).alias("__MONOTONIC_TIMESTAMP"),
@@ -504,8 +509,7 @@ def parse(path: Path) -> ParseResult:
         pl.lit(None, EVENTS_SCHEMA["raw_fields"]).alias("raw_fields"),
         # extra fields are text in the events frame, as journald's are; the detector reads the numbers back
         *(pl.col(c).cast(pl.String) for c in frame.columns if c.startswith("FR_")))
-    events = as_events(events)
-    return ParseResult("events", events, quarantine, records, notes=notes)
+    return as_events(events)
 
 
 register(NAME, sniff, parse, module=__name__)

@@ -32,7 +32,7 @@ traceback's exception line) folded in, and its time is unknown (`ts` null, `LOG_
 
 Progress bars (tqdm), blank lines, `...` elisions and a Docker time alone on its line are passed
 over and counted in the input's notes, as are lines before the first time. Times are read as
-written, without a zone; `forensics.timeline.align` places them in the host's zone (incident.toml) as it
+written, without a zone; `forensics.timeline.clocks` places them in the host's zone (incident.toml) as it
 does SGLang's stamps in journald. Host: a syslog line's own, else the folder under `logs/`
 (`logs/gpu-node-00/decode.log`); unit: the file's name, so `incident.toml` components can list
 `units = ["decode*.log"]` and the profile's words (`decode`) find the component.
@@ -183,15 +183,10 @@ def _year(frame: pl.DataFrame, path: Path) -> tuple[int, str | None]:
     return year, f"stamps without a year read as {year}, the year of the file's modification time (a guess)"
 
 
-def parse(path: Path) -> ParseResult:
-    """Read one plain-text server log into `events` and `quarantine` rows."""
-    data, damage = read_whole_lines(path)
-    data, too_long = cut_long_lines(data)
-    text = bytes(data).decode("utf-8", "replace")
-    frame = _lines(text)
-    year, year_note = _year(frame, path)
+def _written(year: int) -> pl.Expr:
+    """A line's own stamp, whatever form it has, as `YYYY-MM-DD HH:MM:SS[.f]` text (null: none)."""
     months = pl.col("sys_month").replace_strict(_MONTHS, default=None, return_dtype=pl.Int32)
-    written = pl.coalesce(
+    return pl.coalesce(
         pl.col("sglang").str.replace(",", ".", literal=True),
         pl.col("iso").str.replace("T", " ").str.replace(",", ".").str.strip_suffix("Z"),
         pl.when(pl.col("vllm_md").is_not_null()).then(pl.format("{}-{} {}", pl.lit(year), "vllm_md", "vllm_time")),
@@ -202,12 +197,11 @@ def parse(path: Path) -> ParseResult:
                                                      pl.col("sys_day").str.zfill(2), "sys_time")),
         pl.col("dmesg").str.replace_all(" +", " ").str.to_datetime("%a %b %d %H:%M:%S %Y", strict=False)
         .dt.strftime("%Y-%m-%d %H:%M:%S"))
-    frame = frame.with_columns(written.alias("written"))
-    stamped = pl.col("written").is_not_null()
-    starts = (stamped | pl.col("uvicorn").is_not_null()) & ~pl.col("docker_alone")
-    frame = frame.with_columns(starts.cast(pl.Int32).cum_sum().alias("record"))
-    passed_over = frame.filter(~starts & ((pl.col("record") == 0) | pl.col("noise") | pl.col("docker_alone")))
-    body_lines = frame.filter(starts | ((pl.col("record") > 0) & ~pl.col("noise") & ~pl.col("docker_alone")))
+
+
+def _records(body_lines: pl.DataFrame) -> pl.DataFrame:
+    """Lines gathered into records (a stamped line and the lines after it), each timed by its own
+    stamp or, without one (uvicorn's), by the record before it."""
     records = (body_lines.group_by("record", maintain_order=True).agg(
         pl.col("line").first(), pl.col("body").str.join("\n").alias("message"),
         *[pl.col(c).first() for c in ("written", "uvicorn", "docker", "process", "process_pid", "vllm_level",
@@ -215,18 +209,19 @@ def parse(path: Path) -> ParseResult:
     parsed_time = pl.coalesce([pl.col("written").str.to_datetime(f, strict=False, time_unit="us")
                                for f in ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")])
     records = records.with_columns(parsed_time.alias("own_ts"))
-    # A line without a time of its own (uvicorn's) is timed by the record before it.
-    records = records.with_columns(pl.col("own_ts").forward_fill().alias("ts_naive"),
-                                   pl.when(pl.col("own_ts").is_not_null()).then(pl.lit("own stamp"))
-                                   .when(pl.col("written").is_null()).then(pl.lit("the record before it"))
-                                   .alias("LOG_TIME_SOURCE"))
-    bad = records.filter(pl.col("ts_naive").is_null() | (pl.col("written").is_not_null() & pl.col("own_ts").is_null()))
-    good = records.join(bad.select("record"), on="record", how="anti")
+    return records.with_columns(pl.col("own_ts").forward_fill().alias("ts_naive"),
+                                pl.when(pl.col("own_ts").is_not_null()).then(pl.lit("own stamp"))
+                                .when(pl.col("written").is_null()).then(pl.lit("the record before it"))
+                                .alias("LOG_TIME_SOURCE"))
+
+
+def _event_rows(good: pl.DataFrame, path: Path) -> pl.DataFrame:
+    """Readable records as the canonical events frame (before the file's own zone is applied)."""
     level = pl.coalesce("vllm_level", pl.col("glog_level").replace_strict(_GLOG_LEVELS, default=None), "iso_level",
                         "uvicorn",
                         pl.col("message").str.extract(_LEVEL, 1))
     host = pl.coalesce("sys_host", pl.lit(_host_of(path), pl.String))
-    events = good.select(
+    return good.select(
         pl.col("ts_naive").dt.replace_time_zone("UTC").alias("ts"),
         pl.lit(None, pl.Int64).alias("__REALTIME_TIMESTAMP"), pl.lit(None, pl.Int64).alias("__MONOTONIC_TIMESTAMP"),
         pl.lit(None, pl.String).alias("_BOOT_ID"), pl.lit(None, pl.String).alias("__CURSOR"),
@@ -241,11 +236,10 @@ def parse(path: Path) -> ParseResult:
         pl.col("docker").alias("DOCKER_TIMESTAMP"), pl.col("process").alias("LOG_PROCESS"), "LOG_TIME_SOURCE",
         pl.col("torch_rank").alias("LOG_RANK"),
         pl.col("written").alias("LOG_STAMP"))
-    offset, anchor = _zone_from_epoch(good)
-    if offset:
-        events = events.with_columns((pl.col("ts") - pl.duration(seconds=offset)).alias("ts"),
-                                     pl.lit(_utc_offset(offset)).alias("LOG_ZONE"))
-    events = as_events(events)
+
+
+def _quarantine(bad: pl.DataFrame, too_long: list[tuple[int, int]], path: Path) -> pl.DataFrame:
+    """Records whose time cannot be read, and lines too long to read, each with its reason."""
     quarantine = bad.select(
         pl.lit(str(path)).alias("source_file"), pl.lit(FORMAT).alias("format"), pl.lit(None, pl.Int64).alias("offset"),
         pl.col("line"),
@@ -260,12 +254,41 @@ def parse(path: Path) -> ParseResult:
             "reason": [f"a line of {length:,} bytes, over the longest a line may be ({MAX_LINE_ENV}): not read"
                        for _, length in too_long],
             "excerpt": [""] * len(too_long), "subject": [None] * len(too_long)}).cast(dict(QUARANTINE_SCHEMA))])  # type: ignore[arg-type]
-    notes = [n for n in (year_note,) if n]
+    return quarantine
+
+
+def _zone_notes(good: pl.DataFrame, offset: int, anchor: str | None) -> list[str]:
+    """What the reader says of the zone its stamps were read in."""
     if anchor:
-        notes.append(f"its stamps carry no zone; the file's own epoch ({anchor}) places them at "
-                     f"{_utc_offset(offset)}: read so")
-    elif good.height and good.get_column("written").drop_nulls().len():
-        notes.append("its stamps carry no zone: read as UTC unless incident.toml gives the host's time_zone")
+        return [f"its stamps carry no zone; the file's own epoch ({anchor}) places them at {_utc_offset(offset)}: read so"]
+    if good.height and good.get_column("written").drop_nulls().len():
+        return ["its stamps carry no zone: read as UTC unless incident.toml gives the host's time_zone"]
+    return []
+
+
+def parse(path: Path) -> ParseResult:
+    """Read one plain-text server log into `events` and `quarantine` rows."""
+    data, damage = read_whole_lines(path)
+    data, too_long = cut_long_lines(data)
+    text = bytes(data).decode("utf-8", "replace")
+    frame = _lines(text)
+    year, year_note = _year(frame, path)
+    frame = frame.with_columns(_written(year).alias("written"))
+    stamped = pl.col("written").is_not_null()
+    starts = (stamped | pl.col("uvicorn").is_not_null()) & ~pl.col("docker_alone")
+    frame = frame.with_columns(starts.cast(pl.Int32).cum_sum().alias("record"))
+    passed_over = frame.filter(~starts & ((pl.col("record") == 0) | pl.col("noise") | pl.col("docker_alone")))
+    records = _records(frame.filter(starts | ((pl.col("record") > 0) & ~pl.col("noise") & ~pl.col("docker_alone"))))
+    bad = records.filter(pl.col("ts_naive").is_null() | (pl.col("written").is_not_null() & pl.col("own_ts").is_null()))
+    good = records.join(bad.select("record"), on="record", how="anti")
+    events = _event_rows(good, path)
+    offset, anchor = _zone_from_epoch(good)
+    if offset:
+        events = events.with_columns((pl.col("ts") - pl.duration(seconds=offset)).alias("ts"),
+                                     pl.lit(_utc_offset(offset)).alias("LOG_ZONE"))
+    events = as_events(events)
+    quarantine = _quarantine(bad, too_long, path)
+    notes = [n for n in (year_note,) if n] + _zone_notes(good, offset, anchor)
     before = passed_over.filter(pl.col("record") == 0).height
     noise = passed_over.height - before
     if before:

@@ -2,7 +2,7 @@
 readiness, and the line kinds worth a finding — all as polars expressions over the `events` frame.
 
 For SGLang that is `[2026-06-18 21:34:47 TP0] Decode batch. #running-req: 12, …`: the prefix gives
-the line's own local time (`stamp`, kept raw; `forensics.timeline.align` turns it into UTC) and the scheduler
+the line's own local time (`stamp`, kept raw; `forensics.timeline.clocks` turns it into UTC) and the scheduler
 tag (`DP0 TP3 EP3`, `PP1 TP0`, none on one GPU), the progress pattern the kind (Prefill / Decode),
 and each `[logs.fields]` entry one numeric column.
 

@@ -67,7 +67,7 @@ def count_progress(read: pl.DataFrame, lanes: Sequence[str]) -> pl.DataFrame:
 def host_progress(lines: pl.DataFrame, own_end: pl.DataFrame, profile: Profile
                   ) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
     """Of one host's progress lines (`progress_of`, all of them; a task of
-    `forensics.timeline.align.read_host`): per scheduler (`STREAM`) its lines, first and last time and the
+    `forensics.timeline.host_read.read_host`): per scheduler (`STREAM`) its lines, first and last time and the
     running and queued requests of its last line; the gaps over FREEZE_GAP_S after a line with work
     pending, each with the places (`_at`, `_next_at`) of the lines either side; and the places of
     the lines a lean timeline keeps (either side of a gap, each scheduler's first and last)."""

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from forensics.case import ingest, load_case
-from forensics.detect.stacks import ALL_IDLE, STUCK, TP_DESYNC, judge, latest
+from forensics.detect.stack_verdict import ALL_IDLE, STUCK, TP_DESYNC
+from forensics.detect.stacks import judge, latest
 from tests.conftest import REPO
 
 FIXTURES = {

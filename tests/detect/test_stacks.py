@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from forensics.case import ingest, load_case
-from forensics.detect.stacks import (
+from forensics.detect.stack_verdict import (
     ALL_IDLE,
     NO_VERDICT,
     UNIFORM_WAIT,
@@ -17,9 +17,8 @@ from forensics.detect.stacks import (
     PROGRESSING,
     STUCK,
     TP_DESYNC,
-    judge,
-    latest,
 )
+from forensics.detect.stacks import judge, latest
 
 ALL_REDUCE = ["all_reduce (torch/distributed/distributed_c10d.py:2050)",
               "_exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)",

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forensics.cli import main
-from forensics.capture.collect import CollectError, Plan, plan_from_toml, script, sh_quote
+from forensics.capture.plan import CollectError, Plan, plan_from_toml
+from forensics.capture.sh_script import script, sh_quote
 
 STAND_INS = ("journalctl", "curl", "py-spy", "pgrep", "sleep", "timeout", "nvidia-smi")
 

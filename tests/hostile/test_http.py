@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from forensics.capture.collect import Plan, collect
+from forensics.capture.collect import collect
+from forensics.capture.plan import Plan
 from forensics.capture.http import Answer, Failure, fetch
 from forensics.capture.watch import Watch, watch
 

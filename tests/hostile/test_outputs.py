@@ -62,7 +62,7 @@ def test_escape_sequences_from_evidence_never_reach_the_terminal(tmp_path: Path,
 def test_hover_templates_hold_only_the_suites_own_text(tmp_path: Path) -> None:
     """Evidence goes into plotly's data (text, meta), never into a hovertemplate, where `%{y}` would
     be read as a placeholder."""
-    from forensics.render import figures
+    from forensics.render import figures, swimlanes
 
     bundle = tmp_path / "bundle"
     (bundle / "logs").mkdir(parents=True)
@@ -70,7 +70,7 @@ def test_hover_templates_hold_only_the_suites_own_text(tmp_path: Path) -> None:
         "[2026-06-18 21:40:00] WARNING: spoof %{y} %{x} here\n[2026-06-18 21:40:01] WARNING: spoof %{y} %{x} here\n")
     session = ReportSession.open(bundle, tmp_path / "out")
     figs = [figures.errors_figure(session.analysis, None) if hasattr(figures, "errors_figure") else None,
-            figures.timeline_figure(session.analysis, None)]
+            swimlanes.timeline_figure(session.analysis, None)]
     for fig in [f for f in figs if f is not None]:
         for trace in fig.data:
             template = getattr(trace, "hovertemplate", None) or ""

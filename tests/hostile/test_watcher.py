@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.capture.collect import Plan
+from forensics.capture.plan import Plan
 from forensics.capture.signs import (
     CHECKED_CHARS,
     Sign,

@@ -17,9 +17,12 @@ from pathlib import Path
 import pytest
 
 from forensics.analyze import analyze
-from forensics.capture.collect import Plan, collect, script
+from forensics.capture.collect import collect
+from forensics.capture.plan import Plan
+from forensics.capture.sh_script import script
 from forensics.cli import main
-from forensics.detect.stacks import TP_DESYNC, latest
+from forensics.detect.stack_verdict import TP_DESYNC
+from forensics.detect.stacks import latest
 from forensics.lab.sglang_metrics import SGLangMetrics
 from forensics.lab.tp_desync import TpDesyncLab
 from tests.conftest import export_entry, to_journal

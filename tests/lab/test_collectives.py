@@ -155,7 +155,7 @@ def test_watch_captures_from_the_first_timeout_line_stacks_and_flight_recorder(t
     import io
     import threading
 
-    from forensics.capture.collect import Plan
+    from forensics.capture.plan import Plan
     from forensics.capture.signs import SignWatch, follow
 
     bundle = tmp_path / "lab"

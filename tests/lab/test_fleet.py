@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from forensics.analyze import analyze
-from forensics.capture.collect import Plan, collect
+from forensics.capture.collect import collect
+from forensics.capture.plan import Plan
 from forensics.capture.fleet import collect_fleet
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -135,7 +136,7 @@ def test_two_hosts_in_parallel_one_unreachable_one_past_its_deadline(ssh_config:
 
 
 def test_an_inventory_is_checked_like_the_collectors_own_toml(tmp_path: Path) -> None:
-    from forensics.capture.collect import CollectError
+    from forensics.capture.plan import CollectError
     from forensics.capture.fleet import load_inventory
 
     inventory = tmp_path / "hosts.toml"

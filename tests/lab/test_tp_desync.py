@@ -16,7 +16,8 @@ import pytest
 
 from forensics.case import ingest, load_case
 from forensics.cli import main as cli
-from forensics.detect.stacks import ALL_IDLE, STUCK, TP_DESYNC, judge, latest
+from forensics.detect.stack_verdict import ALL_IDLE, STUCK, TP_DESYNC
+from forensics.detect.stacks import judge, latest
 from forensics.analyze import analyze
 from forensics.lab.tp_desync import TpDesyncLab
 from tests.lab.frtrace import check_torchfrtrace, torchfrtrace_text

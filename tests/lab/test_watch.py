@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
 
-from forensics.capture.collect import Plan
+from forensics.capture.plan import Plan
 from forensics.lab.sglang_metrics import SGLangMetrics
 from forensics.lab.tp_desync import TpDesyncLab
 from forensics.capture.watch import Watch, watch

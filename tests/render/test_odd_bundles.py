@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from forensics.render import screens
-from forensics.render.figures import MIN_SPAN_S
+from forensics.render.axis import MIN_SPAN_S
 from forensics.report import render
 from tests.test_report import REFERENCE
 

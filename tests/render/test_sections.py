@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 import pytest
 
-from forensics.render import figures
+from forensics.render import axis, metric_panels, palette, swimlanes
 from forensics.render.sections import ReportSession, source_gaps
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"
@@ -27,11 +27,11 @@ def _traces(fig: go.Figure, prefix: str) -> list[go.Scatter]:
 
 def test_timeline_keeps_every_finding_lifecycle_message_and_annotation(shanghai: ReportSession) -> None:
     a = shanghai.analysis
-    fig = figures.timeline_figure(a)
+    fig = swimlanes.timeline_figure(a)
     drawn = sum(len(t.x) for t in _traces(fig, "findings: "))
     assert drawn == sum(1 for f in a.findings if f.at)
     lifecycle = _traces(fig, "lifecycle")[0]
-    systemd = a.timeline.events.filter(a.timeline.events["message_id"].is_in(list(figures.LIFECYCLE_IDS)))
+    systemd = a.timeline.events.filter(a.timeline.events["message_id"].is_in(list(swimlanes.LIFECYCLE_IDS)))
     assert len(lifecycle.x) == systemd.height + 1  # + sudo's systemctl restart
     labels = [ann.text for ann in fig.layout.annotations]
     for note in a.timeline.incident.annotations:
@@ -42,7 +42,7 @@ def test_timeline_keeps_every_finding_lifecycle_message_and_annotation(shanghai:
 
 
 def test_each_lifecycle_marker_says_when_and_names_its_neighbours(shanghai: ReportSession) -> None:
-    lifecycle = _traces(figures.timeline_figure(shanghai.analysis), "lifecycle")[0]
+    lifecycle = _traces(swimlanes.timeline_figure(shanghai.analysis), "lifecycle")[0]
     for x, text in zip(lifecycle.x, lifecycle.text, strict=True):
         # its own event, with its time to the second in the display zone (the next day there)
         assert f"{x:%H:%M:%S} " in text, (x, text)
@@ -60,16 +60,16 @@ def test_times_are_drawn_and_written_in_the_display_zone(shanghai: ReportSession
     page = Path(out["timeline.html"]).read_text()
     assert ">2026-06-19 05:34:47</td>" in page and ">2026-06-19 05:42:00</td>" in page  # the next day there
     assert "time (Asia/Shanghai)" in page
-    fig = figures.timeline_figure(shanghai.analysis)
+    fig = swimlanes.timeline_figure(shanghai.analysis)
     started = [a for a in fig.layout.annotations if a.text.startswith("started")][0]
     assert started.text == "started 05:34:47"
     assert "05:34:47" in shanghai.key_times().body and "decode froze at 05:34:47" in Path(out["postmortem.md"]).read_text()
 
 
 def test_figures_stay_bounded_when_lanes_and_series_grow(shanghai: ReportSession, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(figures, "MAX_CELLS", 2_000)
-    monkeypatch.setattr(figures, "POINT_BUDGET", 600)
-    fig = figures.timeline_figure(shanghai.analysis)
+    monkeypatch.setattr(swimlanes, "MAX_CELLS", 2_000)
+    monkeypatch.setattr(metric_panels, "POINT_BUDGET", 600)
+    fig = swimlanes.timeline_figure(shanghai.analysis)
     strip = [t for t in fig.data if t.type == "heatmap"][0]
     assert len(strip.z) * len(strip.z[0]) <= 2_000
     metric_points = sum(len(t.x) for t in fig.data if t.type == "scatter" and (t.legendgroup or "").startswith("panel"))
@@ -78,9 +78,9 @@ def test_figures_stay_bounded_when_lanes_and_series_grow(shanghai: ReportSession
 
 def test_series_past_the_limit_fold_into_a_median_but_keep_involved_hosts(
         shanghai: ReportSession, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(figures, "MAX_SERIES", 2)
-    axis = figures.axis_for(shanghai.analysis)
-    frame = figures.metric_frame(shanghai.analysis, ("sglang:num_running_reqs",), (), axis, 10_000)
+    monkeypatch.setattr(metric_panels, "MAX_SERIES", 2)
+    time_axis = axis.axis_for(shanghai.analysis)
+    frame = metric_panels.metric_frame(shanghai.analysis, ("sglang:num_running_reqs",), (), time_axis, 10_000)
     # the only host is involved (it froze): its series stay, nothing is folded
     assert sorted(frame.get_column("series").unique()) == [
         "decode gpu-node-00:30002 sglang:num_running_reqs", "prefill gpu-node-00:30000 sglang:num_running_reqs"]
@@ -121,7 +121,7 @@ def test_users_that_sudo_names_are_redacted_in_free_text_too(shanghai: ReportSes
 
 
 def test_every_metric_panel_names_its_unit_on_its_axis(shanghai: ReportSession) -> None:
-    fig = figures.timeline_figure(shanghai.analysis)
+    fig = swimlanes.timeline_figure(shanghai.analysis)
     units = {fig.layout[name].title.text for name in fig.layout if name.startswith("yaxis") and name != "yaxis"}
     assert units == {"token/s", "requests", "fraction of KV tokens"}  # from the title's "(token/s)" or `unit`
 
@@ -131,20 +131,20 @@ def test_one_colour_language_states_apart_from_components_and_fixed_per_name(sha
     track uses, and a series or track keeps its colour whatever else the report draws."""
     import polars as pl
 
-    palettes = [*figures.COMPONENT_COLOURS.values(), *figures.OTHER_COLOURS, *figures.TRACK_COLOURS]
-    assert not set(palettes) & figures.STATE_COLOURS
+    palettes = [*palette.COMPONENT_COLOURS.values(), *palette.OTHER_COLOURS, *palette.TRACK_COLOURS]
+    assert not set(palettes) & palette.STATE_COLOURS
     fig = shanghai.timeline().fig
     lines = {t.name: t.line.color for t in fig.data if t.type == "scatter" and t.mode == "lines" and t.name}
-    assert lines and all(colour not in figures.STATE_COLOURS for colour in lines.values())
+    assert lines and all(colour not in palette.STATE_COLOURS for colour in lines.values())
     # one series drawn alone or among others: the same colour
     frame = pl.DataFrame({"series": ["a host-9:1 x", "b host-7:1 x", "b host-7:1 x"],
                           "x": [0.0, 0.0, 1.0], "value": [1.0, 2.0, 3.0]})
     together, alone = make_subplots(rows=1, cols=1), make_subplots(rows=1, cols=1)
-    figures.metric_panel(together, frame, 1, None)
-    figures.metric_panel(alone, frame.filter(pl.col("series") == "b host-7:1 x"), 1, None)
+    metric_panels.metric_panel(together, frame, 1, None)
+    metric_panels.metric_panel(alone, frame.filter(pl.col("series") == "b host-7:1 x"), 1, None)
     assert [t.line.color for t in together.data if t.name == "b host-7:1 x"] == [alone.data[0].line.color]
     tracks = {t.name: t.marker.color for t in fig.data if t.name and t.name.startswith("findings: ")}
-    assert tracks[f"findings: {shanghai.analysis.timeline.profile.logs.main_track}"] == figures.TRACK_COLOURS[0]
+    assert tracks[f"findings: {shanghai.analysis.timeline.profile.logs.main_track}"] == palette.TRACK_COLOURS[0]
 
 
 def test_health_checks_are_drawn_per_minute_in_their_lane(shanghai: ReportSession) -> None:
@@ -165,7 +165,7 @@ def test_health_checks_are_drawn_per_minute_in_their_lane(shanghai: ReportSessio
     assert {lanes[y] for y in ok.y} == {"gpu-node-00 · decode · health checks", "gpu-node-00 · prefill · health checks"}
     frozen = [f for f in shanghai.analysis.findings if f.kind == "frozen" and f.component == "decode"][0]
     minutes = {t[-5:] for t in (re.search(r"from (\d\d:\d\d)", text).group(1) for text in ok.text)}
-    assert f"{figures.wall_time(frozen.at, 'Asia/Shanghai'):%H:%M}" in minutes
+    assert f"{axis.wall_time(frozen.at, 'Asia/Shanghai'):%H:%M}" in minutes
 
 
 def test_a_typo_in_add_panel_or_mark_warns_with_the_closest_names(shanghai: ReportSession) -> None:

@@ -30,7 +30,7 @@ def test_redaction_happens_before_escaping() -> None:
 
 def test_rank_lanes_sort_by_number_not_as_text() -> None:
     """Issue 53: TP10 was drawn before TP8."""
-    from forensics.render.figures import _lane_order
+    from forensics.render.lanes import lane_order as _lane_order
 
     lanes = ["n1 · decode · TP10", "n1 · decode · TP8", "n1 · decode · TP9", "n10 · decode · TP0", "n2 · decode · TP0"]
     assert _lane_order(lanes, set()) == ["n1 · decode · TP8", "n1 · decode · TP9", "n1 · decode · TP10",

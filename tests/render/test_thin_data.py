@@ -92,7 +92,7 @@ def test_lanes_of_plain_log_files_are_one_line_named_after_the_file(tmp_path: Pa
     """Two real SGLang logs with long file names and no host: every lane's name is one line of at
     most LANE_CHARS characters, starts with the file's name (no "?" for the missing host), keeps
     its rank at the end, and the full name is in the hover of the lane's cells."""
-    from forensics.render.figures import LANE_CHARS
+    from forensics.render.swimlanes import LANE_CHARS
     from forensics.render.sections import ReportSession
 
     names = ["server_log_skypilot_ray_prefix_dp2_tp2_2025-02-14.log", "server_log_disagg_dp_tp_ep_tags_quoted_2025-11-04.log"]
@@ -115,7 +115,7 @@ def test_lanes_of_plain_log_files_are_one_line_named_after_the_file(tmp_path: Pa
 def test_a_freeze_in_a_log_naming_no_component_is_labelled_by_its_lane_not_none(tmp_path: Path) -> None:
     """Issue 53: the chart labelled a plain server.log's freeze "None last batch 07:11:02"."""
     from forensics.analyze import analyze
-    from forensics.render.figures import timeline_figure
+    from forensics.render.swimlanes import timeline_figure
 
     logs = tmp_path / "bundle" / "logs"
     logs.mkdir(parents=True)

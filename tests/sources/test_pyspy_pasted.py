@@ -10,7 +10,8 @@ import pytest
 
 from forensics import sources
 from forensics.case import read_bundle
-from forensics.detect.stacks import STRAGGLER_OR_MISSING, TP_DESYNC, UNIFORM_WAIT, judge
+from forensics.detect.stack_verdict import STRAGGLER_OR_MISSING, TP_DESYNC, UNIFORM_WAIT
+from forensics.detect.stacks import judge
 from forensics.sources.pyspy_text import parse
 from tests.conftest import write_file
 
