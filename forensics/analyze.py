@@ -26,6 +26,7 @@ from forensics.case.opened import Case, load_case
 from forensics.case.places import location
 from forensics.case.cluster import Progress
 from forensics.detect import (
+    DISPLAY_DATED,
     DISPLAY_ZONE,
     Finding,
     clock,
@@ -33,6 +34,7 @@ from forensics.detect import (
     findings_frame,
     progress,
     span,
+    spans_days,
 )
 from forensics.detect.keytimes import HANG_VERDICTS, KeyTimes
 from forensics.detect.registry import run_detectors
@@ -248,8 +250,8 @@ class Analysis:
         """Per component: the last progress before it froze (or its last progress if it never did)."""
         out: dict[str, dict[str, Any]] = {}
         table = (progress.last_progress(self.timeline).group_by("component")
-                 .agg(pl.col("last").max(), pl.col("lines").sum()))
-        for row in table.iter_rows(named=True):
+                 .agg(pl.col("last").max(), pl.col("lines").sum()).sort("component", nulls_last=True))
+        for row in table.iter_rows(named=True):  # sorted: the same summary.json for the same evidence
             out.setdefault(row["component"] or "unknown", {"last_progress_line": row["last"].isoformat()
                                                            if row["last"] else None,
                                                            "progress_lines": row["lines"]})
@@ -397,7 +399,11 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
     if chosen:
         incident.notes.append(chosen)
     timeline = build_timeline(case, incident, profile, progress=on_progress)
-    ctx = run_detectors(timeline)
+    dated = DISPLAY_DATED.set(spans_days(_evidence_span(timeline), DISPLAY_ZONE.get()))
+    try:
+        ctx = run_detectors(timeline)
+    finally:
+        DISPLAY_DATED.reset(dated)
     found, verdicts, times = ctx.found, ctx.verdicts, ctx.times
     if not any(is_anomaly(f) for f in found):
         # Stacks of healthy processes are a check that was made, not an incident: no track of its own.
@@ -411,12 +417,23 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
 
 @contextmanager
 def in_display_zone(analysis: Analysis) -> Iterator[None]:
-    """Within it, `forensics.detect.clock` writes times in the analysis' display zone."""
-    token = DISPLAY_ZONE.set(ZoneInfo(analysis.display_zone))
+    """Within it, `forensics.detect.clock` writes times in the analysis' display zone (with their
+    dates when the evidence spans more than one day there)."""
+    zone = ZoneInfo(analysis.display_zone)
+    token = DISPLAY_ZONE.set(zone)
+    dated = DISPLAY_DATED.set(spans_days(_evidence_span(analysis.timeline), zone))
     try:
         yield
     finally:
+        DISPLAY_DATED.reset(dated)
         DISPLAY_ZONE.reset(token)
+
+
+def _evidence_span(timeline: Timeline) -> list[datetime | None]:
+    """The first and last times of the timeline's lines, dumps and scrapes."""
+    samples = timeline.samples.select(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last")).collect()
+    stacks = timeline.stacks.get_column("ts")
+    return [timeline.first_ts, timeline.last_ts, stacks.min(), stacks.max(), *samples.row(0)]  # type: ignore[list-item]
 
 
 SUMMARY_SCHEMA = Path(__file__).with_name("summary.schema.json")  # summary.json's published JSON Schema

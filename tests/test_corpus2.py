@@ -130,6 +130,20 @@ def test_sglang_prefill_stuck_in_distributed_init(tmp_path: Path) -> None:
     assert _hms(stall) == "02:23:48" and analysis.incident_found
 
 
+def test_the_harness_timeout_is_quoted_by_its_exception_and_not_dated_at_the_stall(tmp_path: Path) -> None:
+    """The README: "then a Python `TimeoutError` traceback from the test harness", "harness `Server failed
+    to start within the timeout period` (test ran 3600 s)". The traceback's lines carry no stamp: it
+    follows the 02:23:49 line an hour later, so it is at that time "or later", and it is quoted by
+    its exception, not by the harness's "Finished test case" after it."""
+    analysis = _analyze(tmp_path, "sglang_npu_pd_2p1d_prefill0_stuck_init_torch_distributed_harness_timeout_"
+                                  "2026-01-04.log")
+    kinds = _kinds(analysis)
+    (traceback,) = kinds["traceback"]
+    assert traceback.text.endswith("Error: Failed to start prefill node on 192.168.0.77: Server failed to start "
+                                   "within the timeout period.")
+    assert "printed at 02:23:49 or later: its lines carry no time of their own" in traceback.text
+
+
 def test_sglang_decode_ready_then_the_transport_link_broke(tmp_path: Path) -> None:
     """Ready 02:32:06, no Decode batch lines at all, SMEM link-broken errors at 03:23:20."""
     analysis = _analyze(tmp_path, "sglang_npu_pd_2p1d_decode0_ready_then_smem_link_broken_2026-01-04.log")

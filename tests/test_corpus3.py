@@ -208,6 +208,29 @@ def test_fedora_xid120_is_a_gpu_fault(tmp_path: Path) -> None:
     assert "Xid 120 (PCI:0000:23:00)" in xid.text and _hms(xid.at) == "21:36:23"
 
 
+CORPUS2 = Path(os.environ.get("FORENSICS_CORPUS2", Path(__file__).resolve().parents[2] / "shared" / "corpus2"))
+SMEM = "sglang_npu_pd_2p1d_decode0_ready_then_smem_link_broken_2026-01-04.log"
+
+
+@pytest.mark.skipif(not (CORPUS2 / "README.md").is_file(), reason=f"no corpus at {CORPUS2}")
+def test_a_kernel_journal_of_another_day_is_read_not_dropped_as_a_forged_clock(tmp_path: Path) -> None:
+    """Hundreds of log lines of one January hour beside ten kernel lines of an August evening: the
+    kernel's lines agree with each other, so they are another day's evidence, kept and said to lie
+    apart — never set aside as a forged clock while `checked` says no device fault was found."""
+    _readme_says(FEDORA, "`NVRM: Xid (PCI:0000:23:00): 120", "21:36:23")
+    bundle = _bundle(tmp_path, FEDORA)
+    (logs := bundle / "logs").mkdir()
+    (source,) = CORPUS2.rglob(SMEM)
+    shutil.copy(source, logs / SMEM)
+    analysis = analyze(bundle, tmp_path / "case")
+    assert analysis.timeline.out_of_range is None
+    (xid,) = _kinds(analysis)["gpu_xid_error"]
+    assert "Xid 120 (PCI:0000:23:00)" in xid.text and _hms(xid.at) == "21:36:23"
+    assert any(line.endswith("found: device fault") for line in analysis.checked())
+    assert any(note.startswith(f"journal/{FEDORA}: its times") and "check that it belongs to this incident" in note
+               for note in analysis.timeline.incident.notes)
+
+
 def test_openclaw_is_a_crash_loop_with_its_restart_counter(tmp_path: Path) -> None:
     _readme_says(OPENCLAW, "**Crash loop at startup, not a hang.**", "restart counter **2740 → 2741**",
                  "`ValueError: Free memory on device cuda:0 (0.32/23.56 GiB)")

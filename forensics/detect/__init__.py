@@ -85,9 +85,22 @@ def latest_time(times: pl.Series) -> datetime | None:
 DISPLAY_ZONE: ContextVar[ZoneInfo] = ContextVar("display_zone", default=ZoneInfo("UTC"))  # noqa: B039 - immutable
 
 
+#: Whether the evidence spans more than one day in the display zone: then every time is written
+#: with its date (21:36:23 of another day is not 21:36:23 of this one); `forensics.analyze` sets it.
+DISPLAY_DATED: ContextVar[bool] = ContextVar("display_dated", default=False)
+
+
 def clock(at: datetime | None) -> str:
-    """A time as the findings' text writes it: in the display zone, to the second."""
-    return at.astimezone(DISPLAY_ZONE.get()).strftime("%H:%M:%S") if at else "?"
+    """A time as the findings' text writes it: in the display zone, to the second (with its date
+    when the evidence spans more than one day)."""
+    if not at:
+        return "?"
+    return at.astimezone(DISPLAY_ZONE.get()).strftime("%Y-%m-%d %H:%M:%S" if DISPLAY_DATED.get() else "%H:%M:%S")
+
+
+def spans_days(times: Iterable[datetime | None], zone: ZoneInfo) -> bool:
+    """Whether `times` fall on more than one calendar day in `zone`."""
+    return len({at.astimezone(zone).date() for at in times if at}) > 1
 
 
 RUN_COLLAPSED = 5  # consecutive ranks from this many on are written as a range ("0–7")

@@ -25,6 +25,8 @@ MASKS = (
 # same line carries (SGLang's "Scheduler hit an exception: Traceback …"), or on a later line of a
 # record a log reader folded ("[…] Exception in ASGI application" then the traceback).
 TRACEBACK_START = r"Traceback \(most recent call last\):"
+# A traceback's last word: `module.Name: message` (or a bare `…Error`) at the line's start.
+EXCEPTION_LINE = r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure)\b|^[A-Za-z_][\w.]*: "
 WARNING = 4  # syslog priority: warning and worse
 
 
@@ -60,7 +62,13 @@ def fold_tracebacks(events: pl.DataFrame) -> pl.DataFrame:
                    pl.col("message").str.join("\n"))
               .drop("_tb"))
     text = pl.col("message").str.split("\n").list.eval(pl.element().filter(pl.element().str.strip_chars() != ""))
-    return folded.with_columns(text.list.last().alias("exception"), text.list.len().cast(pl.UInt32).alias("lines"))
+    # the exception is the last line shaped like one ("RuntimeError: …"), not whatever a harness
+    # printed after it ("Finished test case …"); a traceback that begins past a record's second line
+    # follows lines of no time of their own: it was printed at that record's time or later
+    raised = text.list.eval(pl.element().filter(pl.element().str.contains(EXCEPTION_LINE))).list.last()
+    begins = text.list.eval(pl.element().str.contains(TRACEBACK_START)).list.arg_max()
+    return folded.with_columns(pl.coalesce(raised, text.list.last()).alias("exception"),
+                               text.list.len().cast(pl.UInt32).alias("lines"), (begins > 1).alias("time_is_after"))
 
 
 def _notable(events: pl.DataFrame, include_events: bool) -> pl.DataFrame:
@@ -121,9 +129,10 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
                                 f"({statuses}), "
                                 f"{between(first, last)}.", last, event_evidence(rows)))
     for tb in fold_tracebacks(events).iter_rows(named=True):
+        pid = f"pid {tb['pid']}, " if tb["pid"] else ""
+        when = f"; printed at {clock(tb['ts'])} or later: its lines carry no time of their own" if tb["time_is_after"] else ""
         findings.append(Finding("traceback", "errors", tb["component"], tb["ts"],
-                                f"traceback in {tb['component'] or tb['unit']} ({'pid ' + str(tb['pid']) + ', ' if tb['pid'] else ''}"
-                                f"{tb['lines']} lines): "
+                                f"traceback in {tb['component'] or tb['unit']} ({pid}{tb['lines']} lines{when}): "
                                 f"{tb['exception']}", None,
                                 event_evidence(pl.DataFrame([tb]).rename({"message": "message"}), 1)))
     if window_start is not None:
@@ -133,7 +142,8 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
         for row in new.iter_rows(named=True):
             findings.append(Finding("new_template", row["track"] or "errors", row["component"], row["first"],
                                     f"new in the incident window: {row['count']} × “{row['template'][:100]}” "
-                                    f"on {row['component']} ({clock(row['first'])}–{clock(row['last'])}).",
+                                    + (f"on {row['component']} " if row["component"] else "")
+                                    + f"({clock(row['first'])}–{clock(row['last'])}).",
                                     row["last"], []))
     return findings
 

@@ -23,14 +23,15 @@ from datetime import datetime
 import polars as pl
 
 from forensics.case import cluster
-from forensics.case.opened import Case
 from forensics.case.cluster import Progress, Runner
 from forensics.case.incident import Incident
+from forensics.case.opened import Case
 from forensics.case.places import place_text
 from forensics.case.store import partition_rows
 from forensics.formats.frames import columns_of_frame, replace_columns
 from forensics.profiles import Profile
 from forensics.timeline.clocks import (
+    Window,
     estimate_offsets,
     line_ts,
     mtime_outside,
@@ -145,7 +146,7 @@ def _partitions(case: Case) -> list[str | None]:
 
 
 def _read_hosts(case: Case, hosts: list[str | None], incident: Incident, profile: Profile,
-                window: tuple[datetime, datetime] | None, lean: bool, progress: Progress | None,
+                window: Window | None, lean: bool, progress: Progress | None,
                 run: Runner | None) -> list[HostRead]:
     """Each host folder of the case read by its own task (`read_host`, on `run`, else on the runner
     FORENSICS_DASK chooses), from the rows an ingest in this process still holds where it can."""
@@ -168,7 +169,7 @@ def _read_hosts(case: Case, hosts: list[str | None], incident: Incident, profile
     return parts
 
 
-def _samples_and_stacks(case: Case, incident: Incident, window: tuple[datetime, datetime] | None,
+def _samples_and_stacks(case: Case, incident: Incident, window: Window | None,
                         offsets: dict[str, float]) -> tuple[pl.LazyFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The case's scrapes and dumps on true UTC, those outside the plausible `window` left out:
     samples, stacks, and the records left out of each, counted per source file."""
@@ -180,7 +181,7 @@ def _samples_and_stacks(case: Case, incident: Incident, window: tuple[datetime, 
         samples = samples.filter(~mtime_outside(window))
     outside_samples = pl.DataFrame()
     if window is not None:
-        inside = pl.col("ts").is_between(*window) | pl.col("ts").is_null()
+        inside = window.inside()
         outside_samples = (samples.filter(~inside).group_by(pl.col("source_file").cast(pl.String))
                            .agg(pl.len().alias("records"), pl.col("ts").min().alias("earliest"),
                                 pl.col("ts").max().alias("latest"))

@@ -27,7 +27,8 @@ incident can plausibly have. `forensics.timeline.align` applies them to the whol
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 
@@ -167,34 +168,88 @@ def line_ts(events: pl.DataFrame, incident: Incident, offsets: dict[str, float])
     return out
 
 
-def plausible_window(case: Case, incident: Incident) -> tuple[datetime, datetime] | None:
+VOUCHING_RECORDS = 10  # a source with this many records stamped in the evidence vouches for its own times
+
+
+@dataclass(frozen=True)
+class Window:
+    """The times a record of this incident can have: `start`–`end` for the evidence as a whole, and
+    per source that lies elsewhere but whose own records agree with each other (a kernel journal of
+    the day before, a log of another week), that source's own span."""
+
+    start: datetime
+    end: datetime
+    own: tuple[tuple[str, datetime, datetime], ...] = ()  # (source file, start, end)
+
+    def inside(self) -> pl.Expr:
+        """Rows whose time is plausible (or unknown)."""
+        inside = pl.col("ts").is_between(self.start, self.end) | pl.col("ts").is_null()
+        for source, start, end in self.own:
+            inside = inside | ((pl.col("source_file").cast(pl.String) == source) & pl.col("ts").is_between(start, end))
+        return inside
+
+
+def _widened(q1: datetime, q3: datetime) -> tuple[datetime, datetime]:
+    """The middle half of some times widened ten times its length, and by PLAUSIBLE_MARGIN either side."""
+    spread = (q3 - q1) * 10  # far beyond where the bulk of the evidence lies, however it is spread
+    return q1 - spread - PLAUSIBLE_MARGIN, q3 + spread + PLAUSIBLE_MARGIN
+
+
+def plausible_window(case: Case, incident: Incident) -> Window | None:
     """The times a record of this incident can have: the manifest's window, else the middle half of
-    the evidence's times widened ten times its length, and by PLAUSIBLE_MARGIN either side."""
+    the evidence's times widened ten times its length, and by PLAUSIBLE_MARGIN either side. A
+    source of VOUCHING_RECORDS stamped records or more that lies outside it keeps its own span (its
+    records agree with each other: another day's evidence, not a forged clock), and the incident's
+    notes say so; a few records far from the rest of their own source are still left out. No window
+    reaches past today (the analysis runs after the evidence was written), unless the bulk of the
+    evidence lies there."""
     if incident.window is not None:
         start, end = incident.window
-    else:
-        # Time sources ranked: a time written in the evidence (a log line's stamp, journald's, a
-        # capture header) outvotes a file's modification time, which a copy resets to "now".
-        confident = pl.col("ts_confidence").cast(pl.String).fill_null("") != "low"
-        stamped = pl.concat([case.events.select("ts").collect(), case.stacks.filter(confident).select("ts").collect(),
-                             case.samples.filter(confident).select("ts").collect()]).get_column("ts").drop_nulls()
-        times = stamped if stamped.len() >= 10 else pl.concat([
-            case.events.select("ts").collect(), case.stacks.select("ts").collect(),
-            case.samples.select("ts").collect()]).get_column("ts").drop_nulls()
-        if times.len() < 10:
-            return None
-        q1, q3 = times.quantile(0.25, "lower"), times.quantile(0.75, "higher")
-        spread = (q3 - q1) * 10  # far beyond where the bulk of the evidence lies, however it is spread
-        start, end = q1 - spread, q3 + spread
-    return start - PLAUSIBLE_MARGIN, end + PLAUSIBLE_MARGIN
+        return Window(start - PLAUSIBLE_MARGIN, end + PLAUSIBLE_MARGIN)
+    # Time sources ranked: a time written in the evidence (a log line's stamp, journald's, a
+    # capture header) outvotes a file's modification time, which a copy resets to "now".
+    confident = pl.col("ts_confidence").cast(pl.String).fill_null("") != "low"
+    columns = [pl.col("ts"), pl.col("source_file").cast(pl.String)]
+    stamped = pl.concat([case.events.select(columns).collect(), case.stacks.filter(confident).select(columns).collect(),
+                         case.samples.filter(confident).select(columns).collect()]).drop_nulls("ts")
+    if stamped.height < 10:
+        stamped = pl.concat([case.events.select(columns).collect(), case.stacks.select(columns).collect(),
+                             case.samples.select(columns).collect()]).drop_nulls("ts")
+    if stamped.height < 10:
+        return None
+    times = stamped.get_column("ts")
+    q1 = times.quantile(0.25, "lower")
+    start, end = _widened(q1, times.quantile(0.75, "higher"))
+    today = datetime.now(UTC) + PLAUSIBLE_MARGIN
+    if q1 <= today:  # evidence is read after it was written: a time past today is a forged or reset clock
+        end = min(end, today)
+    sources = (stamped.group_by("source_file")
+               .agg(pl.len().alias("records"), pl.col("ts").quantile(0.25, "lower").alias("q1"),
+                    pl.col("ts").quantile(0.75, "higher").alias("q3"), pl.col("ts").min().alias("first"),
+                    pl.col("ts").max().alias("last"))
+               .filter((pl.col("records") >= VOUCHING_RECORDS) & pl.col("source_file").is_not_null()
+                       & ((pl.col("first") < start) | (pl.col("last") > end)))
+               .sort("source_file"))
+    own = []
+    for source, _, q1, q3, first, last in sources.iter_rows():
+        own_start, own_end = _widened(q1, q3)
+        own_end = min(own_end, today)
+        if own_start >= own_end or q1 > today:
+            continue
+        own.append((source, own_start, own_end))
+        incident.notes.append(
+            f"{source}: its times ({first:%Y-%m-%d %H:%M} … {last:%Y-%m-%d %H:%M} UTC) lie apart from the rest of "
+            f"the evidence ({start + PLAUSIBLE_MARGIN:%Y-%m-%d} … {end - PLAUSIBLE_MARGIN:%Y-%m-%d}); its records "
+            "agree with each other, so they are read as written — check that it belongs to this incident")
+    return Window(start, end, tuple(own))
 
 
-def mtime_outside(window: tuple[datetime, datetime]) -> pl.Expr:
+def mtime_outside(window: Window) -> pl.Expr:
     """Rows timed only by a file's modification time, outside the window of the evidence's own times."""
-    return ((pl.col("ts_confidence").cast(pl.String) == "low") & ~pl.col("ts").is_between(*window)).fill_null(False)
+    return ((pl.col("ts_confidence").cast(pl.String) == "low") & ~window.inside()).fill_null(False)
 
 
-def time_unknown(samples: pl.DataFrame, stacks: pl.DataFrame, window: tuple[datetime, datetime]) -> list[str]:
+def time_unknown(samples: pl.DataFrame, stacks: pl.DataFrame, window: Window) -> list[str]:
     """What is placed as "time unknown", per file, with the reason, for the report to say."""
     notes = []
     for frame, what in ((stacks, "py-spy dump"), (samples, "scrape")):
@@ -208,12 +263,12 @@ def time_unknown(samples: pl.DataFrame, stacks: pl.DataFrame, window: tuple[date
     return notes
 
 
-def outside_window(frame: pl.DataFrame, window: tuple[datetime, datetime] | None, name: str
+def outside_window(frame: pl.DataFrame, window: Window | None, name: str
                    ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """`frame` without the rows outside `window`, and those rows counted per source file."""
     if window is None or frame.is_empty():
         return frame, pl.DataFrame()
-    inside = pl.col("ts").is_between(*window) | pl.col("ts").is_null()
+    inside = window.inside()
     if frame.select(inside.all()).item():
         return frame, pl.DataFrame()
     outside = (frame.filter(~inside).group_by(pl.col("source_file").cast(pl.String))

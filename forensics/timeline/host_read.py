@@ -17,7 +17,6 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
 from typing import NamedTuple
 
 import polars as pl
@@ -28,7 +27,14 @@ from forensics.case.store import scan_partition
 from forensics.formats.frames import columns_of_frame, cut_alike
 from forensics.profiles import Profile
 from forensics.sources.kubectl import K8S_COLUMNS
-from forensics.timeline.clocks import JUMPS_SCHEMA, SKEW_SCHEMA, jumps_table, outside_window, step_places
+from forensics.timeline.clocks import (
+    JUMPS_SCHEMA,
+    SKEW_SCHEMA,
+    Window,
+    jumps_table,
+    outside_window,
+    step_places,
+)
 from forensics.timeline.logs import read_lines
 from forensics.timeline.progress import (
     LINE,
@@ -217,7 +223,7 @@ class _SliceRead(NamedTuple):
 
 
 def read_host(case_dir: str, host: str | None, extras: list[str], incident: Incident, profile: Profile,
-              window: tuple[datetime, datetime] | None, lean: bool, held: pl.DataFrame | None = None) -> HostRead:
+              window: Window | None, lean: bool, held: pl.DataFrame | None = None) -> HostRead:
     """One host's `events` read onto its timeline (a task: `forensics.case.cluster` runs one per host
     folder, in this process or on a Dask worker). Lean: batch by batch, keeping only the lines worth
     a finding (see the module's docstring); the rest are counted in `activity`, and of the progress

@@ -212,6 +212,28 @@ def test_records_far_outside_the_incident_never_drive_findings(tmp_path: Path) -
     assert not analysis.incident_found
 
 
+def test_a_whole_file_stamped_in_the_future_does_not_vouch_for_itself(tmp_path: Path) -> None:
+    """Another day's file whose records agree with each other is read as written; a file whose
+    records all lie past today is a forged or reset clock, however many they are."""
+    from forensics.analyze import analyze
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+
+    def entries(first_s: int, host: str) -> bytes:
+        return b"".join(export_entry(
+            ("__REALTIME_TIMESTAMP", str((first_s + i * 5) * 1_000_000)), ("__MONOTONIC_TIMESTAMP", str(i)),
+            ("_BOOT_ID", BOOT), ("_HOSTNAME", host), ("_SYSTEMD_UNIT", "sglang-decode.service"),
+            ("MESSAGE", f"line {i}")) for i in range(40))
+
+    (bundle / "today.export").write_bytes(entries(1781818560, "node-a"))  # 2026-06-18
+    (bundle / "future.export").write_bytes(entries(4102444800, "node-b"))  # 2100-01-01, 40 records
+    analysis = analyze(bundle, tmp_path / "case")
+    (note,) = [f for f in analysis.findings if f.kind == "out_of_range"]
+    assert note.text.startswith("40 events records of future.export lie far outside the incident (2100-01-01")
+    assert analysis.timeline.last_ts.year == 2026
+
+
 def test_a_tarball_bundle_is_read_without_extraction_tricks(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                                              ) -> None:
     import io
