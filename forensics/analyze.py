@@ -9,6 +9,7 @@ stacks (py-spy verdicts on the timeline), then key times and tracks over all of 
 from __future__ import annotations
 
 import gc
+import math
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,7 +33,9 @@ from forensics.detect import (
     clock,
     collectives,
     findings_frame,
+    fold_findings,
     progress,
+    rank_list,
     span,
     spans_days,
 )
@@ -40,7 +43,7 @@ from forensics.detect.keytimes import HANG_VERDICTS, KeyTimes
 from forensics.detect.registry import run_detectors
 from forensics.detect.stack_verdict import NO_VERDICT, WAITING_IN_ONE_SNAPSHOT, Verdict
 from forensics.detect.stacks import latest
-from forensics.detect.tracks import Track, links, tracks
+from forensics.detect.tracks import Track, links, main_track_named, tracks
 from forensics.errors import ForensicsError
 from forensics.case.incident import load_incident
 from forensics.profiles import Profile, choose_profile, layers, lines_found
@@ -55,6 +58,7 @@ SIGNATURE_KINDS = ("silent_hang", "kv_transfer_failure", "watchdog_timeout", "en
                    "cuda_oom", "crash_loop", "startup_failure", "startup_stall", "silent_death", "stuck_process",
                    "distributed_transport_failure", "collective_verdict", "worker_died", "child_failed")
 PROFILE_SAMPLE_LINES = 20_000  # log lines looked at to choose a profile
+COLLECTIVE_STATES_SHOWN = 32  # states of the collectives the text report lists, then a count
 NO_CLOCK = "--:--:--"  # where a finding's time would be printed, for one the evidence gives no time
 CHECKS_TRACK = "checks"  # findings that say what was looked at when nothing was wrong
 # Notes, and what is no fault: an operator's stop and what it brought with it.
@@ -86,6 +90,8 @@ class Analysis:
     #: whether a serving profile's evidence was in the bundle (or the user named one): False when
     #: the default profile was taken for want of any, so no page says the job was SGLang
     profile_matched: bool = True
+    #: the main track's name here: the profile's ("wedge") only where a finding on it shows one
+    main_track: str = "incident"
 
     def superseded(self, finding: Finding) -> bool:
         """A stack verdict of an earlier py-spy round than its group's last (reports show the last)."""
@@ -113,11 +119,13 @@ class Analysis:
         return any(is_anomaly(f) for f in self.findings)
 
     def impact(self) -> list[Any]:
-        """The incident's impact in numbers (`forensics.detect.impact`), each with its source."""
+        """The incident's impact in numbers (`forensics.detect.impact`), each with its source; a
+        number that is none (a counter scraped at +Inf or NaN gives a rate of NaN) is left out: no
+        sentence can say it and JSON cannot hold it."""
         from forensics.detect.impact import impact
 
         if not hasattr(self, "_impact"):
-            self._impact = impact(self.timeline, self.key_times)
+            self._impact = [i for i in impact(self.timeline, self.key_times) if math.isfinite(i.value)]
         return self._impact
 
     def collectives(self) -> pl.DataFrame:
@@ -126,6 +134,16 @@ class Analysis:
         if not hasattr(self, "_collectives"):
             self._collectives = collectives.collective_table(self.timeline, self.verdicts)
         return self._collectives
+
+    def collective_states(self) -> pl.DataFrame:
+        """The collectives table with the ranks in one state together: one row per job, process
+        group and state (every column but the rank), in the order of each state's first rank, with
+        its ranks (`ranks`, a list) and how many (`count`). A thousand ranks waiting in one
+        all-reduce are one row, not a thousand."""
+        table = self.collectives()
+        keys = [c for c in table.columns if c != "rank"]
+        return (table.group_by(keys, maintain_order=True)
+                .agg(pl.col("rank").alias("ranks"), pl.len().alias("count")))
 
     def consequences(self) -> list[tuple[str, str, list[str]]]:
         """Components that stopped because a peer stopped, as (component, the peer, the evidence in
@@ -175,7 +193,7 @@ class Analysis:
                 caller = (v.called_from or "").split(" (")[0]
                 parts.append(f"stacks: {v.group} {v.verdict}"
                              + (f" in {v.collective}" if v.collective else "") + (f" from {caller}" if caller else ""))
-        main = self.timeline.profile.logs.main_track
+        main = self.main_track
         kinds = set(SIGNATURE_KINDS) | {e.kind for e in self.timeline.profile.logs.events if e.fault}
         parts += sorted({f"symptom: {f.kind}" for f in self.findings if f.kind in kinds and f.track == main})
         if not parts:
@@ -280,10 +298,11 @@ class Analysis:
         return [min(times).isoformat(), max(times).isoformat()]
 
     def summary(self) -> dict[str, Any]:
-        """What summary.json holds (see DESIGN.md)."""
+        """What summary.json holds (see DESIGN.md): JSON as RFC 8259 has it, a number the evidence
+        made NaN or infinite (a fact read from a hostile line) null."""
         incident, manifest = self.timeline.incident, self.timeline.manifest
         window = ([w.isoformat() for w in incident.window] if incident.window else self.span())
-        return {
+        return strict_json({
             "incident": incident.title,
             "display_time_zone": self.display_zone,
             "bundle": str(self.bundle),
@@ -309,7 +328,7 @@ class Analysis:
             "checked": self.checked(),
             "clock_checks": self.timeline.clock_checks.to_dicts(),
             "notes": self.timeline.incident.notes,
-        }
+        })
 
 
 def analyze(bundle: str | Path, case_dir: str | Path | None = None, profile: Profile | None = None,
@@ -410,9 +429,11 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
         for f in found:
             if f.kind == "stack_verdict":
                 f.track = CHECKS_TRACK
-    all_tracks = tracks(found, ctx.main_track)
+    found = fold_findings(found)
+    main = main_track_named(found, ctx.main_track)
+    all_tracks = tracks(found, main)
     return Analysis(bundle, timeline, found, times, all_tracks, links(all_tracks, times.resolved), verdicts,
-                    DISPLAY_ZONE.get().key, matched)
+                    DISPLAY_ZONE.get().key, matched, main)
 
 
 @contextmanager
@@ -437,6 +458,18 @@ def _evidence_span(timeline: Timeline) -> list[datetime | None]:
 
 
 SUMMARY_SCHEMA = Path(__file__).with_name("summary.schema.json")  # summary.json's published JSON Schema
+
+
+def strict_json(value: Any) -> Any:
+    """`value` with every float that JSON cannot hold (NaN, ±infinity, which Python's `json`
+    writes as `NaN` and `Infinity`, and strict readers refuse) made None, in dicts and lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    return value
 
 
 def jsonable(facts: dict[str, Any]) -> dict[str, Any]:
@@ -492,13 +525,21 @@ def no_incident_heading(analysis: Analysis) -> str:
     return "no incident found: nothing in the evidence shows a fault. Checked:"
 
 
+# Where `str.splitlines` ends a line: inside one line of the text report (a title, a finding
+# quoting evidence, a host name) each is written out, so that evidence holding "…\n## track: …"
+# cannot begin a line that poses as the report's own.
+_LINE_BREAKS = str.maketrans({c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+                              for c in (0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029)})
+
+
 def report_text(analysis: Analysis) -> str:
-    """The findings, tracks and key times in plain sentences, times in the analysis' display zone."""
+    """The findings, tracks and key times in plain sentences, times in the analysis' display zone;
+    each of its lines one line, whatever the evidence it quotes holds."""
     with in_display_zone(analysis):
-        return _report_text(analysis)
+        return "\n".join(line.translate(_LINE_BREAKS) for line in _report_text(analysis))
 
 
-def _report_text(analysis: Analysis) -> str:
+def _report_text(analysis: Analysis) -> list[str]:
     t = analysis.key_times
     lines = [f"# {analysis.timeline.incident.title}", ""]
     lines.append(f"key times ({analysis.display_zone}):")
@@ -519,17 +560,23 @@ def _report_text(analysis: Analysis) -> str:
             lines.append(f"  {clock(f.at) if f.at else NO_CLOCK}  [{f.kind}] {f.text}")
     if analysis.links:
         lines += ["", "## between tracks"] + [f"  {text}" for text in analysis.links]
-    table = analysis.collectives()
-    if table.height:
-        lines += ["", "## collectives (per process group and rank)"]
-        for row in table.iter_rows(named=True):
+    states = analysis.collective_states()
+    if states.height:
+        lines += ["", "## collectives (per process group, the ranks in one state together)"]
+        for row in states.head(COLLECTIVE_STATES_SHOWN).iter_rows(named=True):
             said = [f"{name} {row[key]}" for name, key in (
                 ("seq", "seq"), ("op", "op"), ("state", "state"), ("sizes", "sizes"),
                 ("last enqueued", "last_enqueued"), ("last completed", "last_completed"),
                 ("watchdog seq", "watchdog_seq"), ("watchdog op", "watchdog_op"), ("stack", "stack_phase"))
                 if row[key] is not None]
             job = f"{row['job'].split('/')[0]} " if row["job"] else ""
-            lines.append(f"  {job}group {row['pg']} rank {row['rank']}: " + ", ".join(said))
+            ranks = f"rank {row['ranks'][0]}" if row["count"] == 1 else f"ranks {rank_list(row['ranks'])}"
+            lines.append(f"  {job}group {row['pg']} {ranks}: " + ", ".join(said))
+        if states.height > COLLECTIVE_STATES_SHOWN:
+            rest = states.slice(COLLECTIVE_STATES_SHOWN)
+            lines.append(f"  … and {rest.height:,} more states of {rest.get_column('count').sum():,} ranks (only the "
+                         f"first {COLLECTIVE_STATES_SHOWN} states are listed one by one; summary.json's findings and "
+                         "the report's collectives table hold every rank)")
     if not analysis.incident_found:
         lines += ["", "## " + no_incident_heading(analysis)] + [f"  - {line}" for line in analysis.checked()]
     checks = analysis.timeline.clock_checks
@@ -542,5 +589,5 @@ def _report_text(analysis: Analysis) -> str:
                          f"(spread {row['spread_s']:.2f} s over {row['lines']:,} lines)")
     for note in analysis.timeline.incident.notes:
         lines.append(f"  note: {note}")
-    return "\n".join(lines)
+    return lines
 

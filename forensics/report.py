@@ -295,6 +295,8 @@ def _as_read(iso: object) -> str:
 def _verdicts(summary: dict[str, Any]) -> str:
     """Every verdict a bundle's summary holds, each once: the stack verdicts per group, the Flight
     Recorder's per process group, and the collective timeouts with the ranks that never entered."""
+    from forensics.detect.watchdog import who
+
     said = [f"{v['group']}: {v['verdict']}" for v in summary.get("stack_verdicts", [])]
     for f in summary.get("findings", []):
         facts = f.get("facts") or {}
@@ -303,9 +305,9 @@ def _verdicts(summary: dict[str, Any]) -> str:
         elif f.get("kind") == "collective_timeout":
             seq = "/".join(str(q) for q in facts.get("seq", []))
             culprits = facts.get("culprits")
+            # named as the finding names them: a million culprits are a range, not a million numbers
             said.append(f"collective timeout{f' at seq {seq}' if seq else ''}"
-                        + (f": rank{'s' if len(culprits) > 1 else ''} {', '.join(culprits)} never entered it"
-                           if culprits else ""))
+                        + (f": {who([str(c) for c in culprits])} never entered it" if culprits else ""))
     return "; ".join(dict.fromkeys(said))
 
 

@@ -142,6 +142,9 @@ def test_the_harness_timeout_is_quoted_by_its_exception_and_not_dated_at_the_sta
     assert traceback.text.endswith("Error: Failed to start prefill node on 192.168.0.77: Server failed to start "
                                    "within the timeout period.")
     assert "printed at 02:23:49 or later: its lines carry no time of their own" in traceback.text
+    for finding in kinds.get("startup_failure", []):
+        assert "Finished test case" not in finding.text, finding.text
+        assert "Server failed to start within the timeout period" in finding.text and "or later" in finding.text
 
 
 def test_sglang_decode_ready_then_the_transport_link_broke(tmp_path: Path) -> None:

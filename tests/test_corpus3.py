@@ -385,3 +385,28 @@ def test_the_batch_index_names_each_bundles_verdicts_with_the_culprits(tmp_path:
         "collective timeout at seq 78: ranks 0, 4 never entered it"
     _readme_says(TUTORIAL, "rank 1 never joined collective 5")
     assert _verdicts(_analyze(tmp_path / "t", TUTORIAL).summary()) == "process group 0 (default_pg): STRAGGLER_OR_MISSING"
+
+
+# -- the main track is called a wedge only where the evidence shows one ----------------------------
+
+NOT_A_WEDGE = ("not a hang", "not an inference hang", "Not a hang", "Healthy", "healthy", "Silent death",
+               "Crash loop", "Startup failure", "GPU fault", "Idle")
+A_WEDGE = ("Desync", "Uniform wait")
+
+
+def _verdict(name: str) -> str:
+    """The bold phrase that opens the file's ground truth (the README's verdict), or ''."""
+    (row,) = [line for line in (CORPUS3 / "README.md").read_text().splitlines() if f"`{name}`" in line]
+    truth = row.rstrip(" |").rsplit("|", 1)[-1].strip()
+    return truth[2:truth.index("**", 2)] if truth.startswith("**") else ""
+
+
+@pytest.mark.parametrize("name", [p.name for p in _files()
+                                  if any(word in _verdict(p.name) for word in NOT_A_WEDGE + A_WEDGE)])
+def test_no_track_is_called_a_wedge_unless_the_evidence_shows_one(tmp_path: Path, name: str) -> None:
+    verdict = _verdict(name)
+    names = {track.name for track in _analyze(tmp_path, name).tracks}
+    if any(word in verdict for word in A_WEDGE):
+        assert "wedge" in names, verdict
+    else:
+        assert "wedge" not in names, verdict

@@ -125,6 +125,40 @@ def rank_list(ranks: Iterable[int]) -> str:
     return f"{', '.join(pieces[:RANK_PIECES])} and {len(pieces) - RANK_PIECES:,} more ({len(ordered):,} ranks)"
 
 
+#: Findings of one kind listed one by one (those first in time); the rest are one finding that
+#: counts them. A finding per distinct line (a template new in the window, a traceback) grew with
+#: the evidence's distinct lines: 20,000 distinct error lines were 20,000 rows in every output.
+#: Stack verdicts are kept whole: which of them a report shows is each group's last round.
+MAX_FINDINGS_OF_A_KIND = 100
+
+
+def fold_findings(found: list[Finding]) -> list[Finding]:
+    """`found` with at most MAX_FINDINGS_OF_A_KIND findings of each kind (stack verdicts excepted):
+    those first in time (undated ones last) kept as they are, in their places, the rest one finding
+    of the kind that says how many were left out, when, and why."""
+    by_kind: dict[str, list[Finding]] = {}
+    for f in found:
+        by_kind.setdefault(f.kind, []).append(f)
+    left_out: dict[int, Finding] = {}
+    for kind, same in by_kind.items():
+        if kind == "stack_verdict" or len(same) <= MAX_FINDINGS_OF_A_KIND:
+            continue
+        ordered = sorted(same, key=lambda f: (f.at is None, f.at or datetime.min))
+        rest = ordered[MAX_FINDINGS_OF_A_KIND:]
+        dated = [f.at for f in rest if f.at]
+        first, last = (min(dated), max(f.until or f.at for f in rest if f.at)) if dated else (None, None)
+        when = (f"{clock(first)}–{clock(last)}" if first and last and first != last
+                else f"at {clock(first)}" if first else "at no time the evidence gives")
+        more = f"{len(rest):,} more finding{'s' if len(rest) > 1 else ''} of this kind ({kind.replace('_', ' ')})"
+        summary = Finding(kind, rest[0].track, None, first, f"… and {more}, {when}: not listed one by one (only "
+                          f"the first {MAX_FINDINGS_OF_A_KIND} of a kind are)", last, facts={"left_out": len(rest)})
+        left_out.update({id(f): f for f in rest})
+        left_out[id(rest[0])] = summary  # the count takes the place of the first left out
+    if not left_out:
+        return found
+    return [left_out.get(id(f), f) for f in found if id(f) not in left_out or left_out[id(f)] is not f]
+
+
 def between(first: datetime | None, last: datetime | None) -> str:
     """When lines of one kind were written, as the findings' text says it: "21:34:47–21:39:07",
     "at 21:34:47" when once, "at no time the evidence gives" when their records have none."""
@@ -146,13 +180,23 @@ def matching_line(group: pl.DataFrame, pattern: str) -> str:
     return ""
 
 
+_QUOTE_MARKS = str.maketrans({"“": '"', "”": '"'})
+
+
+def quoted(text: str) -> str:
+    """Evidence between the findings' own quotation marks (“…”), its own curly ones made straight:
+    a log line holding `” — rank 3 is the culprit “` cannot close the quote and go on in the
+    finding's voice."""
+    return f"“{text.translate(_QUOTE_MARKS)}”"
+
+
 def kind_sentence(rows: pl.DataFrame, words: str, where: str, pattern: str | None) -> str:
     """A line kind's finding in words: how many records, what they are, where, when, and the first
     line `pattern` finds in them, quoted."""
     first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))
     sample = matching_line(rows, pattern) if pattern else ""
     return (f"{rows.height} × {words} on {where}, {between(first, last)}"
-            + (f": “{sample[:160]}”" if sample else "") + ".")
+            + (f": {quoted(sample[:160])}" if sample else "") + ".")
 
 
 def one_unit(rows: pl.DataFrame) -> str | None:

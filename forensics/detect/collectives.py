@@ -122,12 +122,15 @@ def collective_table(timeline: Timeline, verdicts: list[Verdict] | None = None) 
             "job": r["FR_JOB"], "pg": r["FR_PG"], "rank": r["FR_RANK"], "seq": r["FR_SEQ"], "op": r["FR_OP"],
             "state": r["FR_STATE"], "sizes": r["FR_INPUT_SIZES"], "last_enqueued": r["FR_LAST_ENQUEUED"],
             "last_completed": r["FR_LAST_COMPLETED"]}
+    by_rank: dict[tuple[object, object], list[dict[str, object]]] = {}  # (group, rank) → its rows, found once
+    for (_, p, k), row in rows.items():
+        by_rank.setdefault((p, k), []).append(row)
     for (pg, rank), said in watchdog.items():
         if not (said.get("seq") or said.get("status_seq") or said.get("completed")):
             continue  # a watchdog line that names a rank but no work (`HCCL watchdog thread terminated`)
         # a watchdog line names its group by id (the recorder by name, which is the id for unnamed
         # groups) and no job: it joins every job's row of that group and rank, else one of its own
-        matching = [row for (_, p, k), row in rows.items() if p == pg and k == rank]
+        matching = by_rank.get((pg, rank), [])
         if not matching:
             matching = [rows.setdefault(("", pg, rank), {"job": "", "pg": pg, "rank": rank})]
         for row in matching:

@@ -4,6 +4,8 @@ the incident window compared with the baseline before it."""
 
 from __future__ import annotations
 
+import re
+
 from datetime import datetime, timedelta
 
 import polars as pl
@@ -28,6 +30,18 @@ TRACEBACK_START = r"Traceback \(most recent call last\):"
 # A traceback's last word: `module.Name: message` (or a bare `…Error`) at the line's start.
 EXCEPTION_LINE = r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure)\b|^[A-Za-z_][\w.]*: "
 WARNING = 4  # syslog priority: warning and worse
+
+
+def raised_line(message: str) -> tuple[str, bool]:
+    """What a record that holds a traceback says it raised: its last exception-shaped line (else its
+    last line; a record without a traceback, its first line), and whether the traceback begins past
+    the record's second line (printed at the record's time or later: those lines carry no time)."""
+    lines = [line for line in message.splitlines() if line.strip()] or [""]
+    begins = next((n for n, line in enumerate(lines) if re.search(TRACEBACK_START, line)), None)
+    if begins is None:
+        return lines[0], False
+    raised = [line for line in lines if re.search(EXCEPTION_LINE, line)]
+    return (raised or lines)[-1], begins > 1
 
 
 def template(message: pl.Expr) -> pl.Expr:

@@ -4,6 +4,14 @@ Each line kind of PyTorch distributed, the kernel and driver, and systemd become
 component and host, in words that say what the lines show: a collective timeout with the
 collective in flight per rank and process group, an Xid with what its code means, the OOM
 killer's victim, a crash loop's restart counter and interval, an operator's stop (no fault).
+The families real fleets meet say their facts (`Finding.facts`, read by `forensics.detect.families`
+with the layers' tables):
+each Xid's meaning and NVIDIA's action, each NVSwitch SXid's class and recovery, torchrun's
+ChildFailedError table (ranks, pids, exit codes, signals; every rank failing alike is one failure of
+the job), the signal that ended a process (a SIGKILL told beside the OOM killer's report of its host,
+or that there is none), a hung task's pid and the subsystem of its call trace, NCCL's error kind and
+what it points at, and for a CUDA out-of-memory the server, start-up or serving, and the numbers.
+A non-fatal device error (`fault = ""`, its own track) is reported, never taken for a cause.
 Beside them:
 
 - `error_records`: log records at error priority or worse that no other finding explains, so that
@@ -24,10 +32,16 @@ from typing import Any
 
 import polars as pl
 
-from forensics.detect import Finding, clock, earliest, event_evidence, kind_sentence, latest_time, one_unit, span
+from forensics.detect import Finding, between, clock, earliest, event_evidence, kind_sentence, latest_time, one_unit, span
 from forensics.detect import watchdog
+from forensics.detect.errors import raised_line
+from forensics.detect.families import (
+    SIGNAL_KINDS, children_said, cuda_oom_facts, elastic_children, elastic_facts, elastic_in, elastic_said, hung_said,
+    hung_tasks, killed_and_oom, layer_table, nccl_facts, nccl_said, oom_said, signal_facts, signal_said, sxid_words,
+    xid_words,
+)
 from forensics.detect.registry import Context, detector
-from forensics.profiles import NOTHING, LogEvent, available, layers, load_profile, matches_nothing, meaning
+from forensics.profiles import NOTHING, LogEvent, available, layers, load_profile, matches_nothing
 from forensics.sources.kubectl import K8S_COLUMNS
 from forensics.timeline.align import Timeline
 from forensics.timeline.progress import FREEZE_GAP_S
@@ -41,8 +55,6 @@ RAISED = (r"Traceback \(most recent call last\)", r"\b[A-Za-z]*Error: ", r"\b[A-
 STOP_SLACK = timedelta(seconds=1)  # lines stamped this much before a stop's own line still follow it
 # A collective timeout line's numbers, as ProcessGroupNCCL / ProcessGroupGloo write them.
 UNIT_IN_MESSAGE = re.compile(r"(?:^|: )([\w@.\\-]+\.(?:service|scope|socket|timer|mount|slice)): ")
-XID_DEVICES_NAMED = 8  # GPUs named one by one in an Xid finding; the rest are counted
-XID = re.compile(r"NVRM: Xid \((?P<pci>PCI:[^)]*)\): (?P<code>[0-9]+)(?:, pid=(?P<pid>[^,]+))?(?:, name=(?P<name>[^,]+))?")
 OOM = re.compile(r"Killed process (?P<pid>[0-9]+) \((?P<name>[^)]*)\)")
 RESTARTS = re.compile(r"restart counter is at (?P<n>[0-9]+)")
 # What a stop from outside brings about, said as its consequence when at or after it: these kinds,
@@ -86,30 +98,98 @@ def detect(timeline: Timeline) -> list[Finding]:
     layer = _layer_events(timeline)
     rows = _rows(timeline, list(layer))
     several_hosts = len(timeline.hosts) > 1
+    tables = elastic_in(timeline)
+    told: set[int] = set()
     out: list[Finding] = []
     for (kind, track, component, host), group in rows.group_by("event", "track", "component", "host",
                                                                 maintain_order=True):
         event = layer[str(kind)]
         where = _where(component or one_unit(group), host, several_hosts)
         first, last = earliest(group.get_column("ts")), latest_time(group.get_column("ts"))
-        words = {"gpu_xid_error": _xid, "oom_kill": _oom, "crash_loop": _crash_loop,
-                 "operator_stop": _operator_stop}.get(str(kind))
-        text = words(group, where) if words else None
-        facts: dict[str, Any] = {}
-        if kind == "collective_timeout":
-            text, facts = watchdog.collective_timeout(group, where, watchdog.status_lines(timeline, group))
-        elif str(kind).startswith("k8s_") and "K8S_REASON" in group.columns:
-            facts = _k8s_facts(group)
-            text = f"{kind_sentence(group, event.text, where, event.pattern)}{_k8s_said(facts)}"
-        if kind == "crash_loop":
-            text = f"{text}{_first_errors(timeline, group)}"
-        if text is None:
-            text = kind_sentence(group, event.text, where, event.pattern)
+        text, facts = _kind_words(timeline, str(kind), event, group, where)
+        if kind == "distributed_launch_failure":
+            files = set(group.get_column("source_file").cast(pl.String).to_list()) \
+                if "source_file" in group.columns else set()
+            mine = [n for n, t in enumerate(tables) if n not in told and t["row"].get("host") == host
+                    and t["row"].get("source_file") in files]
+            told.update(mine)
+            facts.update(elastic_facts([tables[n]["table"] for n in mine]))
+            if facts:
+                text += elastic_said(facts)
+            else:  # no table in the evidence: what elastic's agent said of each child
+                facts = elastic_children(group)
+                text += children_said(facts)
+        if kind in SIGNAL_KINDS:
+            facts["signals"] = list(dict.fromkeys([*facts.get("signals", []),
+                                                   *signal_facts(group).get("signals", [])]))
+            text += signal_said(facts)
         out.append(Finding(str(kind), str(track), component, first, text, last, event_evidence(group), host,
                            facts))
+    out += _untold_tables(timeline, [t for n, t in enumerate(tables) if n not in told], several_hosts)
+    killed_and_oom(out)
     out += _error_records(timeline, several_hosts)
     out += _startups(timeline, several_hosts)
     out += _died_serving(timeline, several_hosts)
+    return out
+
+
+def _kind_words(timeline: Timeline, kind: str, event: LogEvent, group: pl.DataFrame,
+                where: str) -> tuple[str, dict[str, Any]]:
+    """A layer kind's sentence and facts: its own words where the kind has some (an Xid's meaning and
+    NVIDIA's action, the OOM killer's victim, a collective in flight, …), else the generic sentence,
+    followed by what its family's lines add (a hung task's subsystem, NCCL's error kind, the server
+    out of memory)."""
+    text: str | None = None
+    facts: dict[str, Any] = {}
+    if kind in ("gpu_xid_error", "gpu_xid_nonfatal"):
+        text, facts = xid_words(group, where, nonfatal=kind == "gpu_xid_nonfatal")
+    elif kind in ("nvswitch_error", "nvswitch_nonfatal_error"):
+        text, facts = sxid_words(group, where, nonfatal=kind == "nvswitch_nonfatal_error")
+    elif kind == "oom_kill":
+        text, facts = _oom(group, where)
+    elif kind == "crash_loop":
+        text = f"{_crash_loop(group, where)}{_first_errors(timeline, group)}"
+    elif kind == "operator_stop":
+        text = _operator_stop(group, where)
+    elif kind == "collective_timeout":
+        text, facts = watchdog.collective_timeout(group, where, watchdog.status_lines(timeline, group))
+    elif kind.startswith("k8s_") and "K8S_REASON" in group.columns:
+        facts = _k8s_facts(group)
+        text = f"{kind_sentence(group, event.text, where, event.pattern)}{_k8s_said(facts)}"
+    text = text or kind_sentence(group, event.text, where, event.pattern)
+    if kind == "hung_task":
+        facts = hung_tasks(timeline, group)
+        text += hung_said(facts)
+    elif kind == "distributed_transport_failure":
+        facts = nccl_facts(timeline, group)
+        text += nccl_said(facts)
+    elif kind == "cuda_oom":
+        facts = cuda_oom_facts(timeline, group)
+        text += oom_said(facts)
+    elif kind == "fabric_manager_down":
+        reasons = [words for pattern, words in layer_table("fabric_manager_reason").items()
+                   if group.get_column("message").drop_nulls().str.contains(pattern).any()]
+        facts = {"reasons": reasons} if reasons else {}
+        text += "".join(f" Why: {reason}." for reason in reasons)
+    return text, facts
+
+
+def _untold_tables(timeline: Timeline, tables: list[dict[str, Any]], several_hosts: bool) -> list[Finding]:
+    """torchrun's tables no line of the launch-failure kind led to (a table a log reader folded into a
+    collective timeout's record): a finding each, per host and file."""
+    out = []
+    by_file: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for t in tables:
+        by_file.setdefault((t["row"].get("host"), t["row"].get("source_file")), []).append(t)
+    for (host, _), found in by_file.items():
+        row = found[0]["row"]
+        facts = elastic_facts([t["table"] for t in found])
+        facts["signals"] = list(dict.fromkeys(facts.get("signals", [])))
+        where = _where(row.get("component") or row.get("unit"), host, several_hosts)
+        text = (f"torchrun reported failed workers on {where}, {between(row.get('ts'), row.get('ts'))} (its table "
+                f"follows another record):{elastic_said(facts)}{signal_said(facts)}")
+        out.append(Finding("distributed_launch_failure", timeline.profile.logs.main_track, row.get("component"),
+                           row.get("ts"), text, None, event_evidence(pl.DataFrame([row])), host, facts))
     return out
 
 
@@ -169,36 +249,19 @@ def _k8s_said(facts: dict[str, Any]) -> str:
     return f" Kubernetes: {'; '.join(parts)}." if parts else ""
 
 
-def _xid(group: pl.DataFrame, where: str) -> str:
-    found = _numbers(group.get_column("message").to_list(), XID)
-    codes: dict[str, list[dict[str, str]]] = {}
-    for f in found:
-        codes.setdefault(f["code"], []).append(f)
-    said = []
-    for code, items in codes.items():
-        first = items[0]
-        devices = list(dict.fromkeys(i["pci"] for i in items if i.get("pci")))
-        if len(devices) > 1:  # each GPU is named, up to a few: one address would hide the others
-            who = f"on {len(devices):,} GPUs: {', '.join(devices[:XID_DEVICES_NAMED])}" + (
-                f" and {len(devices) - XID_DEVICES_NAMED:,} more" if len(devices) > XID_DEVICES_NAMED else "")
-        else:
-            who = ", ".join(x for x in (first.get("pci"), f"pid {first['pid']}" if first.get("pid") else None,
-                                        first.get("name")) if x and "unknown" not in x)
-        said.append(f"Xid {code}" + (f" × {len(items)}" if len(items) > 1 else "") + (f" ({who})" if who else "")
-                    + f": {meaning('xid', code) or 'a code the table does not know (see NVIDIA’s Xid catalogue)'}")
-    return (f"GPU fault on {where} at {clock(earliest(group.get_column('ts')))}: " + "; ".join(said) + ".") if said \
-        else None  # type: ignore[return-value]
-
-
-def _oom(group: pl.DataFrame, where: str) -> str:
+def _oom(group: pl.DataFrame, where: str) -> tuple[str, dict[str, Any]]:
     victims = _numbers(group.get_column("message").to_list(), OOM)
     named = ", ".join(sorted({f"{v['name']} (pid {v['pid']})" for v in victims})) or "a process"
     texts = " ".join(group.get_column("message").drop_nulls().to_list())
     # the kernel says which limit was hit: a memory cgroup's (a container's, a unit's MemoryMax) or the host's
+    cgroup = "Memory cgroup out of memory" in texts or "CONSTRAINT_MEMCG" in texts
     limit = ("its memory cgroup's limit was reached (a container's or a unit's memory limit), not the host's memory"
-             if "Memory cgroup out of memory" in texts or "CONSTRAINT_MEMCG" in texts else "host memory ran out")
-    return (f"the kernel's OOM killer killed {named} on {where} at {clock(earliest(group.get_column('ts')))}: "
+             if cgroup else "host memory ran out")
+    facts = {"victims": [{"pid": int(v["pid"]), "name": v["name"]} for v in
+                         {(v["pid"], v["name"]): v for v in victims}.values()], "limit": "cgroup" if cgroup else "host"}
+    text = (f"the kernel's OOM killer killed {named} on {where} at {clock(earliest(group.get_column('ts')))}: "
             f"{limit}; a process killed so ends without an error of its own.")
+    return text, facts
 
 
 def _named_units(group: pl.DataFrame) -> list[str]:
@@ -350,11 +413,11 @@ def _startups(timeline: Timeline, several_hosts: bool) -> list[Finding]:
                                "should have joined.", last_at, event_evidence(init), host))
         if not errors.is_empty():
             first = errors.row(0, named=True)
-            line = ((first["message"] or "").splitlines() or [""])[-1 if "Traceback" in (first["message"] or "")
-                                                                  else 0]
+            line, later = raised_line(first["message"] or "")
+            when = f"{clock(first['ts'])} or later (its lines carry no time of their own)" if later else clock(first["ts"])
             out.append(Finding("startup_failure", main, component, first["ts"],
                                f"{where} failed during start-up (begun {clock(began)}, never ready): the first error "
-                               f"at {clock(first['ts'])}: “{line[:160]}”.", None, event_evidence(errors, 3), host))
+                               f"at {when}: “{line[:160]}”.", None, event_evidence(errors, 3), host))
         elif not stop.is_empty():
             at = stop.get_column("ts").min()
             last_start = before_stop.filter(message != "").tail(1)
@@ -446,7 +509,8 @@ def _alive_after(timeline: Timeline, host: str | None, component: str | None, at
 # The failure modes a report leads with, most telling first: what a first screen says when no engine
 # froze. Every layer kind that is evidence of a failure mode is here (tests/test_profiles.py).
 HEADLINE = ("collective_verdict", "collective_timeout", "stuck_process", "hung_task", "gpu_fallen_off_bus",
-            "pcie_uncorrected_error", "gpu_xid_error", "npu_device_error", "cuda_error", "oom_kill", "k8s_oom_killed",
+            "pcie_uncorrected_error", "gpu_xid_error", "nvswitch_error", "fabric_manager_down",
+            "cuda_system_not_ready", "npu_device_error", "cuda_error", "oom_kill", "k8s_oom_killed",
             "unit_oom_killed", "ray_oom_kill", "cuda_oom", "segfault", "fatal_signal", "disk_full", "crash_loop",
             "k8s_crash_loop", "startup_stall", "startup_failure", "rendezvous_failure", "silent_death",
             "process_killed", "shell_killed", "container_exited", "process_failed", "worker_died", "child_failed",

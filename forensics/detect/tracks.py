@@ -13,6 +13,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from forensics.detect import Finding, clock
+from forensics.detect.keytimes import HANG_VERDICTS
+
+#: What the main track is called when nothing on it shows a wedge (a crash loop, a GPU fault, an
+#: error seen): the profile's name for it ("wedge") is only given where the evidence shows one.
+PLAIN_MAIN_TRACK = "incident"
+#: Findings that show work stopped while the processes lived: a freeze, a hang behind green health
+#: checks, a stack that did not move, a collective that timed out, a start-up that stalled, a task
+#: the kernel found blocked. (A stack or collective verdict shows one when its verdict is a hang.)
+WEDGE_KINDS = frozenset({"frozen", "silent_hang", "stuck_process", "collective_timeout", "startup_stall", "hung_task"})
 
 
 @dataclass
@@ -36,6 +45,24 @@ class Track:
     def last(self) -> datetime | None:
         """Its latest finding (or end of a finding's window)."""
         return max((f.until or f.at for f in self.findings if f.at), default=None)
+
+
+def shows_a_wedge(finding: Finding) -> bool:
+    """Whether `finding` shows work stopped while the processes lived (`WEDGE_KINDS`)."""
+    if finding.kind in ("stack_verdict", "collective_verdict"):
+        return finding.facts.get("verdict") in HANG_VERDICTS
+    return finding.kind in WEDGE_KINDS
+
+
+def main_track_named(findings: list[Finding], main: str) -> str:
+    """The main track's name for this evidence: the profile's `main` when a finding on it shows a
+    wedge, else PLAIN_MAIN_TRACK; the main track's findings are moved to the name given."""
+    mine = [f for f in findings if f.track == main]
+    if any(shows_a_wedge(f) for f in mine):
+        return main
+    for f in mine:
+        f.track = PLAIN_MAIN_TRACK
+    return PLAIN_MAIN_TRACK
 
 
 def tracks(findings: list[Finding], main: str) -> list[Track]:

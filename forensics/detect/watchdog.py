@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.detect import clock, earliest, rank_list
+from forensics.detect import clock, earliest, quoted, rank_list
 from forensics.timeline.align import Timeline
 
 WORK = re.compile(r"SeqNum=(?P<seq>-?[0-9]+), OpType=(?P<op>[A-Za-z_]+)(?:, NumelIn=(?P<numel_in>-?[0-9]+), "
@@ -122,7 +122,7 @@ def _clauses(ranks: dict[str, dict[str, str]]) -> list[str]:
         elif "seq" in entry:
             said += f" at work {entry['seq']}"
         elif "plain" in entry:
-            said += f": “{entry['plain']}”"
+            said += f": {quoted(entry['plain'])}"
         elif "completed" in entry:
             said += " signalled to dump"
         if "completed" in entry:

@@ -46,5 +46,5 @@ def series_colour(series: str) -> str:
 
 def track_colour(analysis: Analysis, track: str) -> str:
     """The main track's colour is the first of TRACK_COLOURS in every report; others by name."""
-    main = analysis.timeline.profile.logs.main_track
+    main = analysis.main_track
     return TRACK_COLOURS[0] if track == main else stable_colour(track, TRACK_COLOURS[1:])

@@ -10,16 +10,17 @@ sentences that quote it have every character Markdown would act on escaped, so a
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 from forensics.analyze import Analysis, in_display_zone, is_anomaly, no_incident_heading
 from forensics.detect import DISPLAY_ZONE, Finding, clock, failures, span
 from forensics.detect.keytimes import HANG_VERDICTS
 from forensics.detect.stacks import latest
-from forensics.render.text import Redact, title_redact
+from forensics.render.text import SHOWN, Redact, title_redact
 
 HEADINGS = ("Summary", "Impact", "Root Causes", "Trigger", "Resolution", "Detection", "Action Items",
             "Lessons Learned", "Timeline")
@@ -44,9 +45,21 @@ SUGGESTIONS = {
 
 
 # What Markdown would act on in evidence text: links and images (`[`, `]`; `![x](http://…)` is a
-# remote image, a tracking pixel), raw HTML (`<`, `>`, `&`), emphasis (`*`) and escapes (`\\`).
-MARKDOWN_ESCAPES = str.maketrans({"\\": "\\\\", "[": "\\[", "]": "\\]", "*": "\\*", "<": "&lt;", ">": "&gt;",
-                                  "&": "&amp;", "`": "'", "\n": " ", "\r": " ", "|": "/"})
+# remote image, a tracking pixel), raw HTML (`<`, `>`, `&`), emphasis and strikethrough (`*`, `~`;
+# `_` where it can open or close emphasis, below) and escapes (`\\`); and what would start a line
+# of its own (newlines; the other line breaks, controls and bidirectional overrides are made
+# visible, as in every output).
+_ONE_LINE = {**SHOWN, ord("\n"): " ", ord("\r"): " "}
+MARKDOWN_ESCAPES = str.maketrans({**_ONE_LINE, "\\": "\\\\", "[": "\\[", "]": "\\]", "*": "\\*", "~": "\\~",
+                                  "<": "&lt;", ">": "&gt;", "&": "&amp;", "`": "'", "|": "/"})
+CODE_ESCAPES = str.maketrans({**_ONE_LINE, "`": "'", "|": "/"})
+# `_` opens or closes emphasis next to a space or punctuation (`__init__` is **init**), never
+# between letters or digits (`generation_tokens_total` stays as it is)
+_EMPHASIS_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
+# What makes a line a heading, a list item, a quote, a rule or a code block when the quoted text
+# comes first on it (a list item `- {text}` whose text is `# x` holds a heading; `~~~` at the
+# start of the summary opens a code block that swallows the rest of the draft)
+_LINE_START = re.compile(r"[#+\-=]|[0-9]{1,9}(?=[.)])")
 
 
 def _redacted(text: object, redact: Redact | None) -> str:
@@ -55,16 +68,22 @@ def _redacted(text: object, redact: Redact | None) -> str:
 
 
 def _md(text: object, redact: Redact | None) -> str:
-    """Text that carries evidence, made inert for Markdown: redacted, then every character Markdown
-    would turn into a link, an image, HTML or emphasis escaped; backticks become quotes (so no
-    code span can be closed from inside) and `|` a slash (so no table cell can be split)."""
-    return _redacted(text, redact).translate(MARKDOWN_ESCAPES)
+    """Text that carries evidence, made inert for Markdown: redacted, on one line, then every
+    character Markdown would turn into a link, an image, HTML or emphasis escaped; backticks become
+    quotes (so no code span can be closed from inside) and `|` a slash (so no table cell can be
+    split). It may start a line (a list item's text, the summary), so it never starts with a
+    blank or with what would open a block there."""
+    value = _EMPHASIS_UNDERSCORE.sub(r"\\_", _redacted(text, redact).translate(MARKDOWN_ESCAPES).lstrip())
+    start = _LINE_START.match(value)
+    if start is None:
+        return value
+    return "\\" + value if not value[0].isdigit() else start.group() + "\\" + value[start.end():]
 
 
 def _code(text: object, redact: Redact | None) -> str:
     """A value straight from the evidence (a title, a file name, an annotation) as a code span:
     shown as typed, never interpreted."""
-    value = _redacted(text, redact).replace("\n", " ").replace("\r", " ").replace("`", "'").replace("|", "/")
+    value = _redacted(text, redact).translate(CODE_ESCAPES)
     return f"`{value}`" if value.strip() else "''"
 
 
@@ -171,7 +190,7 @@ def brief(analysis: Analysis) -> str:
                                if (s := t.seconds(name)) is not None)
         if measures:
             lines.append(measures)
-        main = analysis.timeline.profile.logs.main_track
+        main = analysis.main_track
         for track in analysis.tracks:
             if track.name == main:
                 continue
@@ -218,7 +237,7 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
 
 def _summary(analysis: Analysis, redact: Redact | None) -> list[str]:
     """The answer in a sentence, what was checked when nothing was found, and separate symptoms."""
-    main = analysis.timeline.profile.logs.main_track
+    main = analysis.main_track
     out: list[str] = ["## Summary", "", verdict_sentence(analysis, lambda text: _md(text, redact))]
     if not analysis.incident_found:
         out += [f"- {_md(line, redact)}" for line in analysis.checked()]
@@ -277,7 +296,7 @@ def _root_causes(analysis: Analysis, redact: Redact | None) -> list[str]:
 def _trigger(analysis: Analysis, redact: Redact | None) -> list[str]:
     """What the main track showed in the minutes before the start."""
     t = analysis.key_times
-    main = analysis.timeline.profile.logs.main_track
+    main = analysis.main_track
     out: list[str] = ["## Trigger", ""]
     before = [f for f in analysis.findings if f.at and t.started and f.track == main
               and 0 < (t.started - f.at).total_seconds() <= TRIGGER_LOOKBACK_S]

@@ -16,12 +16,31 @@ from collections.abc import Callable
 Redact = Callable[[str | None], str | None]
 
 
+# Characters that act rather than show, kept out of every output as visible escapes (`\x1b`,
+# `\u202e`): control characters (C0 but tab, newline and carriage return; DEL; C1, NEL among them),
+# the Unicode line and paragraph separators (editors and some terminals start a new line there, so
+# evidence could begin a line of its own that poses as the report's), and the bidirectional
+# embeddings, overrides, isolates and marks (an unclosed right-to-left override in a log line
+# reverses the report's own words after it: "rank 3" reads "3 knar").
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A, 0x0D)}
+_FORMATS = {c: f"\\u{c:04x}" for c in (0x2028, 0x2029, 0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F),
+                                        *range(0x2066, 0x206A))}
+SHOWN = {**_CONTROLS, **_FORMATS}  # str.translate's table: what `visible` writes out
+
+
+def visible(text: str) -> str:
+    """`text` with every character that would act rather than show (controls, line separators,
+    bidirectional overrides) written out as `\\xNN` / `\\uNNNN`; tab, newline and carriage return kept."""
+    return text.translate(SHOWN)
+
+
 def safe(text: object, redact: Redact | None = None) -> str:
-    """`text` redacted (when a redactor is given) and HTML-escaped, quotes included."""
+    """`text` redacted (when a redactor is given), its acting characters made `visible`, and
+    HTML-escaped, quotes included."""
     value = "" if text is None else str(text)
     if redact is not None:
         value = redact(value) or ""
-    return html.escape(value, quote=True)
+    return html.escape(visible(value), quote=True)
 
 
 def shorten(text: str, width: int) -> str:
@@ -40,6 +59,7 @@ def hover(text: object, redact: Redact | None = None, width: int = 100, max_line
     value = "" if text is None else str(text)
     if redact is not None:
         value = redact(value) or ""
+    value = visible(value)
     lines: list[str] = []
     for paragraph in value.splitlines() or [""]:
         lines += textwrap.wrap(paragraph, width, break_long_words=True, replace_whitespace=False) or [""]
@@ -58,8 +78,8 @@ def code_spans(escaped: str) -> str:
 
 # Control characters a terminal would act on (C0 but tab and newline, DEL, C1): an escape sequence
 # in a log line can clear the screen, set the window title, write the clipboard (OSC 52) or hide a
-# link (OSC 8). Shown as `\x1b` instead.
-_TERMINAL_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+# link (OSC 8). Shown as `\x1b` instead; line separators and bidirectional overrides too (`SHOWN`).
+_TERMINAL_CONTROLS = {**SHOWN, 0x0D: "\\x0d"}
 _TERMINAL_CONTROLS_BUT_CR = {c: v for c, v in _TERMINAL_CONTROLS.items() if c != 0x0D}
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -389,20 +390,8 @@ def parse(path: Path) -> ParseResult:
     for row in reader.rows:
         row["ts"] = _when(row, now)
         row.pop("finished", None)
-    frame = pl.DataFrame(reader.rows, infer_schema_length=None)
-    k8s = [pl.col(c).cast(pl.String) if c in frame.columns else pl.lit(None, pl.String).alias(c) for c in K8S_COLUMNS]
-    events = frame.select(
-        pl.col("ts").cast(EVENTS_SCHEMA["ts"]),
-        pl.lit(None, pl.Int64).alias("__REALTIME_TIMESTAMP"), pl.lit(None, pl.Int64).alias("__MONOTONIC_TIMESTAMP"),
-        pl.lit(None, pl.String).alias("_BOOT_ID"), pl.lit(None, pl.String).alias("__CURSOR"),
-        pl.lit(None, pl.String).alias("host"), pl.lit("kubernetes").alias("unit"),
-        pl.lit("kubectl").alias("identifier"), pl.lit(None, pl.Int64).alias("pid"),
-        pl.col("priority").cast(pl.Int8), pl.lit(None, pl.String).alias("message_id"),
-        pl.lit(None, pl.String).alias("invocation_id"), pl.col("message").cast(pl.String),
-        pl.lit(DATA_TYPE).alias("data_type"), pl.lit(FORMAT).alias("format"), pl.lit(str(path)).alias("source_file"),
-        pl.lit(None, pl.Int64).alias("source_offset"), pl.col("source_line").cast(pl.Int64),
-        pl.lit(None, EVENTS_SCHEMA["raw_fields"]).alias("raw_fields"), *k8s)
-    return ParseResult("events", as_events(events), quarantine, len(reader.rows) + len(reader.bad), notes=notes)
+    return ParseResult("events", object_events(reader.rows, path, DATA_TYPE, FORMAT), quarantine,
+                       len(reader.rows) + len(reader.bad), notes=notes)
 
 
 def _when(row: dict[str, object], now: datetime | None) -> datetime | None:
@@ -415,6 +404,24 @@ def _when(row: dict[str, object], now: datetime | None) -> datetime | None:
             pass
     seconds = age_seconds(row.get("K8S_LAST_SEEN") if isinstance(row.get("K8S_LAST_SEEN"), str) else None)
     return now - timedelta(seconds=seconds) if now is not None and seconds is not None else None
+
+
+def object_events(rows: list[dict[str, Any]], path: Path, data_type: str, fmt: str) -> pl.DataFrame:
+    """kubectl rows (ts, priority, message, source_line, K8S_* columns) as the canonical events frame."""
+    frame = pl.DataFrame(rows, infer_schema_length=None)
+    k8s = [pl.col(c).cast(pl.String) if c in frame.columns else pl.lit(None, pl.String).alias(c) for c in K8S_COLUMNS]
+    events = frame.select(
+        pl.col("ts").cast(EVENTS_SCHEMA["ts"]),
+        pl.lit(None, pl.Int64).alias("__REALTIME_TIMESTAMP"), pl.lit(None, pl.Int64).alias("__MONOTONIC_TIMESTAMP"),
+        pl.lit(None, pl.String).alias("_BOOT_ID"), pl.lit(None, pl.String).alias("__CURSOR"),
+        pl.lit(None, pl.String).alias("host"), pl.lit("kubernetes").alias("unit"),
+        pl.lit("kubectl").alias("identifier"), pl.lit(None, pl.Int64).alias("pid"),
+        pl.col("priority").cast(pl.Int8), pl.lit(None, pl.String).alias("message_id"),
+        pl.lit(None, pl.String).alias("invocation_id"), pl.col("message").cast(pl.String),
+        pl.lit(data_type).alias("data_type"), pl.lit(fmt).alias("format"), pl.lit(str(path)).alias("source_file"),
+        pl.lit(None, pl.Int64).alias("source_offset"), pl.col("source_line").cast(pl.Int64),
+        pl.lit(None, EVENTS_SCHEMA["raw_fields"]).alias("raw_fields"), *k8s)
+    return as_events(events)
 
 
 register(NAME, sniff, parse, module=__name__)

@@ -24,6 +24,7 @@ from forensics.formats.capture import HEADER_PREFIX, from_path
 from forensics.formats.pyspy import DumpContext, capture_of, subject_of
 from forensics.formats.rawio import read_all
 from forensics.sources import ParseResult, register
+from forensics.sources.pyspy_text import title_rank_refused, untitled_subject
 
 NAME = "pyspy_json"
 FORMAT = "pyspy:json"
@@ -130,6 +131,9 @@ def parse(path: Path) -> ParseResult:
         dump = _read(body)
         if isinstance(dump, str):
             bad.append((first_line, dump, body.strip(), subject_of(capture)))
+            continue
+        if (refused := title_rank_refused(capture.labels.get("title"))) is not None:
+            bad.append((first_line, refused, (header or "")[:200], untitled_subject(capture)))
             continue
         threads.append(dump.with_columns(pl.lit(index, pl.Int32).alias("dump"),
                                          pl.lit(first_line).alias("source_line")))

@@ -38,6 +38,30 @@ from forensics.sources import ParseResult, register
 NAME = "pyspy_text"
 FORMAT = "pyspy:text"
 
+#: The largest rank a process title may name (`TP`, `DP`, `PP` or `EP` and digits, as
+#: `forensics.formats.pyspy.rank_expressions` reads them), far above any tensor-, data-, pipeline-
+#: or expert-parallel group: the stacks detector expects every rank below a group's largest, so one
+#: dump titled `sglang::scheduler_TP100000000` made it hold a hundred million missing ranks (out of
+#: memory), and `TP99999999999` (past Int32) failed the whole ingest. Such a dump is quarantined.
+MAX_TITLE_RANK = 65_535
+_TITLE_RANKS = re.compile(r"(?:^|[^A-Za-z])(DP|TP|PP|EP)([0-9]+)")
+
+
+def title_rank_refused(title: str | None) -> str | None:
+    """Why a dump is not read for a rank its process title names past MAX_TITLE_RANK, or None."""
+    for kind, digits in _TITLE_RANKS.findall(title or ""):
+        if len(digits) > 10 or int(digits) > MAX_TITLE_RANK:  # (`int` reads no more than 4,300 digits)
+            shown = digits if len(digits) <= 24 else f"{digits[:24]}… ({len(digits):,} digits)"
+            return f"the process title names rank {kind}{shown}, over the largest a title may name ({MAX_TITLE_RANK:,})"
+    return None
+
+
+def untitled_subject(capture: Capture, pid: int | None = None) -> str | None:
+    """The words naming a refused dump, without the title that was refused (the stacks detector
+    reads a failed dump's rank from its title)."""
+    words = [w for w in (subject_of(capture, pid) or "").split() if not w.startswith("title=")]
+    return " ".join(words) or None
+
 # Frame lines are ~95 % of a dump: found by one capture-free regex, then cut with string positions.
 _FRAME = r"^    \S.* \([^()]*\)$"
 _FRAME_PLACE = r" \([^()]*\)$"  # where "(file:line)" starts
@@ -237,7 +261,11 @@ def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
         kind = seg["kind"]
         if kind in ("process", "signal"):
             why = _failure(seg)
-            if why is None:
+            refused = title_rank_refused(_title(seg["title"]) or capture.labels.get("title")) if why is None else None
+            if refused is not None:
+                bad.append((at(seg["first_line"]), refused, seg["first_text"][:200],
+                            untitled_subject(capture, seg["pid"] or None)))
+            elif why is None:
                 good_segments.append(seg["segment"])
                 contexts.append(DumpContext(seg["segment"], capture))
             else:

@@ -1,4 +1,4 @@
-"""kubectl's output as SREs paste it (`tests/data/kubernetes/`: 51 real public samples, each cited with
+"""kubectl's output as SREs paste it (`tests/data/kubernetes/`: real public samples, each cited with
 its ground truth in that folder's SOURCES.md): every file is read or quarantined line by line, the
 failure the platform reports is named with its facts, healthy ones are no incident. Each expected
 value is first found in the sample's own SOURCES.md row (`_ground_truth`)."""
