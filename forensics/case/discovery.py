@@ -43,6 +43,15 @@ def _outside(path: Path, root: Path) -> str | None:
     return None
 
 
+def _utf8(name: str) -> bool:
+    """Whether a file name read from the disk is valid UTF-8 (undecodable bytes arrive as surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def discover(bundle: Path, listed: list[str] | None = None
              ) -> tuple[list[tuple[Path, sources.Source]], list[dict[str, str]]]:
     """The inputs of a bundle with their formats, and every other file with why it was skipped.
@@ -74,6 +83,10 @@ def discover(bundle: Path, listed: list[str] | None = None
         seen_folders.add(real)
         for path in sorted(folder.iterdir()):
             if path.name in IGNORED_NAMES:
+                continue
+            if not _utf8(path.name):  # a name no output can hold as text: named with its bytes escaped
+                shown = os.fsencode(path.relative_to(bundle)).decode("utf-8", "backslashreplace")
+                skipped.append({"path": shown, "reason": "its name is not UTF-8: not read (rename it to read it)"})
                 continue
             if (why := _outside(path, root)) is not None:
                 skip(path, why)
