@@ -164,6 +164,23 @@ def browser() -> Iterator[Any]:
         yield instance
 
 
+@pytest.fixture(scope="session")
+def reference_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference incident's report with the default choices, rendered once for the session as
+    `forensics report` renders it: read it, or copy it (`copy_report`) before changing anything."""
+    from forensics.report import render
+
+    bundle = REPO / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"
+    return render(bundle, tmp_path_factory.mktemp("reference-report") / "out", progress=False).out
+
+
+def copy_report(report: Path, out: Path) -> Path:
+    """A rendered report's folder copied to `out` (which must not exist yet), as a report run there
+    would have left it: the previous outputs for a test of what the next run does to them."""
+    shutil.copytree(report, out, symlinks=True)
+    return out
+
+
 def assert_every_input_accounted(analysis: Any, name: str) -> None:
     """A corpus file went through ingest and analyze with no traceback: every input it gave is
     records seen = parsed + quarantined, something was read or quarantined or a reason given for

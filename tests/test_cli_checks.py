@@ -31,7 +31,8 @@ def test_a_failed_render_keeps_its_notebook_where_the_message_says(tmp_path: Pat
     assert "redact must be one of" in kept.read_text()
 
 
-def test_no_lock_file_is_left_beside_the_outputs(tmp_path: Path) -> None:
-    render(REFERENCE, tmp_path / "out", progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    assert not [p.name for p in (tmp_path / "out").iterdir() if p.name.endswith(".lock")]
+def test_no_lock_file_is_left_beside_the_outputs(reference_report: Path) -> None:
+    """The session's rendering of the reference incident, made into a folder of its own (the
+    fixture's `render(REFERENCE, folder / "out")`, which other tests only read or copy)."""
+    assert sorted(p.name for p in reference_report.parent.iterdir()) == ["out"]
+    assert not [p.name for p in reference_report.iterdir() if p.name.endswith(".lock")]

@@ -11,17 +11,15 @@ from typing import Any
 import pytest
 
 from forensics.render import screens
-from forensics.report import render
-from tests.test_report import REFERENCE
 
 SIZES = [(1280, 720), (1600, 1000)]
 
 
 @pytest.fixture(scope="module")
-def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The reference incident's report.html and timeline.html, rendered as `forensics report` does."""
-    out = render(REFERENCE, tmp_path_factory.mktemp("timeline") / "out", progress=False).out
-    return {name: out / name for name in ("timeline.html", "report.html")}
+def pages(reference_report: Path) -> dict[str, Path]:
+    """The reference incident's report.html and timeline.html, rendered as `forensics report` does
+    (the session's one rendering, only read here)."""
+    return {name: reference_report / name for name in ("timeline.html", "report.html")}
 
 
 def _open(browser: Any, page_path: Path, size: tuple[int, int]) -> Any:
