@@ -101,20 +101,24 @@ class SignWatch:
 
 
 @functools.cache
-def _triggers() -> tuple[tuple[str, str, re.Pattern[str]], ...]:
-    """(kind, failure mode, pattern) of the layers' line kinds that start a capture, compiled once:
-    every followed line is read with them."""
-    return tuple((e.kind, e.fault or "", re.compile(e.pattern)) for e in load_profile().logs.events
-                 if e.layer is not None and e.fault in TRIGGERING)
+def _triggers() -> tuple[tuple[str, str, bool, re.Pattern[str]], ...]:
+    """(kind, failure mode, whether it starts a capture, pattern) of every layer line kind, in the
+    profile's order, compiled once: every followed line is read with them."""
+    return tuple((e.kind, e.fault or "", e.fault in TRIGGERING, re.compile(e.pattern))
+                 for e in load_profile().logs.events if e.layer is not None)
 
 
 def sign_of(line: str, restarts: int) -> tuple[str, str] | None:
-    """(kind, failure mode) when `line` is the first sign of a failure, else None. Only the line's
+    """(kind, failure mode) when `line` is the first sign of a failure, else None. A line is the
+    kind the readers would make it (the first layer kind that matches: a non-fatal Xid is not a
+    device fault), and only kinds of a triggering failure mode start a capture. Only the line's
     first CHECKED_CHARS characters are read."""
     line = line[:CHECKED_CHARS]
-    for kind, fault, pattern in _triggers():
+    for kind, fault, triggering, pattern in _triggers():
         if not pattern.search(line):
             continue
+        if not triggering:
+            return None
         if kind == "crash_loop" and (found := RESTARTS.search(line)) and int(found[1]) < restarts:
             return None
         return kind, fault

@@ -106,9 +106,6 @@ def test_a_non_fatal_gpu_event_is_a_finding_not_the_wedge(tmp_path: Path) -> Non
     assert not any("gpu_xid_nonfatal" in part for part in analysis.signature()["parts"])
 
 
-@pytest.mark.xfail(strict=True, reason="forensics.capture.signs.sign_of tries the triggering kinds only, and "
-                   "gpu_xid_error's pattern takes every Xid line: a line's first matching layer kind (here "
-                   "gpu_xid_nonfatal, no fault) should decide, as the readers do")
 def test_a_non_fatal_gpu_event_starts_no_capture() -> None:
     from forensics.capture.signs import sign_of
 
