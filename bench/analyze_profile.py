@@ -30,8 +30,8 @@ start = time.perf_counter()
 import forensics.analyze as A
 import forensics.case.build as B
 import forensics.case.store as S
-import forensics.formats.rawio as R
-import forensics.sources.journal_export as J
+import forensics.sources.common.rawio as R
+import forensics.sources.journal.journal_export as J
 imports = time.perf_counter() - start
 busy = collections.defaultdict(float)
 walls = {}

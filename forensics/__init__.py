@@ -2,7 +2,7 @@
 
 Sources (journald, server logs, Prometheus, py-spy) are read into a case of canonical Parquet
 frames; later stages align them on one timeline, detect findings and render reports. The package
-is laid out one folder per stage (docs/layout.md): capture, formats and sources, case, timeline,
+is laid out one folder per stage (docs/layout.md): capture, sources (one folder per format family), case, timeline,
 detect, render; the entry points (`analyze`, `report`, `cli`) and `errors` stay here.
 """
 

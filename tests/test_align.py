@@ -67,7 +67,7 @@ def test_the_timeline_read_from_the_rows_an_ingest_holds_is_the_one_read_from_it
     import forensics.timeline.host_read as host_read_module
 
     if sliced:  # and the journal read in many small pieces, as a big one is
-        import forensics.sources.journal_export as export_module
+        import forensics.sources.journal.journal_export as export_module
 
         monkeypatch.setattr(host_read_module, "HELD_SLICE_ABOVE", 1)
         monkeypatch.setattr(export_module, "CHUNK_BYTES", 64 << 10)

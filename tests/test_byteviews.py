@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from forensics.formats.byteviews import binary_views, dense_binary
+from forensics.sources.common.byteviews import binary_views, dense_binary
 
 
 def test_views_equal_slices_at_every_length_and_position() -> None:

@@ -14,7 +14,7 @@ from polars.testing import assert_frame_equal
 
 from forensics import CaseError, ingest, load_case, sources
 from forensics.case import MANIFEST_VERSION
-from forensics.formats.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, schema_problems
+from forensics.sources.common.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, schema_problems
 from tests.conftest import REPO, export_entry, journalctl, to_journal
 
 SAMPLE = REPO / "data" / "incidents" / "sample-sglang"
@@ -99,7 +99,7 @@ def test_an_unreadable_journal_is_reported_not_fatal(tmp_path: Path) -> None:
 @pytest.mark.parametrize("compress", [gzip.compress, lzma.compress])
 def test_a_compressed_export_cut_short_keeps_what_came_before_the_break(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compress) -> None:
-    from forensics.sources import journal_export
+    from forensics.sources.journal import journal_export
     monkeypatch.setattr(journal_export, "CHUNK_BYTES", 4096)
     bundle = tmp_path / "bundle"
     bundle.mkdir()
@@ -165,6 +165,6 @@ def test_identical_lines_within_one_input_are_all_kept(tmp_path: Path) -> None:
 def test_no_records_make_no_rows() -> None:
     import polars as pl
 
-    from forensics.formats.journal import assemble_events
+    from forensics.sources.journal.fields import assemble_events
     events, quarantine = assemble_events(pl.DataFrame(), source_file="empty.journal", fmt="journal_native")
     assert events.height == 0 and quarantine.height == 0

@@ -15,7 +15,7 @@ import pytest
 
 from forensics.case import build as case_module
 from forensics.case import ingest, load_case
-from forensics.formats.schema import EVENTS_SCHEMA
+from forensics.sources.common.schema import EVENTS_SCHEMA
 from forensics.case.store import finish_partition, partition_name
 from tests.conftest import REPO, export_entry
 

@@ -29,7 +29,7 @@ CRASHES = REPO / "tests" / "fuzz" / "crashes"
 # faster, so these budgets try more inputs than that campaign did, in ~20 s and ~8 s.
 RUNS = {"export_scan": 2_500, "label_numbers": 20_000}
 SECONDS = int(os.environ.get("FORENSICS_FUZZ_SECONDS", "0"))  # > 0: run for this long instead
-SOURCES = {"_export_scan": REPO / "forensics" / "sources" / "_export_scan.c",
+SOURCES = {"_export_scan": REPO / "forensics" / "sources" / "journal" / "_export_scan.c",
            "_label_numbers": REPO / "forensics" / "timeline" / "_label_numbers.c"}
 
 

@@ -21,7 +21,6 @@ ROOT = PACKAGE.parent
 # in the import graph it sits beside the entry points.
 STAGES = [
     ("errors", "profiles"),
-    ("formats",),
     ("sources",),
     ("case",),
     ("timeline",),

@@ -17,7 +17,7 @@ from forensics.timeline.metrics import (
     restarts,
     stalled,
 )
-from forensics.sources.prometheus_text import parse
+from forensics.sources.prometheus.prometheus_text import parse
 from tests.conftest import write_file
 
 

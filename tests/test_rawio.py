@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import zstandard
 
-from forensics.formats import rawio
+from forensics.sources.common import rawio
 from forensics.errors import ParseError
-from forensics.formats.byteviews import binary_views
+from forensics.sources.common.byteviews import binary_views
 
 COMPRESSORS = {
     "plain": lambda data: data,

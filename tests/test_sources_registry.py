@@ -1,4 +1,5 @@
-"""The format registry: every module in forensics/sources registers once, by its NAME."""
+"""The format registry: every reader module of forensics/sources' family folders is listed in the
+stated sniffing order and registers once, by its NAME."""
 
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ def test_every_module_in_the_folder_is_registered() -> None:
         module = importlib.import_module(f"forensics.sources.{name}")
         assert f"forensics.sources.{name}" in registered_modules, f"{name} did not call register()"
         assert sources.get(module.NAME).module == module.__name__
+
+
+def test_the_sniffing_order_is_stated_and_lists_every_reader_with_the_catch_all_last() -> None:
+    assert sorted(sources.READERS) == sources.source_modules()
+    assert sources.READERS[-1] == "logs.server_log"
+    assert [s.module for s in sources.registered().values()] == [f"forensics.sources.{m}" for m in sources.READERS]
 
 
 def test_a_second_registration_of_a_name_is_an_error() -> None:

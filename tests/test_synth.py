@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forensics.sources import journal_export
+from forensics.sources.journal import journal_export
 from forensics.lab.synth import write_export
 from tests.conftest import journalctl, to_journal
 

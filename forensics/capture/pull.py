@@ -6,7 +6,7 @@ each metric name (a name with `:` also under its `_` spelling, the one Prometheu
 prometheus_client escapes names in the OpenMetrics it serves), and writes each answer into `BUNDLE/metrics/api/` as a JSON file that keeps
 the API's own response beside what was asked (URL, query, window, step) and the metric metadata
 (`/api/v1/metadata`: type, help, unit). `forensics ingest` then reads it into the same `samples`
-frame as saved scrapes (`forensics.sources.prometheus_api`).
+frame as saved scrapes (`forensics.sources.prometheus.prometheus_api`).
 
 The step is chosen from the window (about 1,000 points, never under 1 s, a round value) unless
 given; a window longer than the server's 11,000-points-per-series limit is fetched in pages and
@@ -28,7 +28,7 @@ from typing import Any
 
 from forensics.capture.http import Failure, fetch
 from forensics.errors import ForensicsError
-from forensics.formats.promtext import name_key
+from forensics.sources.prometheus.promtext import name_key
 
 TOKEN_ENV = "FORENSICS_PROMETHEUS_TOKEN"
 BASIC_AUTH_ENV = "FORENSICS_PROMETHEUS_BASIC_AUTH"

@@ -23,7 +23,7 @@ from typing import Any
 from forensics.capture.collect import collect
 from forensics.capture.plan import CollectError, Plan
 from forensics.capture.http import Failure, fetch
-from forensics.formats.promtext import name_key
+from forensics.sources.prometheus.promtext import name_key
 
 
 SCRAPE_DEADLINE_S = 5.0  # one poll of one endpoint, whole

@@ -3,9 +3,9 @@
 Layout of a case folder (one Parquet dataset per canonical frame, named after it; the three
 frames of evidence partitioned by host, Hive style: see `forensics.case.store`)::
 
-    CASE/events/host=H/part-0.parquet   one row per journal record (see `forensics.formats.schema.EVENTS_SCHEMA`)
-    CASE/samples/host=H/part-0.parquet  one row per metric sample (`forensics.formats.schema.SAMPLES_SCHEMA`)
-    CASE/stacks/host=H/part-0.parquet   one row per py-spy stack frame (`forensics.formats.schema.STACKS_SCHEMA`)
+    CASE/events/host=H/part-0.parquet   one row per journal record (see `forensics.sources.common.schema.EVENTS_SCHEMA`)
+    CASE/samples/host=H/part-0.parquet  one row per metric sample (`forensics.sources.common.schema.SAMPLES_SCHEMA`)
+    CASE/stacks/host=H/part-0.parquet   one row per py-spy stack frame (`forensics.sources.common.schema.STACKS_SCHEMA`)
     CASE/quarantine/part-*.parquet      every record that could not be read, with file, place and reason
     CASE/manifest.json                  inputs with sha256, format, records, quarantined, time span;
                                         the partitions of each frame
@@ -41,7 +41,7 @@ from forensics.errors import CaseError, ForensicsError
 from forensics.case.incident import load_incident
 from forensics.case import cluster
 from forensics.case.cluster import Progress, Runner
-from forensics.formats.schema import EXCERPT_CHARS, QUARANTINE_SCHEMA, SCHEMAS, empty, validate
+from forensics.sources.common.schema import EXCERPT_CHARS, QUARANTINE_SCHEMA, SCHEMAS, empty, validate
 from forensics.case.discovery import discover
 from forensics.case.opened import MANIFEST_VERSION, load_case
 from forensics.case.places import Place, location, place_text

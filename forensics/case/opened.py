@@ -13,7 +13,7 @@ from typing import Any, Literal, overload
 import polars as pl
 
 from forensics.errors import CaseError
-from forensics.formats.schema import SCHEMAS
+from forensics.sources.common.schema import SCHEMAS
 from forensics.case.places import Place, location
 from forensics.case.store import scan_frame
 

@@ -30,7 +30,7 @@ from urllib.parse import quote
 import polars as pl
 
 from forensics.case.places import Place, is_remote, location, place_text
-from forensics.formats.schema import SCHEMAS
+from forensics.sources.common.schema import SCHEMAS
 
 
 PARTITION = "host"

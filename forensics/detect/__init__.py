@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 
 import polars as pl
 
-from forensics.formats.schema import EXCERPT_CHARS, UTC_US
+from forensics.sources.common.schema import EXCERPT_CHARS, UTC_US
 
 EVIDENCE = pl.Struct({"frame": pl.String, "source": pl.String, "line": pl.Int64, "offset": pl.Int64,
                       "at": UTC_US, "excerpt": pl.String})

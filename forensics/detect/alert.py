@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.formats.promtext import name_key
+from forensics.sources.prometheus.promtext import name_key
 from forensics.timeline.metrics import named
 
 from forensics.detect import Finding

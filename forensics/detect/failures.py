@@ -42,7 +42,7 @@ from forensics.detect.families import (
 )
 from forensics.detect.registry import Context, detector
 from forensics.profiles import NOTHING, LogEvent, available, layers, load_profile, matches_nothing
-from forensics.sources.kubectl import K8S_COLUMNS
+from forensics.sources.kubernetes.kubectl import K8S_COLUMNS
 from forensics.timeline.align import Timeline
 from forensics.timeline.progress import FREEZE_GAP_S
 

@@ -313,7 +313,7 @@ def outside_wait(r: RankStack) -> str:
 
 
 def _rank(title: str | None, kind: str) -> int | None:
-    """One rank from a process title, as `forensics.formats.pyspy.rank_expressions` reads it in frames."""
+    """One rank from a process title, as `forensics.sources.pyspy.dumps.rank_expressions` reads it in frames."""
     found = re.search(rf"(?:^|[^A-Za-z]){kind.upper()}(\d+)", title or "")
     return int(found[1]) if found else None
 

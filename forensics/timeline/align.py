@@ -28,7 +28,7 @@ from forensics.case.incident import Incident
 from forensics.case.opened import Case
 from forensics.case.places import place_text
 from forensics.case.store import partition_rows
-from forensics.formats.frames import columns_of_frame, replace_columns
+from forensics.sources.common.frames import columns_of_frame, replace_columns
 from forensics.profiles import Profile
 from forensics.timeline.clocks import (
     Window,

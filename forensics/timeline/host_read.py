@@ -24,9 +24,9 @@ import polars as pl
 from forensics.case.incident import Incident
 from forensics.case.places import location
 from forensics.case.store import scan_partition
-from forensics.formats.frames import columns_of_frame, cut_alike
+from forensics.sources.common.frames import columns_of_frame, cut_alike
 from forensics.profiles import Profile
-from forensics.sources.kubectl import K8S_COLUMNS
+from forensics.sources.kubernetes.kubectl import K8S_COLUMNS
 from forensics.timeline.clocks import (
     JUMPS_SCHEMA,
     SKEW_SCHEMA,
@@ -52,7 +52,7 @@ EVENT_COLUMNS = ("ts", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_I
                  "source_offset", "source_line")
 #: Fields some readers add that detectors read too, kept where the case has them: the rank torch
 #: prefixes a line with, the Flight Recorder's entries (`forensics.detect.collectives`) and kubectl's
-#: objects and numbers (`forensics.sources.kubectl`).
+#: objects and numbers (`forensics.sources.kubernetes.kubectl`).
 DETECTOR_EXTRAS = ("LOG_RANK", "FR_RANK", "FR_JOB", "FR_DUMPED_AT", "FR_PG", "FR_PG_DESC", "FR_PG_RANKS",
                    "FR_SEQ", "FR_P2P", "FR_OP", "FR_STATE", "FR_INPUT_SIZES", "FR_LAST_ENQUEUED", "FR_LAST_STARTED",
                    "FR_LAST_COMPLETED", "FR_FINDING", "FR_MISSING", "FR_EXPECTED", "FR_ERRORS", "FR_MISSING_DUMPS",
@@ -184,7 +184,7 @@ def read_batch(batch: pl.DataFrame, host: str | None, incident: Incident, profil
         local = (pl.col("ts").dt.replace_time_zone(None).dt.replace_time_zone(zone, ambiguous="earliest",
                                                                               non_existent="null")
                  .dt.convert_time_zone("UTC"))
-        # a log whose own epoch fixed its zone (`LOG_ZONE`, forensics.sources.server_log) is placed already
+        # a log whose own epoch fixed its zone (`LOG_ZONE`, forensics.sources.logs.server_log) is placed already
         placed = pl.col("LOG_ZONE").is_not_null() if "LOG_ZONE" in batch.columns else pl.lit(False)
         batch = batch.with_columns(pl.when((pl.col("data_type") == PLAIN_LOG) & ~placed).then(local)
                                    .otherwise(pl.col("ts")).alias("ts"))

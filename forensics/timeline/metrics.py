@@ -21,7 +21,7 @@ from __future__ import annotations
 import polars as pl
 
 from forensics.profiles import Profile, load_profile
-from forensics.formats.promtext import name_key
+from forensics.sources.prometheus.promtext import name_key
 
 SERIES = ["instance", "series"]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 def load_sanitized(build: Path) -> None:
     """Put the sanitizer builds of both extensions in place of the ordinary ones."""
-    for name in ("forensics.sources._export_scan", "forensics.timeline._label_numbers"):
+    for name in ("forensics.sources.journal._export_scan", "forensics.timeline._label_numbers"):
         path = next(build.glob(name.rsplit(".", 1)[1] + "*.so"))
         loader = importlib.machinery.ExtensionFileLoader(name, str(path))
         spec = importlib.util.spec_from_file_location(name, path, loader=loader)
@@ -73,7 +73,7 @@ def main() -> None:
     # to 20x (label_numbers) slower, for edges inside those libraries rather than in what is fuzzed
     with atheris.instrument_imports(include=["forensics"]):
         import forensics.timeline.logs  # noqa: F401 - instrumented for coverage
-        import forensics.sources.journal_export  # noqa: F401
+        import forensics.sources.journal.journal_export  # noqa: F401
     check = TARGETS[target]
     atheris.Setup([sys.argv[0], *sys.argv[3:]], check)
     atheris.Fuzz()

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from forensics.case import read_bundle
-from forensics.sources import flight_recorder
-from forensics.sources.flight_recorder import parse
+from forensics.sources.flight_recorder import flight_recorder
+from forensics.sources.flight_recorder.flight_recorder import parse
 from tests.conftest import export_entry
 
 T0 = 1_781_818_560_000_000_000  # 2026-06-18 21:36 UTC, in ns
@@ -36,7 +36,7 @@ CAP_BYTES = 1 << 30
 PROBE = """
 import json, resource, sys, time
 from pathlib import Path
-from forensics.sources.flight_recorder import parse
+from forensics.sources.flight_recorder.flight_recorder import parse
 def status(key):
     return int(next(line for line in open("/proc/self/status") if line.startswith(key)).split()[1]) * 1024
 resource.setrlimit(resource.RLIMIT_AS, (status("VmSize:") + int(sys.argv[2]), resource.RLIM_INFINITY))

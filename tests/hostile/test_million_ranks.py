@@ -22,7 +22,7 @@ def test_a_dump_titled_with_a_huge_rank_is_quarantined_not_expected_to_have_peer
     the ingest (past Int32) and 5,000 digits past what `int()` reads. Thirty-one digits are refused
     whatever their value."""
     from forensics.analyze import analyze
-    from forensics.sources.pyspy_text import MAX_TITLE_RANK
+    from forensics.sources.pyspy.pyspy_text import MAX_TITLE_RANK
 
     stacks = tmp_path / "bundle" / "stacks"
     stacks.mkdir(parents=True)

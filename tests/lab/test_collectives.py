@@ -193,7 +193,7 @@ def test_the_json_form_of_a_real_flight_recorder_dump_is_read(tmp_path: Path) ->
     import os
     import socket
 
-    from forensics.sources import flight_recorder
+    from forensics.sources.flight_recorder import flight_recorder
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

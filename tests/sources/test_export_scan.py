@@ -14,9 +14,9 @@ import struct
 import numpy as np
 import pytest
 
-from forensics.formats.journal import field_name_problem
-from forensics.sources import _export_scan
-from forensics.sources.journal_export import MAX_FIELDS, _parse_chunk
+from forensics.sources.journal.fields import field_name_problem
+from forensics.sources.journal import _export_scan
+from forensics.sources.journal.journal_export import MAX_FIELDS, _parse_chunk
 
 Entry = dict  # {"line": int, "problem": str | None, "fields": {name: [value bytes, ...]}}
 

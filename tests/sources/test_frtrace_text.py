@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forensics.sources import detect
-from forensics.sources.flight_recorder_text import parse
+from forensics.sources.flight_recorder.flight_recorder_text import parse
 
 OLDER = """Not all ranks joining collective 5 at entry 4
 group info: 0:default_pg

@@ -15,7 +15,9 @@ import pytest
 import zstandard
 from polars.testing import assert_frame_equal
 
-from forensics.sources import journal_export, journal_json
+from forensics.sources.journal import journal_export
+
+from forensics.sources.journal import journal_json
 from tests.conftest import export_entry
 
 GOOD = export_entry(("__REALTIME_TIMESTAMP", "1781818487000000"), ("MESSAGE", "good"))

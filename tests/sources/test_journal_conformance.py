@@ -91,7 +91,7 @@ def test_journalctl_and_python_systemd_read_a_journal_alike(journal: Path, monke
     """The two ways a .journal is read — systemd's journalctl streaming its export into the C
     scanner (the default), python-systemd stepping entry by entry (no journalctl) — give the same
     frame, and a file systemd cannot open is refused in the same words by both."""
-    from forensics.sources import journal_native
+    from forensics.sources.journal import journal_native
 
     through_journalctl = _events(journal)
     monkeypatch.setenv(journal_native.JOURNALCTL_ENV, "")
@@ -176,9 +176,9 @@ def test_json_null_for_an_oversized_field_is_kept_as_such(tmp_path: Path) -> Non
 def test_small_batches_and_chunks_change_nothing(journal: Path, exported: dict[str, Path],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     expected = {name: _events(path) for name, path in [("native", journal), *exported.items()]}
-    import forensics.formats.journal
-    from forensics.sources import journal_export
-    monkeypatch.setattr(forensics.formats.journal, "BATCH_RECORDS", 7)
+    import forensics.sources.journal.fields
+    from forensics.sources.journal import journal_export
+    monkeypatch.setattr(forensics.sources.journal.fields, "BATCH_RECORDS", 7)
     monkeypatch.setattr(journal_export, "CHUNK_BYTES", 1000)
     for name, path in [("native", journal), *exported.items()]:
         assert_frame_equal(_events(path), expected[name])

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from forensics.analyze import Analysis, analyze, is_anomaly, summary_problems
 from forensics.sources import detect
-from forensics.sources.kubectl import age_seconds, parse
+from forensics.sources.kubernetes.kubectl import age_seconds, parse
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "kubernetes"
 

@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forensics.analyze import Analysis, analyze, is_anomaly, summary_problems
-from forensics.sources import detect, kubectl_objects
-from forensics.sources.kubectl import K8S_COLUMNS
-from forensics.sources.kubectl_objects import parse, sniff
+from forensics.sources import detect
+from forensics.sources.kubernetes import kubectl_objects
+from forensics.sources.kubernetes.kubectl import K8S_COLUMNS
+from forensics.sources.kubernetes.kubectl_objects import parse, sniff
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "kubernetes"
 OBJECTS = ["get-events_pvc-unbound-failedscheduling_o-json-truncated.txt",

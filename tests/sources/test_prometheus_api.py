@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.sources.prometheus_api import parse
+from forensics.sources.prometheus.prometheus_api import parse
 from tests.conftest import write_file
 
 

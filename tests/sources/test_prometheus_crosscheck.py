@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import pytest
 
-from forensics.sources.prometheus_text import parse
+from forensics.sources.prometheus.prometheus_text import parse
 from tests.conftest import write_file
 
 ACCEPTED = {

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from forensics import sources
-from forensics.sources.prometheus_text import parse
+from forensics.sources.prometheus.prometheus_text import parse
 from tests.conftest import write_file
 
 HEADER = "# capture ts=2026-06-18T21:40:10Z host=gpu-node-00 port=30002\n"
@@ -152,7 +152,7 @@ def test_many_scrapes_in_one_file_each_after_its_header(tmp_path: Path) -> None:
 def test_a_file_read_in_runs_of_scrapes_is_read_as_whole(tmp_path: Path, monkeypatch, run_bytes: int) -> None:
     """Runs cut at scrape headers (a small file is one run) give every sample with its scrape's
     time, number and line, as the specs' reading of the whole file does."""
-    from forensics.sources import prometheus_text
+    from forensics.sources.prometheus import prometheus_text
 
     scrape = "# TYPE sglang:generation_tokens_total counter\nsglang:generation_tokens_total 1\nbad line\n"
     text = "".join(HEADER.replace("21:40:10", f"21:40:{s:02d}") + scrape.replace(" 1\n", f" {s}\n")

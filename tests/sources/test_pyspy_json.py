@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from forensics import sources
-from forensics.sources.pyspy_json import parse
+from forensics.sources.pyspy.pyspy_json import parse
 from tests.conftest import write_file
 
 HEADER = "# capture ts=2026-06-18T21:40:10.500Z host=gpu-node-00 pid=4242 group=decode title=sglang::scheduler_TP3\n"
@@ -56,7 +56,7 @@ def test_threads_frames_and_context(tmp_path: Path) -> None:
 
 
 def test_text_and_json_of_one_dump_agree(tmp_path: Path) -> None:
-    from forensics.sources.pyspy_text import parse as parse_text
+    from forensics.sources.pyspy.pyspy_text import parse as parse_text
     text = """Process 4242: sglang::scheduler_TP3
 Python v3.11.7 (/usr/bin/python3.11)
 

@@ -12,7 +12,7 @@ from forensics import sources
 from forensics.case import read_bundle
 from forensics.detect.stack_verdict import STRAGGLER_OR_MISSING, TP_DESYNC, UNIFORM_WAIT
 from forensics.detect.stacks import judge
-from forensics.sources.pyspy_text import parse
+from forensics.sources.pyspy.pyspy_text import parse
 from tests.conftest import write_file
 
 MAIN = 'Thread 3001 (active): "MainThread"\n'
@@ -148,7 +148,7 @@ def test_a_big_tool_output_is_checked_at_its_ends_and_loses_nothing_in_between(t
     normalised (the line-shape marks are searched in its first and last 256 KiB only), and every
     line it cannot read is quarantined with its line: records = parsed + quarantined. The same mark
     near its end, or in a small paste, is normalised as ever."""
-    from forensics.formats.pyspy_paste import END_CHARS, WHOLE_CHECK_CHARS, needs_normalizing
+    from forensics.sources.pyspy.paste import END_CHARS, WHOLE_CHECK_CHARS, needs_normalizing
 
     dump = "Process 4242: python train.py\nPython v3.11.2 (/usr/bin/python3)\n\n" + MAIN + STACK + "\n"
     copies = WHOLE_CHECK_CHARS * 2 // len(dump)

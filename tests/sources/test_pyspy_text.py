@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from forensics import sources
-from forensics.sources.pyspy_text import parse
+from forensics.sources.pyspy.pyspy_text import parse
 from tests.conftest import write_file
 
 HEADER = "# capture ts=2026-06-18T21:40:10Z host=gpu-node-00 pid=4242 group=decode title=sglang::scheduler_TP3\n"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forensics.analyze import analyze
-from forensics.sources import server_log
+from forensics.sources.logs import server_log
 
 COMPOSE = """\
 eap-llm-server-on-arc  | INFO:     127.0.0.1:48802 - "GET /health HTTP/1.1" 200 OK

@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forensics.sources.systemctl_status import _offset, parse
+from forensics.sources.logs.systemctl_status import _offset, parse
 
 SHAPES = ["● vllm.service - vLLM server", "○ other.service - Other", "× failed.service - Failed one",
           "     Loaded: loaded (/etc/systemd/system/vllm.service; enabled; preset: enabled)",

@@ -1,7 +1,7 @@
 """Native journal files (`*.journal`, rotated `*.journal~`) and whole journal directories.
 
 Read by systemd's own `journalctl --file FILE -o export` (`--directory` for a folder), its output
-streamed into the export reader's C scanner (`forensics.sources.journal_export.stream_pieces`):
+streamed into the export reader's C scanner (`forensics.sources.journal.journal_export.stream_pieces`):
 the bytes exactly as stored, and several times faster than stepping entry by entry from Python.
 Where there is no journalctl, python-systemd's `systemd.journal._Reader` reads them (the raw
 interface: field values as bytes, repeated fields as lists); `tests/sources/test_journal_conformance.py`
@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import MissingSystemDependency, ParseError
-from forensics.formats.journal import FieldFrameBuilder, JournalValue, assemble_events
-from forensics.formats.rawio import pieces_from
+from forensics.sources.journal.fields import FieldFrameBuilder, JournalValue, assemble_events
+from forensics.sources.common.rawio import pieces_from
 from forensics.sources import ParseResult, combine, register
-from forensics.sources.journal_export import CHUNK_BYTES, SLACK, stream_pieces
+from forensics.sources.journal.journal_export import CHUNK_BYTES, SLACK, stream_pieces
 
 NAME = "journal_native"
 MAGIC = b"LPKSHHRH"

@@ -22,7 +22,7 @@ import re
 
 import polars as pl
 
-from forensics.formats.schema import (
+from forensics.sources.common.schema import (
     CONSUMED_FIELDS,
     EVENTS_SCHEMA,
     QUARANTINE_SCHEMA,

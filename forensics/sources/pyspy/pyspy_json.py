@@ -4,7 +4,7 @@ Fields as py-spy 0.4 serialises `StackTrace` (src/stack_trace.rs): `pid`, `threa
 `thread_name`, `os_thread_id`, `active`, `owns_gil`, `frames` (innermost first: `name`,
 `filename`, `module`, `short_filename`, `line` — 0 when unknown —, `locals`, `is_entry`) and
 `process_info`. There is no process header and no time: the capture header before each array
-(`forensics.formats.capture`) gives time, host, group, and the title that ranks are read from.
+(`forensics.sources.common.snapshot_time`) gives time, host, group, and the title that ranks are read from.
 
 A file may hold several dumps, each after its own capture header. Records are dumps; a dump that
 is not a complete array of threads (cut mid-array, py-spy's `Error:` text, an empty array) is
@@ -19,12 +19,12 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.formats import pyspy
-from forensics.formats.capture import HEADER_PREFIX, from_path
-from forensics.formats.pyspy import DumpContext, capture_of, subject_of
-from forensics.formats.rawio import read_all
+from forensics.sources.pyspy import dumps
+from forensics.sources.common.snapshot_time import HEADER_PREFIX, from_path
+from forensics.sources.pyspy.dumps import DumpContext, capture_of, subject_of
+from forensics.sources.common.rawio import read_all
 from forensics.sources import ParseResult, register
-from forensics.sources.pyspy_text import title_rank_refused, untitled_subject
+from forensics.sources.pyspy.pyspy_text import title_rank_refused, untitled_subject
 
 NAME = "pyspy_json"
 FORMAT = "pyspy:json"
@@ -139,7 +139,7 @@ def parse(path: Path) -> ParseResult:
                                          pl.lit(first_line).alias("source_line")))
         contexts.append(DumpContext(index, capture))
     if not threads:
-        return pyspy.result(source_file, FORMAT, None, contexts, bad)
+        return dumps.result(source_file, FORMAT, None, contexts, bad)
     frame = pl.concat(threads).with_row_index("thread_order")
     frames = (frame.with_columns(pl.col("frames").list.len().alias("n_frames"))
               .explode("frames", empty_as_null=True)  # a thread with no frames keeps one row
@@ -159,7 +159,7 @@ def parse(path: Path) -> ParseResult:
                                                        pl.element().struct.field("repr").alias("value"),
                                                        pl.element().struct.field("arg"))).alias("locals"),
               ))
-    return pyspy.result(source_file, FORMAT, frames, contexts, bad)
+    return dumps.result(source_file, FORMAT, frames, contexts, bad)
 
 
 register(NAME, sniff, parse, module=__name__)

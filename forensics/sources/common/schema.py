@@ -91,7 +91,7 @@ def excerpt_text(raw: bytes | str | None) -> str:
     return text[:EXCERPT_CHARS]
 
 #: One row per stack frame of a py-spy dump (depth 0 = innermost); a thread with no frames is one
-#: row with null depth. Time and context come from the bundle (`forensics.formats.capture`), not the dump.
+#: row with null depth. Time and context come from the bundle (`forensics.sources.common.snapshot_time`), not the dump.
 STACKS_SCHEMA: Mapping[str, pl.DataType] = {
     "ts": UTC_US,
     "ts_source": pl.String(),

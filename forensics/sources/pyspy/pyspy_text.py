@@ -28,18 +28,18 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.formats import pyspy
-from forensics.formats.capture import HEADER_PREFIX, Capture, from_path
-from forensics.formats.pyspy import DumpContext, capture_of, subject_of
-from forensics.formats.pyspy_paste import HEADERLESS_TITLE, NO_PID, frames_only, needs_normalizing, normalize
-from forensics.formats.rawio import read_whole_lines
+from forensics.sources.pyspy import dumps
+from forensics.sources.common.snapshot_time import HEADER_PREFIX, Capture, from_path
+from forensics.sources.pyspy.dumps import DumpContext, capture_of, subject_of
+from forensics.sources.pyspy.paste import HEADERLESS_TITLE, NO_PID, frames_only, needs_normalizing, normalize
+from forensics.sources.common.rawio import read_whole_lines
 from forensics.sources import ParseResult, register
 
 NAME = "pyspy_text"
 FORMAT = "pyspy:text"
 
 #: The largest rank a process title may name (`TP`, `DP`, `PP` or `EP` and digits, as
-#: `forensics.formats.pyspy.rank_expressions` reads them), far above any tensor-, data-, pipeline-
+#: `forensics.sources.pyspy.dumps.rank_expressions` reads them), far above any tensor-, data-, pipeline-
 #: or expert-parallel group: the stacks detector expects every rank below a group's largest, so one
 #: dump titled `sglang::scheduler_TP100000000` made it hold a hundred million missing ranks (out of
 #: memory), and `TP99999999999` (past Int32) failed the whole ingest. Such a dump is quarantined.
@@ -237,7 +237,7 @@ def _failure(seg: dict) -> str | None:
 def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
     """Every dump in one py-spy text file: frames of readable dumps, a quarantine row per other.
     `fallback` dates the dumps that have no capture header of their own. Text as people paste it
-    is first put back into py-spy's layout (`forensics.formats.pyspy_paste`); rows keep the user's lines."""
+    is first put back into py-spy's layout (`forensics.sources.pyspy.paste`); rows keep the user's lines."""
     notes: list[str] = []
     origin: list[int] | None = None
     if needs_normalizing(text):
@@ -288,13 +288,13 @@ def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
         frames = (frames.join(lookup, on="source_line", how="left", maintain_order="left")
                   .with_columns(pl.col("_origin").cast(frames.schema["source_line"]).alias("source_line"))
                   .drop("_origin"))
-    result = pyspy.result(source_file, FORMAT, frames, contexts, bad)
+    result = dumps.result(source_file, FORMAT, frames, contexts, bad)
     result.notes = notes
     return result
 
 
 def _title(title: str | None) -> str | None:
-    """A process title as read; None for the head-less processes `forensics.formats.pyspy_paste` made."""
+    """A process title as read; None for the head-less processes `forensics.sources.pyspy.paste` made."""
     return None if title == HEADERLESS_TITLE else title
 
 

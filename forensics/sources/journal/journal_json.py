@@ -20,15 +20,15 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from forensics.formats.byteviews import binary_views
-from forensics.formats.journal import (
+from forensics.sources.common.byteviews import binary_views
+from forensics.sources.journal.fields import (
     FieldFrameBuilder,
     JournalValue,
     assemble_events,
     field_name_problem,
 )
-from forensics.formats.rawio import read_whole_lines
-from forensics.formats.schema import EXCERPT_CHARS
+from forensics.sources.common.rawio import read_whole_lines
+from forensics.sources.common.schema import EXCERPT_CHARS
 from forensics.sources import ParseResult, register
 
 NAME = "journal_json"

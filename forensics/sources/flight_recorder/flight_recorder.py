@@ -49,9 +49,9 @@ from typing import Any
 
 import polars as pl
 
-from forensics.formats.journal import LATEST_REALTIME_US
-from forensics.formats.rawio import read_all
-from forensics.formats.schema import (EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, ParseResult, as_events, empty,
+from forensics.sources.journal.fields import LATEST_REALTIME_US
+from forensics.sources.common.rawio import read_all
+from forensics.sources.common.schema import (EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, ParseResult, as_events, empty,
                                       excerpt_text, quarantine_rows)
 from forensics.sources import register
 

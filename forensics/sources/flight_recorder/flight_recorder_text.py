@@ -35,8 +35,8 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.formats.rawio import read_all
-from forensics.formats.schema import EVENTS_SCHEMA, ParseResult, as_events, empty, quarantine_rows
+from forensics.sources.common.rawio import read_all
+from forensics.sources.common.schema import EVENTS_SCHEMA, ParseResult, as_events, empty, quarantine_rows
 from forensics.sources import register
 
 NAME = "flight_recorder_text"

@@ -1,6 +1,6 @@
 """`/metrics` scrapes: Prometheus text format 0.0.4 and OpenMetrics 1.0 text, one or many per file.
 
-Where a scrape comes from and when (`forensics.formats.capture`): a bundle keeps a folder per target,
+Where a scrape comes from and when (`forensics.sources.common.snapshot_time`): a bundle keeps a folder per target,
 `metrics/<target>/…`, where `<target>` is a port (`30002`) or `host:port` / `host_port`; each
 scrape carries its time in a capture header the collector writes before it,
 
@@ -15,7 +15,7 @@ Records are the lines that say something (samples, HELP/TYPE/UNIT, `# EOF`, comm
 or quarantined with its line number and a message in the words of Prometheus's own parser, and the
 rest of the scrape still loads. Duplicate series in one scrape keep the first. Every line is
 classified and cut by one pass of regular expressions over the whole file (polars); only the lines
-those refuse go through the exact reader `forensics.formats.promtext.parse_line`.
+those refuse go through the exact reader `forensics.sources.prometheus.promtext.parse_line`.
 """
 
 from __future__ import annotations
@@ -27,17 +27,17 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.formats import promtext
-from forensics.formats.capture import (
+from forensics.sources.prometheus import promtext
+from forensics.sources.common.snapshot_time import (
     HEADER_PREFIX,
     Capture,
     from_header,
     from_path,
     parse_header,
 )
-from forensics.formats.journal import LATEST_REALTIME_US
-from forensics.formats.rawio import read_whole_lines, release
-from forensics.formats.schema import QUARANTINE_SCHEMA, SAMPLES_SCHEMA, empty, excerpt_text
+from forensics.sources.journal.fields import LATEST_REALTIME_US
+from forensics.sources.common.rawio import read_whole_lines, release
+from forensics.sources.common.schema import QUARANTINE_SCHEMA, SAMPLES_SCHEMA, empty, excerpt_text
 from forensics.sources import ParseResult, register
 
 NAME = "prometheus_text"

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.formats.rawio import read_all
-from forensics.formats.schema import EVENTS_SCHEMA, ParseResult, as_events, empty, quarantine_rows
+from forensics.sources.common.rawio import read_all
+from forensics.sources.common.schema import EVENTS_SCHEMA, ParseResult, as_events, empty, quarantine_rows
 from forensics.sources import register
-from forensics.sources.kubectl import DATE_LINE
+from forensics.sources.kubernetes.kubectl import DATE_LINE
 
 NAME = "systemctl_status"
 FORMAT = "systemctl_status"

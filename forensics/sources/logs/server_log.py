@@ -46,8 +46,8 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.formats.rawio import MAX_LINE_ENV, cut_long_lines, read_whole_lines
-from forensics.formats.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, as_events, empty, excerpt_text
+from forensics.sources.common.rawio import MAX_LINE_ENV, cut_long_lines, read_whole_lines
+from forensics.sources.common.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, as_events, empty, excerpt_text
 from forensics.sources import ParseResult, register
 
 NAME = "server_log"

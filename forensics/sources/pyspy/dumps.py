@@ -2,7 +2,7 @@
 
 py-spy (https://github.com/benfred/py-spy) prints a process's Python threads innermost frame
 first, as text (`py-spy dump --pid N`) or JSON (`--json`). Neither form carries a capture time,
-and `--json` carries no process title either: both come from the bundle (`forensics.formats.capture`).
+and `--json` carries no process title either: both come from the bundle (`forensics.sources.common.snapshot_time`).
 
 Ranks come from the process title the way serving stacks set it, e.g. SGLang's
 `sglang::scheduler_DP0_TP3_EP3` or `sglang::scheduler_PP1_TP0`: each `DP`/`TP`/`PP`/`EP` followed by
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from forensics.formats.capture import Capture, from_header, parse_header
-from forensics.formats.schema import STACKS_SCHEMA, empty, quarantine_rows
-from forensics.formats.schema import ParseResult
+from forensics.sources.common.snapshot_time import Capture, from_header, parse_header
+from forensics.sources.common.schema import STACKS_SCHEMA, empty, quarantine_rows
+from forensics.sources.common.schema import ParseResult
 
 RANK_KINDS = ("dp", "tp", "pp", "ep")
 DATA_TYPE = "pyspy:frame"

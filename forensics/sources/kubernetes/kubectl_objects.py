@@ -12,7 +12,7 @@ RFC 3339 times instead of ages.
 - Nodes: `kubectl get nodes -o json|yaml`: a row per condition out of order (Ready not True, a
   pressure True), else one row with its taints and GPUs (allocatable and capacity).
 
-The rows, their `K8S_*` columns and their messages are the ones `forensics/sources/kubectl.py`
+The rows, their `K8S_*` columns and their messages are the ones `forensics/sources/kubernetes/kubectl.py`
 writes for the same facts in kubectl's tables and `describe`, so the Kubernetes layer names the same
 failures from either (`Warning FailedScheduling pod/ns/x (x25 since 2020-01-17T04:56:28Z): …`). The
 objects give times, not ages: a row's time is its event's last sighting, its container's finish
@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any
 
 
-from forensics.formats.rawio import read_all
-from forensics.formats.schema import EVENTS_SCHEMA, ParseResult, empty, quarantine_rows
+from forensics.sources.common.rawio import read_all
+from forensics.sources.common.schema import EVENTS_SCHEMA, ParseResult, empty, quarantine_rows
 from forensics.sources import register
-from forensics.sources.kubectl import object_events
+from forensics.sources.kubernetes.kubectl import object_events
 
 NAME = "kubectl_objects"
 FORMAT = "kubectl_objects"

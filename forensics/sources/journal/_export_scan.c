@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-/* The hot loop of forensics.sources.journal_export, in C.
+/* The hot loop of forensics.sources.journal.journal_export, in C.
  *
  * Why C: the numpy version found newlines and '=' in one vectorised pass, but then spent most of
  * its time coding keys and gathering each field's values through index arrays (several passes
@@ -546,7 +546,7 @@ static PyBufferProcs block_buffer = {block_getbuffer, NULL};
 
 static PyTypeObject BlockType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "forensics.sources._export_scan.Block",
+    .tp_name = "forensics.sources.journal._export_scan.Block",
     .tp_basicsize = sizeof(Block),
     .tp_dealloc = block_dealloc,
     .tp_as_buffer = &block_buffer,
@@ -787,7 +787,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_export_scan",
-    "The hot loop of forensics.sources.journal_export, in C (see the source's header).", -1, methods,
+    "The hot loop of forensics.sources.journal.journal_export, in C (see the source's header).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.formats import promtext
-from forensics.formats.rawio import read_all
-from forensics.formats.schema import (
+from forensics.sources.prometheus import promtext
+from forensics.sources.common.rawio import read_all
+from forensics.sources.common.schema import (
     EXCERPT_CHARS,
     QUARANTINE_SCHEMA,
     SAMPLES_SCHEMA,

@@ -8,7 +8,7 @@ The hot path is vectorised: numpy finds every newline and '=' once, binary field
 walked one by one, keys become zero-copy Binary views that polars codes, and each field's values
 become one column (copied out dense, or views into a memory-mapped file: see DENSE_FIELDS). The
 file is read in pieces of about 16 MB cut at entry boundaries, parsed and assembled two at a time
-while the next piece is decompressed (`forensics.formats.rawio.pieces`).
+while the next piece is decompressed (`forensics.sources.common.rawio.pieces`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from forensics.formats.byteviews import SLACK, binary_views, dense_binary
+from forensics.sources.common.byteviews import SLACK, binary_views, dense_binary
 from forensics.errors import ParseError
-from forensics.formats.journal import FIELD_NAME, assemble_events, field_name_problem
-from forensics.formats.rawio import Piece, pieces
-from forensics.formats.schema import EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD, empty
-from forensics.sources import ParseResult, _export_scan, combine, register
+from forensics.sources.journal.fields import FIELD_NAME, assemble_events, field_name_problem
+from forensics.sources.common.rawio import Piece, pieces
+from forensics.sources.common.schema import EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD, empty
+from forensics.sources import ParseResult, combine, register
+from forensics.sources.journal import _export_scan
 
 NAME = "journal_export"
 # Pieces of this size: each costs some milliseconds of Python and polars set-up (at 1 M entries
@@ -77,7 +78,7 @@ def _int64(raw: bytes) -> np.ndarray:
 def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, line_base: int,
                  copy: bool = True) -> pl.DataFrame:
     """Parse one chunk (whole entries, the first `m` bytes of `readable`, found at `byte_base` in
-    the file, after `line_base` lines) into a field frame (see `forensics.formats.journal`); with `copy`,
+    the file, after `line_base` lines) into a field frame (see `forensics.sources.journal.fields`); with `copy`,
     every value is copied out of `readable`, so that its memory can be used again."""
     scanned = _export_scan.scan(readable, m, at_eof, copy, _DENSE_NAMES, EXCERPT_CHARS)
     if scanned is None:
@@ -194,7 +195,7 @@ def stream(path: Path) -> Iterator[ParseResult]:
 
 def stream_pieces(parts: Iterator[Piece], source_file: str, fmt: str) -> Iterator[ParseResult]:
     """`stream` over pieces of export text from anywhere (a file, `journalctl -o export` of a
-    journal: `forensics.sources.journal_native`), the rows labelled with `fmt`; a ParseError while
+    journal: `forensics.sources.journal.journal_native`), the rows labelled with `fmt`; a ParseError while
     reading the pieces ends the input as its damage, the rows before it kept."""
     # Pieces are independent and numpy/polars release the GIL, so parsing uses both cores while
     # the next piece is decompressed. A piece is finished in file order once the piece after it

@@ -4,7 +4,7 @@ Specs: https://prometheus.io/docs/instrumenting/exposition_formats/ and
 https://github.com/prometheus/OpenMetrics/blob/main/specification/OpenMetrics.md.
 
 Two halves. The regular expressions here recognise a well-formed line in one pass, so the reader
-(`forensics.sources.prometheus_text`) can classify and cut every line of a scrape with polars.
+(`forensics.sources.prometheus.prometheus_text`) can classify and cut every line of a scrape with polars.
 `parse_line` is the exact, character-by-character reader run only on the lines those expressions
 reject: it names what is wrong in the words of Prometheus's own parser (`expfmt.TextParser`), e.g.
 `expected float as value for 'quantile' label, got "x"`, so a message can be looked up.
