@@ -39,9 +39,9 @@ from forensics.detect import (
     span,
     spans_days,
 )
-from forensics.detect.keytimes import HANG_VERDICTS, KeyTimes
+from forensics.detect.keytimes import KeyTimes
 from forensics.detect.registry import run_detectors
-from forensics.detect.stack_verdict import NO_VERDICT, WAITING_IN_ONE_SNAPSHOT, Verdict
+from forensics.detect.stack_verdict import HANG_VERDICTS, NO_VERDICT, WAITING_IN_ONE_SNAPSHOT, Verdict
 from forensics.detect.stacks import latest
 from forensics.detect.tracks import Track, links, main_track_named, tracks
 from forensics.errors import ForensicsError

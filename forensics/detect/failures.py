@@ -40,6 +40,7 @@ from forensics.detect.families import (
     hung_tasks, killed_and_oom, layer_table, nccl_facts, nccl_said, oom_said, signal_facts, signal_said, sxid_words,
     xid_words,
 )
+from forensics.detect.kubernetes import k8s_facts, k8s_said
 from forensics.detect.registry import Context, detector
 from forensics.profiles import NOTHING, LogEvent, available, layers, load_profile, matches_nothing
 from forensics.sources.kubernetes.kubectl import K8S_COLUMNS
@@ -154,8 +155,8 @@ def _kind_words(timeline: Timeline, kind: str, event: LogEvent, group: pl.DataFr
     elif kind == "collective_timeout":
         text, facts = watchdog.collective_timeout(group, where, watchdog.status_lines(timeline, group))
     elif kind.startswith("k8s_") and "K8S_REASON" in group.columns:
-        facts = _k8s_facts(group)
-        text = f"{kind_sentence(group, event.text, where, event.pattern)}{_k8s_said(facts)}"
+        facts = k8s_facts(group)
+        text = f"{kind_sentence(group, event.text, where, event.pattern)}{k8s_said(facts)}"
     text = text or kind_sentence(group, event.text, where, event.pattern)
     if kind == "hung_task":
         facts = hung_tasks(timeline, group)
@@ -195,58 +196,6 @@ def _untold_tables(timeline: Timeline, tables: list[dict[str, Any]], several_hos
 
 def _numbers(messages: list[str], pattern: re.Pattern[str]) -> list[dict[str, str]]:
     return [m.groupdict() for text in messages if (m := pattern.search(text or ""))]
-
-
-def _k8s_facts(group: pl.DataFrame) -> dict[str, Any]:
-    """What kubectl's rows of one kind say, as values: the objects, reasons, how often (its event
-    counts added), exit codes, restart counts, memory limits and what the scheduler lacked."""
-    rows = group.filter(pl.col("K8S_REASON").is_not_null())
-    if rows.is_empty():
-        return {}
-
-    def values(column: str) -> list[str]:
-        return [v for v in dict.fromkeys(rows.get_column(column).drop_nulls().to_list()) if v]
-
-    objects = [f"{k.lower()}/{ns + '/' if ns else ''}{n}" for k, ns, n in
-               dict.fromkeys(rows.select("K8S_KIND", "K8S_NAMESPACE", "K8S_NAME").iter_rows()) if n]
-    # an event's count is how often kubectl saw it; a container's or a pod's row is one sighting
-    counted = rows.get_column("K8S_COUNT").cast(pl.Int64, strict=False).drop_nulls()
-    facts: dict[str, Any] = {"objects": objects, "reasons": values("K8S_REASON"),
-                             "count": int(counted.sum()) if counted.len() else rows.height}
-    for column, name in (("K8S_CONTAINER", "containers"), ("K8S_EXIT_CODE", "exit_codes"),
-                         ("K8S_MEMORY_LIMIT", "memory_limits"), ("K8S_FIRST_SEEN", "first_seen_ago"),
-                         ("K8S_LAST_SEEN", "last_seen_ago")):
-        if found := values(column):
-            facts[name] = found
-    restarts = rows.get_column("K8S_RESTARTS").cast(pl.Int64, strict=False).drop_nulls()
-    if restarts.len():
-        facts["restarts"] = int(restarts.max())  # type: ignore[arg-type]
-    lacking = sorted({m for text in rows.get_column("message").drop_nulls().to_list()
-                      for m in re.findall(r"Insufficient ([\w./-]*\w)", text)})
-    if lacking:
-        facts["insufficient"] = lacking
-    return facts
-
-
-def _k8s_said(facts: dict[str, Any]) -> str:
-    """The facts kubectl gave, after the kind's own sentence."""
-    parts = []
-    if facts.get("objects"):
-        shown = facts["objects"][:5]
-        parts.append(", ".join(shown) + (f" and {len(facts['objects']) - 5} more" if len(facts["objects"]) > 5 else ""))
-    if facts.get("reasons"):
-        parts.append("reason " + ", ".join(facts["reasons"]))
-    if facts.get("count", 1) > 1:
-        parts.append(f"{facts['count']:,} times")
-    if facts.get("exit_codes"):
-        parts.append("exit code " + ", ".join(facts["exit_codes"]))
-    if facts.get("restarts"):
-        parts.append(f"restarted {facts['restarts']} times")
-    if facts.get("memory_limits"):
-        parts.append("memory limit " + ", ".join(facts["memory_limits"]))
-    if facts.get("insufficient"):
-        parts.append("not enough " + ", ".join(facts["insufficient"]) + " on any node (a capacity incident, not a crash)")
-    return f" Kubernetes: {'; '.join(parts)}." if parts else ""
 
 
 def _oom(group: pl.DataFrame, where: str) -> tuple[str, dict[str, Any]]:

@@ -16,7 +16,7 @@ import polars as pl
 
 from forensics.timeline.align import Timeline
 from forensics.detect import Evidence, Finding, clock
-from forensics.detect.stack_verdict import Verdict
+from forensics.detect.stack_verdict import HANG_VERDICTS, Verdict
 from forensics.detect.stacks import latest
 from forensics.timeline.metrics import label, named
 from forensics.detect.registry import Context, detector
@@ -25,7 +25,6 @@ UTIL = "DCGM_FI_DEV_GPU_UTIL"
 XID = "DCGM_FI_DEV_XID_ERRORS"
 BUSY_PERCENT = 95.0  # at or above this through the window: pinned
 LOOKBACK = timedelta(seconds=120)  # before a verdict with no freeze to start from
-HUNG_VERDICTS = ("TP_DESYNC", "UNIFORM_WAIT", "STRAGGLER_OR_MISSING")
 
 
 def _gpus(timeline: Timeline, name: str) -> pl.DataFrame:
@@ -41,7 +40,7 @@ def detect(timeline: Timeline, findings: list[Finding], verdicts: list[Verdict],
     util = _gpus(timeline, UTIL)
     if util.is_empty():
         return out
-    hung = [v for v in latest(verdicts) if v.verdict in HUNG_VERDICTS and v.at]
+    hung = [v for v in latest(verdicts) if v.verdict in HANG_VERDICTS and v.at]
     frozen = sorted(f.at for f in findings if f.kind == "frozen" and f.at)
     if not hung and not frozen:
         return out

@@ -15,9 +15,9 @@ import polars as pl
 from forensics.timeline.align import Timeline
 from forensics.detect import Evidence, Finding, clock
 from forensics.detect.registry import Context, detector
+from forensics.detect.stack_verdict import HANG_VERDICTS
 
 ORDER = ("started", "detected", "mitigated", "resolved")
-HANG_VERDICTS = ("TP_DESYNC", "UNIFORM_WAIT", "STRAGGLER_OR_MISSING")
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from forensics.detect import Finding, clock
-from forensics.detect.keytimes import HANG_VERDICTS
+from forensics.detect.stack_verdict import HANG_VERDICTS
 
 #: What the main track is called when nothing on it shows a wedge (a crash loop, a GPU fault, an
 #: error seen): the profile's name for it ("wedge") is only given where the evidence shows one.

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from forensics.analyze import Analysis, in_display_zone, is_anomaly, no_incident_heading
 from forensics.detect import DISPLAY_ZONE, Finding, clock, failures, span
-from forensics.detect.keytimes import HANG_VERDICTS
+from forensics.detect.stack_verdict import HANG_VERDICTS
 from forensics.detect.stacks import latest
 from forensics.render.text import SHOWN, Redact, title_redact
 
