@@ -11,17 +11,16 @@ servers write them, after any wrapper is taken off:
   `grep -n`'s line numbers (`67:Feb 26 17:41:24 host …`, when nearly every line has one);
   Ray / SkyPilot / vLLM process prefixes (`(head, rank=0, pid=18260) `, `(APIServer pid=7) `),
   whose `pid=` becomes the pid; a `# ` a write-up put in front of a stamped line;
-- stamps: SGLang's `[2025-02-17 05:27:24 TP0] …` (the message keeps it, so the profile reads the
-  tag and the line's local time as it does in journald); vLLM's `INFO 07-27 05:32:14 [core.py:58]`
-  (month and day only: the year is the one of the file's latest full date, else of its
-  modification time, and the note says which); ISO times at the start of a line; syslog's
-  `Jun 18 21:34:47 host ident[pid]: …` (`journalctl` without `-o`); the kernel's ring buffer as
-  `dmesg -T` prints it (`[Sat Dec  5 00:43:41 2026] Memory cgroup out of memory: …`: local time,
-  as the machine's clock and boot time gave it); plain `dmesg` (`[20003.856736] …`, seconds since
-  boot) has no wall-clock time, so such a file is read as a log without stamps (below);
-- glog stamps of PyTorch's C++ side (`E710 18:00:32.421467 1234 ProcessGroupNCCL.cpp:632] …`: the
-  level letter, the month unpadded and the day, no year: read as vLLM's), behind torch's own `[rank3]:` prefix,
-  whose rank is kept (`LOG_RANK`);
+- stamps: the forms of `profiles/stamps/forms.toml`, each with real samples (read by `stamps`):
+  SGLang's `[2025-02-17 05:27:24 TP0] …` (the message keeps it, so the profile reads the tag and
+  the line's local time as it does in journald); vLLM's `INFO 07-27 05:32:14 [core.py:58]` and
+  glog's `E710 18:00:32.421467 1234 ProcessGroupNCCL.cpp:632]` (PyTorch's C++ side, behind torch's
+  own `[rank3]:` prefix, whose rank is kept as `LOG_RANK`), syslog's `Jun 18 21:34:47 host
+  ident[pid]: …`, all without a year: the year is the one of the file's latest full date, else of
+  its modification time, and the note says which; ISO times; `dmesg -T`'s `[Sat Dec  5 00:43:41
+  2026] …` (plain `dmesg`'s seconds since boot are no wall-clock time, so such a file is read as a
+  log without stamps, below); the fabric manager's `[Jul 23 2024 07:53:55] [ERROR] …`; Go's `log`
+  package's `2021/08/27 23:03:50 …`. A new form is an entry there, not code;
 - uvicorn's `INFO:     10.0.0.7:51234 - "GET /health …" 200` lines carry no time: each is a record
   timed by the record before it (`LOG_TIME_SOURCE` says so).
 
@@ -49,6 +48,7 @@ import polars as pl
 from forensics.sources.common.rawio import MAX_LINE_ENV, cut_long_lines, read_whole_lines
 from forensics.sources.common.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, as_events, empty, excerpt_text
 from forensics.sources import ParseResult, register
+from forensics.sources.logs import stamps
 
 NAME = "server_log"
 FORMAT = "server_log"
@@ -68,20 +68,7 @@ _LEVEL_WORDS = ["TRACE", "DEBUG", "INFO", "SUCCESS", "NOTICE", "WARN", "WARNING"
 _PROCESS = r"^\(([^()]*)\) "
 _TORCH_RANK = r"^\[rank(?P<torch_rank>[0-9]+)\]:"
 _MARKDOWN = r"^# (\[[0-9]{4}-)"
-# The stamp forms, tried on what is left after the wrappers.
-_SGLANG = r"^\[(?P<sglang>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,6})?)(?: [^\]]*)?\]"
-_VLLM = (r"^(?P<vllm_level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) +(?P<vllm_md>[0-9]{2}-[0-9]{2}) "
-         r"(?P<vllm_time>[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?)")
-_ISO = r"^(?P<iso>[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]{1,9})?)(?:Z|[+-][0-9]{2}:?[0-9]{2})?[ \]|]"
-_SYSLOG = (r"^(?P<sys_month>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<sys_day>[0-9]{1,2}) "
-           r"(?P<sys_time>[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?) (?P<sys_host>\S+) "
-           r"(?P<sys_ident>[^\s\[:]+)(?:\[(?P<sys_pid>[0-9]+)\])?: ")
-# `dmesg -T`: the weekday, month, day (space-padded), time and year, in brackets
-_DMESG = (r"^\[(?P<dmesg>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +[0-9]{1,2} "
-          r"[0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4})\] ")
-# glog (PyTorch's C++ logging): level letter, MMDD, time to the nanosecond, then thread id and file:line]
-_GLOG = (r"^\[?(?P<glog_level>[IWEF])(?P<glog_md>1?[0-9][0-3][0-9]) (?P<glog_time>[0-9]{2}:[0-9]{2}:[0-9]{2})"
-         r"(?P<glog_frac>\.[0-9]{1,9})? +(?:[0-9]+ )?[^\] ]+:[0-9]+\]")
+# The stamp forms tried on what is left after the wrappers are data: profiles/stamps/forms.toml (`stamps`).
 _UVICORN = r"^(?P<uvicorn>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
 # a level written in lower case right after an ISO stamp (Ascend memfabric: `2026-01-04 03:23:20.5 error 33677 …`)
 _ISO_LEVEL = (r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.,]+Z? +(?P<iso_level>critical|fatal|error|warning|warn|info|debug)"
@@ -89,16 +76,12 @@ _ISO_LEVEL = (r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.,]+Z? +(?P<iso_level>critic
 _LOWER_LEVEL = r"^(critical|fatal|error|warning|warn|info|debug) "
 _LEVEL = r"\b(?P<level>CRITICAL|FATAL|ERROR|WARNING|WARN|INFO|DEBUG)\b"
 _NOISE = r"^\s*$|^\s*(?:\.\.\.|…)\s*$|[0-9]+%\|[^|]*\|\s*[0-9]+/[0-9]+|\[[0-9:<?]+, *[^\]]*(?:it/s|s/it)\]"
-_GLOG_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "FATAL"}
 _PRIORITY = {"CRITICAL": 2, "FATAL": 2, "ERROR": 3, "WARNING": 4, "WARN": 4, "INFO": 6, "DEBUG": 7}
-_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
-                                       "Dec"), start=1)}
+# A file is known as a server log by a line, within its first 4 KiB, that starts (after a Docker time,
+# a process prefix, a write-up's `# ` or torch's `[rankN]:`) with a stamp of a form marked `sniff`.
 _SNIFF = re.compile(
-    rb"(?m)^(?:(?:\x1b\[[0-9;]*m)*[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.]+Z? )?(?:\([^()\n]*\) )?(?:# )?"
-    rb"(?:\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}[^\]\n]*\] |"
-    rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}[.0-9]* \[|"
-    rb"(?:\[rank[0-9]+\]:)?\[?[IWEF]1?[0-9][0-3][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2}[.0-9]* +(?:[0-9]+ )?[^\] \n]+:[0-9]+\]|"
-    rb"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} +[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}\] )")
+    rb"(?m)^(?:(?:\x1b\[[0-9;]*m)*[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.]+Z? )?(?:\([^()\n]*\) )?(?:# )?(?:\[rank[0-9]+\]:)?"
+    + f"(?:{stamps.sniff_pattern()})".encode())
 
 
 def sniff(head: bytes, path: Path) -> bool:
@@ -152,10 +135,10 @@ def _lines(text: str) -> pl.DataFrame:
     # torch's `[rank3]:` before a glog stamp (the message keeps it: it names the rank)
     frame = frame.with_columns(pl.col("body").str.extract(_TORCH_RANK, 1).alias("torch_rank"))
     after_rank = pl.col("body").str.replace(_TORCH_RANK, "")
-    stamps = [pl.col("body").str.extract_groups(p).alias(f"s{i}")
-              for i, p in enumerate((_SGLANG, _VLLM, _ISO, _SYSLOG, _DMESG))]
-    frame = frame.with_columns(*stamps, after_rank.str.extract_groups(_GLOG).alias("s5")).unnest(
-        "s0", "s1", "s2", "s3", "s4", "s5")
+    frame = frame.with_columns(*stamps.extract(after_rank))
+    frame = frame.with_columns(stamps.any_stamp().alias("own_stamp"), stamps.needs_year().alias("yearless"),
+                               stamps.stated_year().alias("stated_year"), stamps.carried("level").alias("stamp_level"),
+                               *[stamps.carried(g).alias(f"sys_{g}") for g in ("host", "ident", "pid")])
     frame = frame.with_columns(pl.col("body").str.extract(_UVICORN, 1).alias("uvicorn"),
                                pl.coalesce(pl.col("body").str.extract(_ISO_LEVEL, 1),  # after a stamp taken off as
                                            pl.when(pl.col("docker").is_not_null())  # a Docker time, at the start
@@ -164,19 +147,19 @@ def _lines(text: str) -> pl.DataFrame:
                                pl.col("body").str.contains(_NOISE).alias("noise"))
     # A Docker time over a line of its own (Docker Desktop writes one before a progress bar) is noise;
     # a Docker time over a line without a stamp of its own is that line's time.
-    own = pl.coalesce("sglang", "iso", "sys_time", "vllm_time", "glog_time", "dmesg")
     return frame.with_columns(
         (pl.col("docker").is_not_null() & (pl.col("body").str.strip_chars() == "")).alias("docker_alone"),
-        pl.when(own.is_null() & pl.col("docker").is_not_null() & (pl.col("body").str.strip_chars() != ""))
-        .then(pl.col("docker")).otherwise(pl.col("iso")).alias("iso"))
+        pl.when(~pl.col("own_stamp") & pl.col("docker").is_not_null() & (pl.col("body").str.strip_chars() != ""))
+        .then(pl.col("docker")).alias("docker_stamp"))
 
 
 def _year(frame: pl.DataFrame, path: Path) -> tuple[int, str | None]:
     """The year for stamps written without one: the latest full date in the file, else the file's
     modification year; and a note when such stamps exist."""
-    if all(frame.get_column(c).null_count() == frame.height for c in ("vllm_md", "sys_month", "glog_md")):
+    if not frame.get_column("yearless").any():
         return 1970, None
-    dated = frame.select(pl.coalesce("sglang", "iso").str.slice(0, 4).cast(pl.Int32, strict=False).max()).item()
+    docker_year = pl.col("docker_stamp").str.slice(0, 4).cast(pl.Int32, strict=False)
+    dated = frame.select(pl.coalesce("stated_year", docker_year).max()).item()
     if dated:
         return int(dated), f"stamps without a year read as {dated}, the year of the file's latest full date"
     year = datetime.fromtimestamp(path.stat().st_mtime, UTC).year
@@ -184,19 +167,10 @@ def _year(frame: pl.DataFrame, path: Path) -> tuple[int, str | None]:
 
 
 def _written(year: int) -> pl.Expr:
-    """A line's own stamp, whatever form it has, as `YYYY-MM-DD HH:MM:SS[.f]` text (null: none)."""
-    months = pl.col("sys_month").replace_strict(_MONTHS, default=None, return_dtype=pl.Int32)
-    return pl.coalesce(
-        pl.col("sglang").str.replace(",", ".", literal=True),
-        pl.col("iso").str.replace("T", " ").str.replace(",", ".").str.strip_suffix("Z"),
-        pl.when(pl.col("vllm_md").is_not_null()).then(pl.format("{}-{} {}", pl.lit(year), "vllm_md", "vllm_time")),
-        pl.when(pl.col("glog_md").is_not_null()).then(pl.format(
-            "{}-{}-{} {}{}", pl.lit(year), pl.col("glog_md").str.head(-2).str.zfill(2), pl.col("glog_md").str.tail(2),
-            "glog_time", pl.col("glog_frac").fill_null("").str.slice(0, 7))),
-        pl.when(months.is_not_null()).then(pl.format("{}-{}-{} {}", pl.lit(year), months.cast(pl.String).str.zfill(2),
-                                                     pl.col("sys_day").str.zfill(2), "sys_time")),
-        pl.col("dmesg").str.replace_all(" +", " ").str.to_datetime("%a %b %d %H:%M:%S %Y", strict=False)
-        .dt.strftime("%Y-%m-%d %H:%M:%S"))
+    """A line's own stamp, whatever form it has, as `YYYY-MM-DD HH:MM:SS[.f]` text (null: none);
+    else the Docker time over it."""
+    docker = pl.col("docker_stamp").str.replace("T", " ").str.replace(",", ".").str.strip_suffix("Z")
+    return pl.coalesce(stamps.written(year), docker)
 
 
 def _records(body_lines: pl.DataFrame) -> pl.DataFrame:
@@ -204,8 +178,8 @@ def _records(body_lines: pl.DataFrame) -> pl.DataFrame:
     stamp or, without one (uvicorn's), by the record before it."""
     records = (body_lines.group_by("record", maintain_order=True).agg(
         pl.col("line").first(), pl.col("body").str.join("\n").alias("message"),
-        *[pl.col(c).first() for c in ("written", "uvicorn", "docker", "process", "process_pid", "vllm_level",
-                                      "glog_level", "iso_level", "torch_rank", "sys_host", "sys_ident", "sys_pid")]))
+        *[pl.col(c).first() for c in ("written", "uvicorn", "docker", "process", "process_pid", "stamp_level",
+                                      "iso_level", "torch_rank", "sys_host", "sys_ident", "sys_pid")]))
     parsed_time = pl.coalesce([pl.col("written").str.to_datetime(f, strict=False, time_unit="us")
                                for f in ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")])
     records = records.with_columns(parsed_time.alias("own_ts"))
@@ -217,7 +191,7 @@ def _records(body_lines: pl.DataFrame) -> pl.DataFrame:
 
 def _event_rows(good: pl.DataFrame, path: Path) -> pl.DataFrame:
     """Readable records as the canonical events frame (before the file's own zone is applied)."""
-    level = pl.coalesce("vllm_level", pl.col("glog_level").replace_strict(_GLOG_LEVELS, default=None), "iso_level",
+    level = pl.coalesce("stamp_level", "iso_level",
                         "uvicorn",
                         pl.col("message").str.extract(_LEVEL, 1))
     host = pl.coalesce("sys_host", pl.lit(_host_of(path), pl.String))
