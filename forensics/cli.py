@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from forensics.capture.kubernetes import add_flags as add_kubernetes_flags, run_from_args as run_kubernetes
 from forensics.case.bundle import open_bundle
 from forensics.errors import ForensicsError
 from forensics.case.places import is_url
@@ -301,6 +302,7 @@ def _add_capture_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
     p_collect.add_argument("--ssh-config", type=Path, help="an ssh config file for the hosts (ssh -F)")
     p_collect.add_argument("--concurrency", type=int, default=8, help="hosts collected at once (default 8)")
     p_collect.add_argument("--deadline", type=float, default=300.0, help="seconds one host may take (default 300)")
+    add_kubernetes_flags(p_collect)
     p_watch = sub.add_parser("watch", help="poll metrics endpoints and collect a bundle the moment an engine hangs")
     p_watch.add_argument("out", type=Path, help="the folder bundles go under (one per capture, named by time)")
     p_watch.add_argument("--follow-journal", action="store_true",
@@ -499,7 +501,9 @@ def _run_watch(args: argparse.Namespace) -> int:
 
 
 def _run_collect(args: argparse.Namespace) -> int:
-    """`collect`: a bundle here, over ssh, or the script that takes one."""
+    """`collect`: a bundle here, over ssh, from Kubernetes, or the script that takes one."""
+    if args.k8s_namespace:
+        return run_kubernetes(args)
     from forensics.capture.collect import collect
     from forensics.capture.plan import Plan, plan_from_toml
     from forensics.capture.sh_script import script

@@ -1,5 +1,6 @@
 """What kubectl's rows say about a Kubernetes failure, as facts: the objects, reasons, how often,
-exit codes, restart counts, memory limits and what the scheduler lacked (`forensics.detect.failures`
+when first and last seen (times only against the capture's own "now", else relative ages, said
+so), exit codes, restart counts, memory limits and what the scheduler lacked (`forensics.detect.failures`
 adds them to the finding of each `k8s_*` kind the layer names)."""
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def k8s_facts(group: pl.DataFrame) -> dict[str, Any]:
                          ("K8S_LAST_SEEN", "last_seen_ago")):
         if found := values(column):
             facts[name] = found
+    facts.update(_seen(rows))
     restarts = rows.get_column("K8S_RESTARTS").cast(pl.Int64, strict=False).drop_nulls()
     if restarts.len():
         facts["restarts"] = int(restarts.max())  # type: ignore[arg-type]
@@ -39,6 +41,23 @@ def k8s_facts(group: pl.DataFrame) -> dict[str, Any]:
     if lacking:
         facts["insufficient"] = lacking
     return facts
+
+
+def _seen(rows: pl.DataFrame) -> dict[str, Any]:
+    """When kubectl first and last saw what the rows say: times, when the capture gave the "now"
+    its ages count back from (and which it was), else said to be relative ages and no more."""
+    if "K8S_LAST_AT" in rows.columns and rows.get_column("K8S_LAST_AT").drop_nulls().len():
+        at = pl.coalesce("K8S_FIRST_AT", "K8S_LAST_AT").str.to_datetime(time_zone="UTC", strict=False)
+        last = pl.col("K8S_LAST_AT").str.to_datetime(time_zone="UTC", strict=False)
+        first_at, last_at = rows.select(at.min(), last.max()).row(0)
+        said = [v for v in dict.fromkeys(rows.get_column("K8S_AGES_FROM").drop_nulls().to_list()) if v]
+        return {"first_seen": first_at.isoformat() if first_at else None,
+                "last_seen": last_at.isoformat() if last_at else None,
+                "seen_times": ("kubectl's ages counted back from " + "; ".join(said)) if said
+                else "the events' own times (kubectl -o json / -o yaml)"}
+    ages = [c for c in ("K8S_FIRST_SEEN", "K8S_LAST_SEEN") if c in rows.columns and rows.get_column(c).drop_nulls().len()]
+    return {"seen_times": "relative: kubectl's ages, and the capture gives no time to count them back from"} \
+        if ages else {}
 
 
 def k8s_said(facts: dict[str, Any]) -> str:

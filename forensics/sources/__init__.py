@@ -90,6 +90,7 @@ READERS = (
     "flight_recorder.flight_recorder",
     "flight_recorder.flight_recorder_text",
     "kubernetes.kubectl",  # a describe reads as YAML too: the table and describe reader first
+    "kubernetes.kubectl_logs",  # container logs with kubectl's prefix or stamps, stern's: before the catch-all
     "kubernetes.kubectl_objects",
     "prometheus.prometheus_api",
     "prometheus.prometheus_text",

@@ -133,7 +133,7 @@ def test_ages_become_times_only_against_the_captures_own_date_line(tmp_path: Pat
     name = "kubectl-events_crashloop-backoff-x280_for-pod-table.txt"
     without = parse(SAMPLES / name)
     assert without.rows.get_column("ts").null_count() == without.rows.height
-    assert "no capture time" in without.notes[0]
+    assert "the capture gives no time of its own" in without.notes[0]
     dated = tmp_path / name
     dated.write_text("Fri Jun 19 10:00:00 UTC 2026\n" + (SAMPLES / name).read_text())  # as `date; kubectl …` prints
     rows = parse(dated).rows
@@ -180,3 +180,56 @@ def test_a_bundle_no_serving_profile_matches_says_so_and_names_the_layers_read(t
     said = profile_said(analysis)
     assert said.startswith("no serving profile matched; read with the layers ") and "kubernetes" in said
     assert "sglang" not in said
+
+
+@pytest.mark.parametrize("capture", ["date", "header", "manifest"])
+def test_first_and_last_seen_become_times_only_against_the_captures_own_now(tmp_path: Path, capture: str) -> None:
+    """Issue 52: "17s (x280 over 60m)" is 09:59:43 and 09:00:00 when the capture says it was read at
+    10:00:00 — by its `date` line, its capture header or the bundle's collect manifest — and the
+    facts say which."""
+    name = "kubectl-events_crashloop-backoff-x280_for-pod-table.txt"
+    _ground_truth(name, "Warning BackOff 17s (x280 over 60m)")
+    before = {"date": "Fri Jun 19 10:00:00 UTC 2026\n", "header": "# capture ts=2026-06-19T10:00:00Z\n",
+              "manifest": ""}[capture]
+    if capture == "manifest":
+        (tmp_path / "bundle").mkdir()
+        (tmp_path / "bundle" / "collect.json").write_text('{"kubernetes": {"captured": "2026-06-19T10:00:00Z"}}\n')
+    facts = _faults(_analyze(tmp_path, name, before))["k8s_crash_loop"].facts
+    assert (facts["first_seen"], facts["last_seen"]) == ("2026-06-19T09:00:00+00:00", "2026-06-19T09:59:43+00:00")
+    assert facts["seen_times"].startswith("kubectl's ages counted back from the " + {
+        "date": "capture's own `date` line", "header": "file's capture header", "manifest": "collect manifest"}[capture])
+
+
+def test_without_a_capture_time_ages_stay_relative_and_are_said_to_be(tmp_path: Path) -> None:
+    """Never the file's modification time: a file touched to a known time still gives no times."""
+    import os
+
+    name = "kubectl-events_crashloop-backoff-x280_for-pod-table.txt"
+    logs = tmp_path / "bundle" / "logs"
+    logs.mkdir(parents=True)
+    shutil.copy(SAMPLES / name, logs / name)
+    os.utime(logs / name, (1_781_863_200, 1_781_863_200))  # 2026-06-19 10:00:00 UTC: not a capture time
+    facts = _faults(analyze(tmp_path / "bundle", tmp_path / "case"))["k8s_crash_loop"].facts
+    assert "first_seen" not in facts and "last_seen" not in facts
+    assert facts["seen_times"] == "relative: kubectl's ages, and the capture gives no time to count them back from"
+    assert facts["first_seen_ago"] == ["60m"] and facts["last_seen_ago"] == ["17s"]
+
+
+def test_header_less_event_rows_are_read_as_events_by_their_shape(tmp_path: Path) -> None:
+    """Issue 52: `kubectl get events | grep …` rows (the header line gone) are kubectl's, not a log's."""
+    for name, reasons in (("get-events_evicted-memory-pressure_headerless-redacted.txt",
+                           ["Evicted", "Killing", "ExceededGracePeriod", "Scheduled", "Evicted"]),
+                          ("get-events_readiness-probe-refused_wide-headerless-excerpt.txt",
+                           ["Pulled", "Unhealthy", "Scheduled"])):
+        _ground_truth(name, "headerless")
+        logs = tmp_path / name / "logs"
+        logs.mkdir(parents=True)
+        shutil.copy(SAMPLES / name, logs / name)
+        assert detect(logs / name).name == "kubectl"
+        rows = parse(logs / name).rows
+        assert rows.get_column("K8S_REASON").to_list() == reasons
+    # -o wide: SOURCE before the message, FIRST SEEN and COUNT after it, taken out of the message
+    unhealthy = rows.filter(rows.get_column("K8S_REASON") == "Unhealthy").to_dicts()[0]
+    assert unhealthy["K8S_SOURCE"] == "kubelet, chart-testing-control-plane" and unhealthy["K8S_COUNT"] == "1"
+    assert unhealthy["message"].endswith('Readiness probe failed: Get "http://10.244.0.5:3001/": dial tcp '
+                                         "10.244.0.5:3001: connect: connection refused")

@@ -157,7 +157,9 @@ def test_an_object_and_its_table_twin_name_the_same_failure(tmp_path: Path, obje
     from_objects = _faults(_analyze(tmp_path / "objects", objects, "k8s"))
     from_table = _faults(_analyze(tmp_path / "table", table))
     assert kind in from_objects and kind in from_table, (sorted(from_objects), sorted(from_table))
-    assert set(from_objects[kind].facts) - {"first_seen_ago", "last_seen_ago"} <= \
+    # when seen: objects give times, tables ages (times only against a capture time these pastes lack)
+    seen = {"first_seen_ago", "last_seen_ago", "first_seen", "last_seen", "seen_times"}
+    assert set(from_objects[kind].facts) - seen <= \
         set(from_table[kind].facts) | {"containers", "exit_codes", "memory_limits", "restarts"}
 
 
@@ -332,3 +334,12 @@ def test_any_mix_of_real_and_hostile_lines_is_read_or_quarantined(tmp_path: Path
     path.write_text("\n".join(lines), errors="surrogatepass")
     result = parse(path)
     assert result.records == result.rows.height + result.quarantine.height
+
+
+def test_an_events_own_first_and_last_times_are_the_findings_first_and_last_seen(tmp_path: Path) -> None:
+    """Issue 52: an Event object's firstTimestamp / lastTimestamp are real times, said to be the events' own."""
+    name = "get-events_pvc-unbound-failedscheduling_o-json-truncated.txt"
+    _ground_truth(name, "first 2020-01-17T04:56:28Z, last 04:56:55Z")
+    facts = _faults(_analyze(tmp_path, name))["k8s_failed_scheduling"].facts
+    assert (facts["first_seen"], facts["last_seen"]) == ("2020-01-17T04:56:28+00:00", "2020-01-17T04:56:55+00:00")
+    assert facts["seen_times"] == "the events' own times (kubectl -o json / -o yaml)"

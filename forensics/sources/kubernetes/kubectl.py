@@ -16,14 +16,17 @@ and `get pods`.
 Each row is one `events` record with its object and numbers in `K8S_*` columns and a message that
 says it in one line (`Warning FailedScheduling pod/default/x (x2 over 6m58s): 0/12 nodes …`).
 Times: kubectl prints ages ("3m41s"), not times. An age becomes a time only against a "now" the
-file itself gives (a `date` line, as `collect` and careful people write before the output); with
-none, rows stay at no time and the input's notes say so. `describe`'s Started / Finished are full
-times and are used as they are. Lines outside every table and block (prompts, commands, prose)
-are quarantined with their line, never dropped.
+capture itself gives (`capture_now`: the file's capture header as `collect` writes it, a `date`
+line as careful people write before the output, the bundle's collect manifest); the row then
+carries its first and last sightings as times (`K8S_FIRST_AT`, `K8S_LAST_AT`) and where the "now"
+came from (`K8S_AGES_FROM`). With none, rows stay at no time and the input's notes say so.
+`describe`'s Started / Finished are full times and are used as they are. Lines outside every
+table and block (prompts, commands, prose) are quarantined with their line, never dropped.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -33,6 +36,7 @@ import polars as pl
 
 from forensics.sources.common.rawio import read_all
 from forensics.sources.common.schema import EVENTS_SCHEMA, ParseResult, as_events, empty, quarantine_rows
+from forensics.sources.common.snapshot_time import parse_header, parse_time
 from forensics.sources import register
 
 NAME = "kubectl"
@@ -47,6 +51,10 @@ _ROW = re.compile(rf"^\s*(?:(?P<namespace>[a-z0-9][a-z0-9-]*)\s+)?(?P<last>{_AGE
 _DESCRIBE_ROW = re.compile(rf"^\s*(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z]+)\s+(?P<last>{_AGE}|<unknown>)"
                            rf"(?: \(x(?P<count>[0-9]+) over (?P<over>{_AGE})\))?\s+(?P<source>\S(?:.*?\S)?)\s{{2,}}"
                            r"(?P<message>\S.*)$")
+# `get events -o wide` rows without their header: after the object, SUBOBJECT and SOURCE before the
+# message, FIRST SEEN, COUNT and the event's NAME (`<object>.<hex>`) after it, each 2+ spaces apart
+_WIDE_TAIL = re.compile(rf"^(?:(?P<subobject>spec\.[\w.]+\{{[^}}]*\}})\s{{2,}})?(?P<source>[a-z][\w-]*(?:, [\w.-]+)?)"
+                        rf"\s{{2,}}(?P<message>\S.*?)\s{{2,}}(?P<first>{_AGE})\s+(?P<count>[0-9]+)\s+[\w.-]+\.[0-9a-f]{{8,}}$")
 _EVENTS_HEADER = re.compile(r"^\s*(?:NAMESPACE\s+)?LAST SEEN\s+TYPE\s+REASON\s+OBJECT\s+")
 _LEGACY_HEADER = re.compile(r"^\s*LASTSEEN\s+FIRSTSEEN\s+COUNT\s+NAME\s+KIND\s+")
 _DESCRIBE_EVENTS = re.compile(r"^\s*Type\s+Reason\s+Age\s+From\s+Message\s*$")
@@ -64,7 +72,8 @@ _RFC1123 = "%a, %d %b %Y %H:%M:%S %z"
 _FIELD = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Z][\w ./-]*?):\s*(?P<value>.*?)\s*$")
 _SNIFF = re.compile(rb"(?m)^\s*(?:(?:NAMESPACE\s+)?LAST SEEN\s+TYPE\s+REASON\s+OBJECT|LASTSEEN\s+FIRSTSEEN\s+COUNT|"
                     rb"Type\s+Reason\s+Age\s+From\s+Message|FirstSeen\s+LastSeen\s+Count\s+From|(?:NAMESPACE\s+)?NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE|"
-                    rb"Events:\s*$|(?:Normal|Warning)[ \t]+[A-Z][A-Za-z]+[ \t]+(?:<unknown>|[0-9]+[smhd])|Name:[ \t]+\S+[^\n]*\n(?:[^\n]*\n){0,3}?[ \t]*(?:Namespace|Roles|Labels):)")
+                    rb"Events:\s*$|(?:[a-z0-9][a-z0-9-]*[ \t]+)?(?:<unknown>|<invalid>|[0-9]+[smhdy](?:[0-9]+[smhdy])*)(?: \(x[0-9]+ over [0-9smhdy]+\))?[ \t]+"
+                    rb"(?:Normal|Warning)[ \t]+[A-Z][A-Za-z]+[ \t]+[A-Za-z]+/\S|(?:Normal|Warning)[ \t]+[A-Z][A-Za-z]+[ \t]+(?:<unknown>|[0-9]+[smhd])|Name:[ \t]+\S+[^\n]*\n(?:[^\n]*\n){0,3}?[ \t]*(?:Namespace|Roles|Labels):)")
 _TIME = r"[A-Z][a-z]{2}, [0-9]{2} [A-Z][a-z]{2} [0-9]{4} [0-9:]{8} [+-][0-9]{4}"
 _CONDITION = re.compile(rf"^\s*(?P<type>[A-Za-z]+)\s+(?P<status>True|False|Unknown)\s+(?P<heartbeat>{_TIME})\s+"
                         rf"(?P<since>{_TIME})\s+(?P<reason>\S+)\s+(?P<message>.*?)\s*$")
@@ -76,7 +85,10 @@ _KINDS = {"pod": "Pod", "node": "Node", "deployment": "Deployment", "replicaset"
           "service": "Service", "inferenceservice": "InferenceService"}
 K8S_COLUMNS = ("K8S_KIND", "K8S_NAMESPACE", "K8S_NAME", "K8S_TYPE", "K8S_REASON", "K8S_COUNT", "K8S_LAST_SEEN",
                "K8S_FIRST_SEEN", "K8S_SOURCE", "K8S_CONTAINER", "K8S_STATE", "K8S_EXIT_CODE", "K8S_RESTARTS",
-               "K8S_MEMORY_LIMIT", "K8S_READY")
+               "K8S_MEMORY_LIMIT", "K8S_READY", "K8S_FIRST_AT", "K8S_LAST_AT", "K8S_AGES_FROM")
+#: The collect manifest a capture time may come from, and how many folders up from a file it is looked for.
+MANIFEST = "collect.json"
+MANIFEST_LEVELS = 3
 
 
 def sniff(head: bytes, path: Path) -> bool:
@@ -98,6 +110,37 @@ def _now(lines: list[str]) -> datetime | None:
         if (m := DATE_LINE.match(line.strip())) and (m["zone"] in (None, "UTC", "GMT")):
             found = datetime.strptime(f"{m['day']} {m['month']} {m['year']} {m['time']} +0000", "%d %b %Y %H:%M:%S %z")
     return found
+
+
+def capture_now(lines: list[str], path: Path) -> tuple[datetime | None, str | None]:
+    """The "now" kubectl's ages count back from, and where it was found: the file's capture header
+    (`# capture ts=…`, as `collect` writes it), else a `date` line in the paste, else the time the
+    bundle's collect manifest (`collect.json` in a folder above, `kubernetes.captured`) says the
+    cluster was read. None when the capture gives none: never the file's modification time."""
+    for line in lines[:5]:
+        if (words := parse_header(line)) is not None and (found := parse_time(words.get("ts", ""))) and found[1]:
+            return found[0], f"the file's capture header ({found[0]:%Y-%m-%d %H:%M:%S} UTC)"
+    if (dated := _now(lines)) is not None:
+        return dated, f"the capture's own `date` line ({dated:%Y-%m-%d %H:%M:%S} UTC)"
+    for folder in list(path.parents)[:MANIFEST_LEVELS]:
+        manifest = folder / MANIFEST
+        try:
+            said = json.loads(manifest.read_text()).get("kubernetes", {}).get("captured") if manifest.is_file() else None
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(said, str) and (found := parse_time(said)) and found[1]:
+            return found[0], f"the collect manifest {folder.name}/{MANIFEST} ({found[0]:%Y-%m-%d %H:%M:%S} UTC)"
+    return None, None
+
+
+def _wide(fields: dict[str, str | None]) -> dict[str, str | None]:
+    """A header-less row of `get events -o wide`: its subobject and source before the message and its
+    first sighting and count after it taken out of the message; other rows as they are."""
+    tail = _WIDE_TAIL.match(fields.get("message") or "")
+    if tail is None:
+        return fields
+    return {**fields, "source": tail["source"], "message": tail["message"], "over": tail["first"],
+            "count": tail["count"]}
 
 
 def _object(text: str, namespace: str | None) -> tuple[str, str | None, str]:
@@ -142,7 +185,7 @@ class _Reader:
             elif self.table == "pods" and self._pod(line, number):
                 pass
             elif (m := _ROW.match(line)) is not None:
-                self._event_row(m.groupdict(), number, line)  # a row without its header (grep-filtered)
+                self._event_row(_wide(m.groupdict()), number, line)  # a row without its header (grep-filtered)
             elif (m := _DESCRIBE_ROW.match(line)) is not None:
                 fields = m.groupdict()  # a describe's Events row pasted without its heading
                 fields.update(object=f"{self.describe.get('kind', 'object')}/{self.describe.get('Name', '')}",
@@ -154,8 +197,9 @@ class _Reader:
                 pass
             elif self.rows and self.table in ("events", "describe_events") and line[:1] in (" ", "\t"):
                 self.rows[-1]["message"] = f"{self.rows[-1]['message']} {line.strip()}"  # a wrapped message
-            elif re.fullmatch(r"\s*-+(\s+-+)*\s*", line) or DATE_LINE.match(line.strip()):
-                continue  # the dashes under a describe's table titles; the capture's `date` line (read above)
+            elif re.fullmatch(r"\s*-+(\s+-+)*\s*", line) or DATE_LINE.match(line.strip()) or \
+                    line.startswith("# capture "):
+                continue  # the dashes under a describe's table titles; the capture's `date` line or header (read above)
             else:
                 self.bad.append((number, "a line outside kubectl's tables and describe blocks", line))
         self._close_describe()
@@ -383,13 +427,15 @@ def parse(path: Path) -> ParseResult:
     quarantine = quarantine_rows(str(path), FORMAT, [(n, why, text, None) for n, why, text in reader.bad])
     if not reader.rows:
         return ParseResult("events", empty(EVENTS_SCHEMA), quarantine, len(reader.bad))
-    now = _now(lines)
-    notes = ([f"kubectl's ages are counted back from the capture's own `date` line ({now:%Y-%m-%d %H:%M:%S} UTC)"]
-             if now else ["kubectl prints ages, not times, and the file gives no capture time (a `date` line): its "
-                          "rows are read at no time, their ages kept as written"])
+    now, said = capture_now(lines, path)
+    notes = ([f"kubectl's ages are counted back from {said}"] if now else
+             ["kubectl prints ages, not times, and the capture gives no time of its own (a capture header, a `date` "
+              "line, a collect manifest): its rows are read at no time, their ages kept as written"])
     for row in reader.rows:
         row["ts"] = _when(row, now)
         row.pop("finished", None)
+        if now is not None:
+            row.update(_seen_at(row, now), K8S_AGES_FROM=said)
     return ParseResult("events", object_events(reader.rows, path, DATA_TYPE, FORMAT), quarantine,
                        len(reader.rows) + len(reader.bad), notes=notes)
 
@@ -404,6 +450,15 @@ def _when(row: dict[str, object], now: datetime | None) -> datetime | None:
             pass
     seconds = age_seconds(row.get("K8S_LAST_SEEN") if isinstance(row.get("K8S_LAST_SEEN"), str) else None)
     return now - timedelta(seconds=seconds) if now is not None and seconds is not None else None
+
+
+def _seen_at(row: dict[str, object], now: datetime) -> dict[str, str | None]:
+    """A row's first and last sightings as times (ISO 8601, UTC), its ages counted back from `now`."""
+    out: dict[str, str | None] = {}
+    for age, at in (("K8S_FIRST_SEEN", "K8S_FIRST_AT"), ("K8S_LAST_SEEN", "K8S_LAST_AT")):
+        seconds = age_seconds(row.get(age) if isinstance(row.get(age), str) else None)  # type: ignore[arg-type]
+        out[at] = (now - timedelta(seconds=seconds)).isoformat() if seconds is not None else None
+    return out
 
 
 def object_events(rows: list[dict[str, Any]], path: Path, data_type: str, fmt: str) -> pl.DataFrame:

@@ -406,8 +406,8 @@ class _Reader:
             last_text, last = self._when(value)
             if last_text:
                 break
-        first_text = next((t for t in (self._when(e.get(k))[0] for k in (
-            "firstTimestamp", "deprecatedFirstTimestamp", "eventTime")) if t), None)
+        first_text, first = next((w for w in (self._when(e.get(k)) for k in (
+            "firstTimestamp", "deprecatedFirstTimestamp", "eventTime")) if w[0]), (None, None))
         component = _text(source.get("component")) or _text(e.get("reportingController")) or \
             _text(e.get("reportingComponent"))
         host = _text(source.get("host"))
@@ -419,6 +419,7 @@ class _Reader:
         self.rows.append({
             "source_line": line, "ts": last, "K8S_KIND": kind, "K8S_NAMESPACE": namespace, "K8S_NAME": name,
             "K8S_TYPE": etype, "K8S_REASON": reason, "K8S_COUNT": str(count or 1),
+            "K8S_FIRST_AT": first.isoformat() if first else None, "K8S_LAST_AT": last.isoformat() if last else None,
             "K8S_SOURCE": ", ".join(x for x in (component, host) if x) or None,
             "K8S_CONTAINER": container[1] if container else None,
             "priority": 4 if etype == "Warning" else 6 if etype else 5,

@@ -74,9 +74,9 @@ _UVICORN = r"^(?P<uvicorn>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
 _ISO_LEVEL = (r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.,]+Z? +(?P<iso_level>critical|fatal|error|warning|warn|info|debug)"
               r"\b")
 _LOWER_LEVEL = r"^(critical|fatal|error|warning|warn|info|debug) "
-_LEVEL = r"\b(?P<level>CRITICAL|FATAL|ERROR|WARNING|WARN|INFO|DEBUG)\b"
+LEVEL_WORD = r"\b(?P<level>CRITICAL|FATAL|ERROR|WARNING|WARN|INFO|DEBUG)\b"
 _NOISE = r"^\s*$|^\s*(?:\.\.\.|…)\s*$|[0-9]+%\|[^|]*\|\s*[0-9]+/[0-9]+|\[[0-9:<?]+, *[^\]]*(?:it/s|s/it)\]"
-_PRIORITY = {"CRITICAL": 2, "FATAL": 2, "ERROR": 3, "WARNING": 4, "WARN": 4, "INFO": 6, "DEBUG": 7}
+PRIORITY = {"CRITICAL": 2, "FATAL": 2, "ERROR": 3, "WARNING": 4, "WARN": 4, "INFO": 6, "DEBUG": 7}
 # A file is known as a server log by a line, within its first 4 KiB, that starts (after a Docker time,
 # a process prefix, a write-up's `# ` or torch's `[rankN]:`) with a stamp of a form marked `sniff`.
 _SNIFF = re.compile(
@@ -95,7 +95,7 @@ def sniff(head: bytes, path: Path) -> bool:
     return in_logs and b"\x00" not in head[:1024] and bool(head.strip())
 
 
-def _host_of(path: Path) -> str | None:
+def host_of(path: Path) -> str | None:
     """The folder right under `logs/` that holds the file, if any: `logs/<host>/decode.log`."""
     parts = path.parts
     for i in range(len(parts) - 2, 0, -1):
@@ -193,8 +193,8 @@ def _event_rows(good: pl.DataFrame, path: Path) -> pl.DataFrame:
     """Readable records as the canonical events frame (before the file's own zone is applied)."""
     level = pl.coalesce("stamp_level", "iso_level",
                         "uvicorn",
-                        pl.col("message").str.extract(_LEVEL, 1))
-    host = pl.coalesce("sys_host", pl.lit(_host_of(path), pl.String))
+                        pl.col("message").str.extract(LEVEL_WORD, 1))
+    host = pl.coalesce("sys_host", pl.lit(host_of(path), pl.String))
     return good.select(
         pl.col("ts_naive").dt.replace_time_zone("UTC").alias("ts"),
         pl.lit(None, pl.Int64).alias("__REALTIME_TIMESTAMP"), pl.lit(None, pl.Int64).alias("__MONOTONIC_TIMESTAMP"),
@@ -202,7 +202,7 @@ def _event_rows(good: pl.DataFrame, path: Path) -> pl.DataFrame:
         host.alias("host"), pl.coalesce("sys_ident", pl.lit(path.name)).alias("unit"),
         pl.coalesce("sys_ident", pl.lit(path.stem)).alias("identifier"),
         pl.coalesce("sys_pid", "process_pid").cast(pl.Int64).alias("pid"),
-        level.replace_strict(_PRIORITY, default=None, return_dtype=pl.Int8).alias("priority"),
+        level.replace_strict(PRIORITY, default=None, return_dtype=pl.Int8).alias("priority"),
         pl.lit(None, pl.String).alias("message_id"), pl.lit(None, pl.String).alias("invocation_id"),
         "message", pl.lit(DATA_TYPE).alias("data_type"), pl.lit(FORMAT).alias("format"),
         pl.lit(str(path)).alias("source_file"), pl.lit(None, pl.Int64).alias("source_offset"),
@@ -240,14 +240,26 @@ def _zone_notes(good: pl.DataFrame, offset: int, anchor: str | None) -> list[str
     return []
 
 
+def read_lines(text: str, path: Path, year: int | None = None) -> tuple[pl.DataFrame, str | None]:
+    """Every line of `text` as this reader reads a line, for readers of wrappers around server logs
+    (`kubectl logs`): `line`, `body` (the wrappers taken off), `written` (its stamp as
+    `YYYY-MM-DD HH:MM:SS[.f]` text, else null), `level` (what its stamp or the word after an ISO
+    stamp says), `uvicorn`, `process`, `process_pid`, `torch_rank`, `noise`, `docker_alone`; and the
+    note on the year of stamps written without one (`year`, when given, is that year)."""
+    frame = _lines(text)
+    note = None
+    if year is None:
+        year, note = _year(frame, path)
+    return frame.with_columns(_written(year).alias("written"),
+                              pl.coalesce("stamp_level", "iso_level").alias("level")), note
+
+
 def parse(path: Path) -> ParseResult:
     """Read one plain-text server log into `events` and `quarantine` rows."""
     data, damage = read_whole_lines(path)
     data, too_long = cut_long_lines(data)
     text = bytes(data).decode("utf-8", "replace")
-    frame = _lines(text)
-    year, year_note = _year(frame, path)
-    frame = frame.with_columns(_written(year).alias("written"))
+    frame, year_note = read_lines(text, path)
     stamped = pl.col("written").is_not_null()
     starts = (stamped | pl.col("uvicorn").is_not_null()) & ~pl.col("docker_alone")
     frame = frame.with_columns(starts.cast(pl.Int32).cum_sum().alias("record"))
@@ -330,9 +342,9 @@ def _without_time(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
         pl.lit(None, EVENTS_SCHEMA["ts"]).alias("ts"),
         pl.lit(None, pl.Int64).alias("__REALTIME_TIMESTAMP"), pl.lit(None, pl.Int64).alias("__MONOTONIC_TIMESTAMP"),
         pl.lit(None, pl.String).alias("_BOOT_ID"), pl.lit(None, pl.String).alias("__CURSOR"),
-        pl.lit(_host_of(path), pl.String).alias("host"), pl.lit(path.name).alias("unit"),
+        pl.lit(host_of(path), pl.String).alias("host"), pl.lit(path.name).alias("unit"),
         pl.lit(path.stem).alias("identifier"), pl.lit(None, pl.Int64).alias("pid"),
-        pl.col("message").str.extract(_LEVEL, 1).replace_strict(_PRIORITY, default=None, return_dtype=pl.Int8)
+        pl.col("message").str.extract(LEVEL_WORD, 1).replace_strict(PRIORITY, default=None, return_dtype=pl.Int8)
         .alias("priority"),
         pl.lit(None, pl.String).alias("message_id"), pl.lit(None, pl.String).alias("invocation_id"),
         "message", pl.lit(DATA_TYPE).alias("data_type"), pl.lit(FORMAT).alias("format"),
