@@ -271,13 +271,25 @@ def _render_one(bundle: Path, out: Path, display_tz: str, profile: str, redact: 
         return row
     s = rendered.summary
     key = s.get("key_times", {})
-    row.update(title=s.get("incident"), window=" — ".join(_as_read(w) for w in s.get("window") or [] if w),
+    row.update(title=_title(bundle, s), window=" — ".join(_as_read(w) for w in s.get("window") or [] if w),
                started=(s.get("window") or [None])[0], signature=s.get("signature"),
                what_happened=s.get("what_happened"), verdicts=_verdicts(s),
                ttd=_seconds(key.get("ttd_s")), ttm=_seconds(key.get("ttm_s")), ttr=_seconds(key.get("ttr_s")),
                links=[(name, f"{out.name}/{name}") for name in ("report.html", "timeline.html", "postmortem.md",
                                                                 "summary.json")])
     return row
+
+
+def _title(bundle: Path, summary: dict[str, Any]) -> object:
+    """The incident's title for the index: the user's own words from incident.toml as written (a
+    redacted summary may have taken a host name in them for evidence), else the summary's."""
+    from forensics.case.incident import load_incident
+
+    try:
+        incident = load_incident(bundle)
+    except ForensicsError:  # the report was rendered, so its summary has a title
+        return summary.get("incident")
+    return incident.title if incident.title_written else summary.get("incident")
 
 
 def _as_read(iso: object) -> str:
@@ -293,11 +305,20 @@ def _as_read(iso: object) -> str:
 
 
 def _verdicts(summary: dict[str, Any]) -> str:
-    """Every verdict a bundle's summary holds, each once: the stack verdicts per group, the Flight
-    Recorder's per process group, and the collective timeouts with the ranks that never entered."""
+    """The bundle's verdict, as its report gives it: the stack verdict (the hang verdicts when any
+    group hung, else every group's), each verdict once with the groups it holds for ("decode DP0,
+    decode DP1: UNIFORM_WAIT"), then the Flight Recorder's per process group and the collective
+    timeouts with the ranks that never entered."""
+    from forensics.detect.stack_verdict import HANG_VERDICTS, VERDICTS
     from forensics.detect.watchdog import who
 
-    said = [f"{v['group']}: {v['verdict']}" for v in summary.get("stack_verdicts", [])]
+    stacks = summary.get("stack_verdicts", [])
+    hung = [v for v in stacks if v.get("verdict") in HANG_VERDICTS]
+    groups: dict[str, list[str]] = {}
+    for v in sorted(hung or stacks, key=lambda v: (VERDICTS.index(v["verdict"]) if v.get("verdict") in VERDICTS
+                                                   else len(VERDICTS), str(v.get("group")))):
+        groups.setdefault(str(v.get("verdict")), []).append(str(v.get("group")))
+    said = [f"{', '.join(names)}: {verdict}" for verdict, names in groups.items()]
     for f in summary.get("findings", []):
         facts = f.get("facts") or {}
         if f.get("kind") == "collective_verdict" and facts.get("verdict"):
@@ -373,8 +394,11 @@ def recurring(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             row["seen_before"] = n
         times = [datetime.fromisoformat(r["started"]) for r in members if r.get("started")]
         gaps = [(b - a).total_seconds() for a, b in zip(times, times[1:], strict=False)]
+        first, last = members[0].get("started"), members[-1].get("started")
+        # times as people read them in the index; the ISO times stay beside them for scripts
         groups.append({"id": signature, "parts": members[0]["signature"]["parts"], "count": len(members),
-                       "first": members[0].get("started"), "last": members[-1].get("started"),
+                       "first": _as_read(first) if first else None, "last": _as_read(last) if last else None,
+                       "first_at": first, "last_at": last,
                        "mean_between_s": sum(gaps) / len(gaps) if gaps else None,
                        "reports": [f"{r['out']}/report.html" for r in members]})
-    return sorted(groups, key=lambda g: (-g["count"], g["first"] or ""))
+    return sorted(groups, key=lambda g: (-g["count"], g["first_at"] or ""))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from forensics.detect.stack_frames import RankStack, phase_where
+from forensics.detect.stack_frames import Missing, RankStack, phase_where
 from forensics.detect.stack_verdict import (
     ALL_IDLE,
     NO_VERDICT,
@@ -99,6 +99,9 @@ def _what_the_verdict_means(v: Verdict) -> list[str]:
         parts.append("In this one snapshot " + "; ".join(v.waiting) + ". One snapshot cannot tell a deadlock from "
                      "a slow producer or a lock passing through: a second round of dumps a few seconds later "
                      "would (the same stacks again: stuck).")
+    elif v.verdict == NO_VERDICT and not v.ranks:
+        parts.append("No dump of this group could be read, so there is no stack to judge: the processes named "
+                     "below are what the bundle says of it.")
     elif v.verdict == NO_VERDICT:
         parts.append(f"{fragments(v)}. A process has one main thread, so this is not one snapshot of one process "
                      "(most likely fragments of separate captures pasted together), and no verdict is drawn from it. "
@@ -125,13 +128,23 @@ def _rounds_and_missing(v: Verdict, by_rank: dict[int, RankStack]) -> list[str]:
             parts.append(f"Across rounds, {ranks_text(stuck)} did not move (STUCK).")
         if moving:
             parts.append(f"Across rounds, {ranks_text(moving)} moved (PROGRESSING).")
-    if v.missing:
-        listed = "; ".join(f"{m.label}: {m.reason}" for m in v.missing)
+    failed = [m for m in v.missing if m.failed]
+    for m in failed:  # py-spy was pointed at it and failed: which process could not be seen is a fact
+        parts.append(f"Not seen: {_undumped(m)} could not be dumped ({m.reason}).")
+    if absent := [m for m in v.missing if not m.failed]:
+        listed = "; ".join(f"{m.label}: {m.reason}" for m in absent)
         parts.append(f"Missing: {listed}.")
-        if v.verdict != NO_VERDICT:  # with no verdict drawn, there is none the missing ranks could change
-            parts.append("The verdict holds whatever the missing ranks show." if v.holds_without_missing
-                         else "The verdict could change with the missing ranks.")
+    if v.missing and v.verdict != NO_VERDICT:  # with no verdict drawn, there is none the missing ranks could change
+        parts.append("The verdict holds whatever the missing ranks show." if v.holds_without_missing
+                     else "The verdict could change with the missing ranks.")
     return parts
+
+
+def _undumped(m: Missing) -> str:
+    """A process py-spy failed on: `rank 1 (PID 163686)`, `PID 163686`, or where its failure is written."""
+    if m.rank is not None:
+        return f"rank {m.rank}" + (f" (PID {m.pid})" if m.pid is not None else "")
+    return f"PID {m.pid}" if m.pid is not None else f"a process ({m.label})"
 
 
 def explain(v: Verdict) -> str:

@@ -130,6 +130,8 @@ class Missing:
     rank: int | None
     label: str
     reason: str
+    pid: int | None = None  # the process py-spy was pointed at, when its dump failed
+    failed: bool = False  # py-spy was run on it and failed (the bundle says so), not merely absent
 
 
 @dataclass
@@ -318,16 +320,33 @@ def _rank(title: str | None, kind: str) -> int | None:
     return int(found[1]) if found else None
 
 
-def unreadable_dumps(quarantine: pl.DataFrame | None, profile: Profile, split_dp: bool) -> list[tuple[str, Missing]]:
-    """Failed dumps from the quarantine, each placed in its group by its capture header."""
+def unreadable_dumps(quarantine: pl.DataFrame | None, profile: Profile, split_dp: bool,
+                     groups_of_files: Mapping[str, str] | None = None) -> list[tuple[str, Missing]]:
+    """Failed dumps from the quarantine, each placed in its group by its capture header, else by
+    `groups_of_files` (a failure naming only a pid, as SGLang's watchdog writes it, beside dumps of one
+    group: the watchdog dumps the schedulers of one engine), else by its file. One per process:
+    the attempts after the first are counted, not listed again."""
     if quarantine is None or quarantine.is_empty():
         return []
-    out = []
+    out: dict[tuple[str, str], tuple[str, Missing, int]] = {}
     for row in quarantine.filter(pl.col("format").str.starts_with("pyspy")).iter_rows(named=True):
         words = dict(w.split("=", 1) for w in (row["subject"] or "").split() if "=" in w)
         title = words.get("title")
         tp, dp, pp = (_rank(title, kind) for kind in ("tp", "dp", "pp"))
-        group = group_of(profile, words.get("group"), row["source_file"], title, dp, pp, split_dp=split_dp)
-        label = f"TP{tp}" if tp is not None else (f"pid {words['pid']}" if "pid" in words else row["source_file"])
-        out.append((group, Missing(tp, label, f"{row['source_file']} line {row['line']}: {row['reason']}")))
-    return out
+        given = (groups_of_files or {}).get(row["source_file"]) if title is None and "group" not in words else None
+        group = given or group_of(profile, words.get("group"), row["source_file"], title, dp, pp, split_dp=split_dp)
+        pid = int(words["pid"]) if words.get("pid", "").isdigit() else None
+        label = f"TP{tp}" if tp is not None else (f"pid {pid}" if pid is not None else row["source_file"])
+        key = (group, label if pid is not None or tp is not None else f"{label} line {row['line']}")
+        if key in out:  # another attempt on the same process (a retry, or its thread-less head)
+            first_group, first, attempts = out[key]
+            if row["reason"].startswith("py-spy failed") and ": py-spy failed" not in first.reason:
+                first.reason = f"{row['source_file']} line {row['line']}: {row['reason']}"  # py-spy's own words
+            out[key] = (first_group, first, attempts + 1)
+            continue
+        out[key] = (group, Missing(tp, label, f"{row['source_file']} line {row['line']}: {row['reason']}", pid,
+                                   failed=True), 1)
+    for group, missing, attempts in out.values():
+        if attempts > 1:
+            missing.reason += f" ({attempts} records of failure for this process in the bundle)"
+    return [(group, missing) for group, missing, _ in out.values()]

@@ -74,7 +74,8 @@ class Verdict:
             "group": self.group, "round": self.round + 1, "at": self.at.isoformat() if self.at else None,
             "verdict": self.verdict, "collective": self.collective, "called_from": self.called_from,
             "ranks_by_phase": self.ranks_by_phase,
-            "missing_ranks": [{"rank": m.rank, "reason": m.reason} for m in self.missing],
+            "missing_ranks": [{"rank": m.rank, "pid": m.pid, "could_not_be_dumped": m.failed, "reason": m.reason}
+                              for m in self.missing],
             "holds_without_missing": self.holds_without_missing,
             "progress": {str(k): v for k, v in self.progress.items()},
             "explanation": self.explanation,

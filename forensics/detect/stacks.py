@@ -67,7 +67,10 @@ def _judge(group: str, number: int, ranks: list[RankStack], expected: int | None
         by_phase.setdefault(r.phase.phase, []).append(r.rank)
     present = {r.rank for r in ranks}
     numbered = bool(ranks) and all(r.label.startswith("TP") for r in ranks)
-    size = expected if expected is not None else (max(present) + 1 if numbered and present else len(present))
+    # a rank whose dump failed counts towards the group's size: TP1 failing beside TP0 makes two ranks
+    failed_ranks = {m.rank for m in unreadable if m.rank is not None}
+    size = expected if expected is not None else (max(present | failed_ranks) + 1 if numbered and present
+                                                  else len(present))
     missing: list[Missing] = []
     if numbered:
         for rank in range(size):
@@ -75,7 +78,9 @@ def _judge(group: str, number: int, ranks: list[RankStack], expected: int | None
                 continue
             known = [m for m in unreadable if m.rank == rank]
             missing.append(known[0] if known else Missing(rank, f"TP{rank}", "no dump of this rank in the bundle"))
-    missing += [m for m in unreadable if m.rank is None or (not numbered and m.rank not in present)]
+    # never dropped: a failed rank past the size given, or a pid whose rank is not known, is still named
+    missing += [m for m in unreadable if m.rank is None or (not numbered and m.rank not in present)
+                or (numbered and m.rank >= size and m.rank not in present)]
 
     in_collective = [r for r in ranks if r.phase.phase == "collective"]
     others = [r for r in ranks if r.phase.phase != "collective"]
@@ -97,6 +102,8 @@ def _judge(group: str, number: int, ranks: list[RankStack], expected: int | None
         verdict, holds = ALL_IDLE, not missing
     else:
         verdict, holds = ORDINARY_WORK, not missing
+    if not ranks:
+        verdict, holds = NO_VERDICT, False  # only failed dumps: no stack to judge
     if verdict != ORDINARY_WORK and any(r.not_one_snapshot for r in ranks):
         verdict, holds = NO_VERDICT, False  # pasted fragments: a wait between them is no real moment's
     at = max((r.ts for r in ranks if r.ts), default=None)
@@ -125,7 +132,11 @@ def judge(stacks: pl.DataFrame | pl.LazyFrame, quarantine: pl.DataFrame | pl.Laz
     ranks = rank_stacks(processes, profile, groups_by_pid or {})
     if isinstance(quarantine, pl.LazyFrame):
         quarantine = quarantine.collect()
-    unreadable = unreadable_dumps(quarantine, profile, split_dp=not dp_attention(processes))
+    files: dict[str, set[str]] = {}
+    for r in ranks:
+        files.setdefault(r.source.rsplit(" line ", 1)[0], set()).add(r.group)
+    unreadable = unreadable_dumps(quarantine, profile, split_dp=not dp_attention(processes),
+                                  groups_of_files={f: next(iter(g)) for f, g in files.items() if len(g) == 1})
     groups: dict[str, list[RankStack]] = {}
     for r in ranks:
         groups.setdefault(r.group, []).append(r)
@@ -189,7 +200,9 @@ def findings(stacks: pl.DataFrame, quarantine: pl.DataFrame | None, profile: Pro
             if final.progress else f"{v.group}: {v.verdict} (round {v.round + 1}).")
         out.append(Finding("stack_verdict", main_track, v.group, v.at, text, None, evidence,
                            facts={"verdict": v.verdict if v in last or not final.progress else final.verdict,
-                                  "round": v.round + 1, "ranks": sorted(r.rank for r in v.ranks)}))
+                                  "round": v.round + 1, "ranks": sorted(r.rank for r in v.ranks),
+                                  "not_dumped": [{"rank": m.rank, "pid": m.pid, "reason": m.reason}
+                                                 for m in v.missing if m.failed]}))
     out += _stuck(last, main_track)
     return verdicts, out
 

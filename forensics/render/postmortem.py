@@ -131,6 +131,24 @@ def _hang_words(v: Any) -> str:
     return HANG_WORDS.get(v.verdict, "stuck")
 
 
+def _by_verdict(verdicts: list[Any]) -> list[list[Any]]:
+    """Hung groups with the same verdict and the same words for it, together (one verdict, said once)."""
+    same: dict[tuple[str, str], list[Any]] = {}
+    for v in verdicts:
+        same.setdefault((v.verdict, _hang_words(v)), []).append(v)
+    return list(same.values())
+
+
+def _hung_sentence(same: list[Any], quote: Callable[[object], str]) -> str:
+    """One sentence for groups that hung the same way: which, how, when (the first capture)."""
+    first = min((v.at for v in same if v.at), default=None)
+    groups = (f"the {quote(same[0].group)} TP group" if len(same) == 1
+              else f"{len(same)} TP groups ({', '.join(quote(v.group) for v in same)})")
+    one_round = all(v.round == 0 and not v.progress for v in same)
+    return (f"py-spy showed {groups} {_hang_words(same[0])} ({same[0].verdict}) at {_at(first)}"
+            + (" in one round of dumps" if one_round else "") + ".")
+
+
 def verdict_sentence(analysis: Analysis, quote: Callable[[object], str]) -> str:
     """What happened, in one sentence from the evidence (the post-mortem's summary and the report's
     first screen): which engines froze and when, the stack verdict, the blind spot, the restart.
@@ -157,9 +175,7 @@ def verdict_sentence(analysis: Analysis, quote: Callable[[object], str]) -> str:
     modes = failures.headline([f for f in analysis.findings if not analysis.superseded(f)])
     if hung := [v for v in latest(analysis.verdicts) if v.verdict in HANG_VERDICTS]:
         others = list(dict.fromkeys(f.kind.replace("_", " ") for f in modes if f.kind != "stuck_process"))
-        return (" ".join(f"py-spy showed the {quote(v.group)} TP group {_hang_words(v)} "
-                         f"({v.verdict}) at {_at(v.at)}"
-                         + (" in one round of dumps" if v.round == 0 and not v.progress else "") + "." for v in hung)
+        return (" ".join(_hung_sentence(same, quote) for same in _by_verdict(hung))
                 + " The evidence holds no progress lines to say when it stopped."
                 + (f" Also in the evidence: {', '.join(others)}." if others else ""))
     if modes:

@@ -8,7 +8,8 @@ One `Redactor` serves one output: the same value always gets the same pseudonym 
 nothing of the value (not even a hash someone could brute-force over the IPv4 space) survives.
 `counts()` says how many distinct values of each kind were replaced, which the outputs state.
 Host names are the ones the evidence names (journald's `_HOSTNAME`, scrape instances, the
-manifest) plus anything shaped like a fully qualified domain name.
+manifest) plus anything shaped like a fully qualified domain name. Words given to `keep` (the title
+the user wrote) are left as they are wherever they appear whole: the user's own words, not evidence.
 """
 
 from __future__ import annotations
@@ -78,8 +79,12 @@ KIND_WORDS = {"ip": "IP addresses", "host": "host names", "user": "user names", 
 class Redactor:
     """Stable pseudonyms for one output."""
 
-    def __init__(self, hosts: Iterable[str] = (), users: Iterable[str] = ()) -> None:
+    def __init__(self, hosts: Iterable[str] = (), users: Iterable[str] = (), keep: Iterable[str] = ()) -> None:
         self._names: dict[tuple[str, str], str] = {}
+        # words left as they are wherever they appear whole: the user's own (the title they wrote in
+        # incident.toml, "prefill-0 wedge"), which they chose to share, though they name a host
+        kept = sorted({k for k in keep if k and k.strip()}, key=len, reverse=True)
+        self._keep = re.compile("(" + "|".join(re.escape(k) for k in kept) + ")") if kept else None
         self._next: Counter[str] = Counter()
         self.replaced: Counter[str] = Counter()  # occurrences replaced, per kind
         known = sorted({h for h in hosts if h and h not in ("localhost",)}, key=len, reverse=True)
@@ -99,7 +104,16 @@ class Redactor:
         return self._names[key]
 
     def __call__(self, text: str | None) -> str | None:
-        """`text` with every secret and identity replaced."""
+        """`text` with every secret and identity replaced (the words to keep left as they are)."""
+        if not text:
+            return text
+        if self._keep is not None and self._keep.search(text):
+            # split keeps the kept words at the odd places: only the text between them is redacted
+            return "".join(part if n % 2 else (self._redact(part) or "")
+                           for n, part in enumerate(self._keep.split(text)))
+        return self._redact(text)
+
+    def _redact(self, text: str) -> str:
         if not text:
             return text
         for pattern in SECRET_PATTERNS:

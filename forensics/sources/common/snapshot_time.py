@@ -11,7 +11,10 @@ order of preference:
    `ts` is ISO-8601; with a zone (`Z`, `+02:00`) it is exact (confidence ``high``). The other keys
    are optional: `host`, `pid`, `group` (the engine a rank belongs to, e.g. prefill / decode),
    `title` (the process title as `ps` saw it, useful when the dump itself failed). Values hold no
-   spaces. One file may hold many snapshots, each after its own header.
+   spaces. One file may hold many snapshots, each after its own header. A header the tool wrote
+   itself counts as one: SGLang's watchdog logs `[2026-07-07 07:20:50] Pyspy dump for PID n (…):`
+   before each dump, which `forensics.sources.pyspy.paste` turns into this header (`ts` without a
+   zone: read as UTC, ``medium``, and the input's notes say so).
 2. **An ISO timestamp in the file name**, or failing that in a folder name on its way into the
    bundle: `2026-06-18T21-40-10Z.txt`, `decode-20260618T214010Z.json`, `21:40:10` is not enough
    (a date is required). With a zone the confidence is ``high``; without one it is read as UTC and

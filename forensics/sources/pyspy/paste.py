@@ -7,6 +7,15 @@ frame list ("4 ranks were in:"), a dump is cut with `...`, an author writes `←
 frame, `--native` frames lose their library, a shell prompt or `ps` output stands in front, and
 SGLang's watchdog wraps a dump in `Pyspy dump for PID n` / `Pyspy failed to dump PID n`.
 
+SGLang's watchdog (`pyspy_dump_schedulers`, python/sglang/srt/utils/common.py; later
+cudacore_pyspy_dump_utils.py) logs, for each scheduler it dumps, `Pyspy dump for PID {pid} ({cmd}):`
+and the dump, or `Pyspy failed ({cmd}). Error: {stderr}` per attempt (with `--native`, then
+without) and `All pyspy dump attempts failed for PID {pid}.`; older builds `Pyspy failed to dump
+PID {pid}. Error: {stderr}`. Its log stamp before these lines (`[2026-07-07 07:20:50]`) is the
+dump's own time: it becomes the dump's capture header (`# capture ts=… pid=…`), a stamp with no
+zone read as UTC and said so in the notes. Each failed attempt becomes py-spy's `Error:` under
+such a header, so the reader quarantines it with the pid it names (the stacks detector names it).
+
 `normalize` rewrites such text into py-spy's own layout and returns, for every line it writes,
 the line of the original it came from, so that the reader's rows and quarantine rows still point
 at the user's file. A block of thread lines with no `Process` line above it becomes a process of
@@ -19,6 +28,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from forensics.sources.common.snapshot_time import HEADER_PREFIX, parse_time
 
 HEADERLESS_TITLE = "<no Process line: pasted without its head>"
 NO_PID = 0  # the pid written for a head-less process whose pid the text does not give
@@ -35,11 +46,14 @@ _BARE_NATIVE = re.compile(r"^(?:[A-Za-z_~][\w:.<>~,*& -]*|0x[0-9A-Fa-f.]+)$")  #
 _LOCALS = re.compile(r"^(?:        (?:Arguments|Locals)::?|            \S[^:]*: .*)$")
 _KEEP = re.compile(r"^(?:Python v|Parent Process \d|Error: |Caused by:|# capture |=+ *(?:pid)? *\d* *=+$)")
 _SGLANG_DUMP = re.compile(r"Pyspy dump for PID (?P<pid>\d+)")
-_SGLANG_FAILED = re.compile(r"Pyspy failed to dump PID (?P<pid>\d+)\.?\s*(?P<why>.*)")
+_SGLANG_FAILED = re.compile(r"Pyspy failed to dump PID (?P<pid>\d+)\.?\s*(?P<why>.*)"
+                            r"|Pyspy failed \((?P<cmd>[^()]*?--pid\s+(?P<cmd_pid>\d+)[^()]*)\)\.?\s*(?P<cmd_why>.*)"
+                            r"|All pyspy dump attempts failed for PID (?P<all_pid>\d+)")
 _INDENTED_HEAD = re.compile(r"(?m)^(?P<indent>[ \t]+)(?:Thread (?:0[xX][0-9A-Fa-f]+|\d+)|Process \d+: )")
 # What canonical py-spy output never holds: where any of it is found, the text is normalised.
 _TRIGGERS = re.compile(
-    r"\x1b\[|←|Pyspy (?:dump for|failed to dump) PID|(?m:^\s*(?:```|~~~))|(?m:^\s*(?:\.\.\.|…)\s*$)"
+    r"\x1b\[|←|Pyspy (?:dump for PID|failed)|All pyspy dump attempts failed"
+    r"|(?m:^\s*(?:```|~~~))|(?m:^\s*(?:\.\.\.|…)\s*$)"
     r"|(?m:^[ \t]+(?:Thread|Process) \d)|(?m:^    [^\s(][^()\n]*$)|(?m:^Thread [^\n]*\n(?!    |Thread |\n|$))")
 
 
@@ -55,7 +69,7 @@ def frames_only(text: str) -> bool:
 
 WHOLE_CHECK_CHARS = 1 << 20  # pasted text is small; a bigger text is a tool's output, checked at its ends
 END_CHARS = 1 << 18
-_LITERAL_TRIGGERS = ("\x1b[", "←", "Pyspy dump for PID", "Pyspy failed to dump PID")
+_LITERAL_TRIGGERS = ("\x1b[", "←", "Pyspy dump for PID", "Pyspy failed", "All pyspy dump attempts failed")
 
 
 def needs_normalizing(text: str) -> bool:
@@ -144,6 +158,7 @@ class _Rewriter:
         self.last = "none"  # what the previous meaningful line was: thread, frame, locals, other
         self.block: _Block | None = None  # a head-less dump being gathered
         self.headless_open = False  # a head-less process is open: its non-main threads join it
+        self.zoneless: list[int] = []  # lines whose log stamp dated a dump with no zone (read as UTC)
 
     def emit(self, line: str, number: int) -> None:
         self.out.append(line)
@@ -187,13 +202,21 @@ class _Rewriter:
             self.emit("", number)
         elif (failed := _SGLANG_FAILED.search(line)) is not None:
             self.flush()
-            self.in_process, self.headless_open, self.last = False, False, "other"
-            self.emit(f"=== pid {failed['pid']} ===", number)
-            self.emit(f"Error: {failed['why'].removeprefix('Error: ') or 'py-spy failed'}", number)
+            self.in_process, self.headless_open, self.last = False, False, "error"
+            pid = failed["pid"] or failed["cmd_pid"] or failed["all_pid"]
+            why = (failed["why"] or failed["cmd_why"] or "").strip()
+            while why.startswith("Error: "):  # SGLang writes "Error: " before py-spy's own "Error: …"
+                why = why.removeprefix("Error: ")
+            if failed["all_pid"]:
+                why = "every py-spy dump attempt failed (SGLang's watchdog tried with --native, then without)"
+            elif failed["cmd"]:
+                why = f"{why or 'py-spy failed'} (`{' '.join(failed['cmd'].split())}`)"
+            self._wrapper(number, line[:failed.start()], pid)
+            self.emit(f"Error: {why or 'py-spy failed'}", number)
         elif (dump := _SGLANG_DUMP.search(line)) is not None:
             self.flush()
             self.in_process, self.headless_open, self.last = False, False, "other"
-            self.emit(f"=== pid {dump['pid']} ===", number)
+            self._wrapper(number, line[:dump.start()], dump["pid"])
         elif _PROCESS.match(line):
             self.flush()
             self.in_process, self.headless_open, self.last = True, False, "other"
@@ -201,6 +224,18 @@ class _Rewriter:
         else:
             return False
         return True
+
+    def _wrapper(self, number: int, before: str, pid: str) -> None:
+        """The line SGLang writes before a dump or a failure: a capture header when its log stamp
+        (the text before `Pyspy`) gives a date and time, else a banner naming the pid."""
+        found = parse_time(before)
+        if found is None:
+            self.emit(f"=== pid {pid} ===", number)
+            return
+        at, zoned = found
+        self.emit(f"{HEADER_PREFIX}ts={at:%Y-%m-%dT%H:%M:%S.%f}{'Z' if zoned else ''} pid={pid}", number)
+        if not zoned:
+            self.zoneless.append(number)
 
     def _thread(self, number: int, line: str) -> bool:
         thread = _THREAD.match(line)
@@ -243,8 +278,11 @@ class _Rewriter:
             self.flush()
             if not line.startswith(("Python v", "Parent Process")):
                 self.in_process, self.headless_open = False, False
-            self.last = "other"
+            self.last = "error" if line.startswith(("Error: ", "Caused by:")) else "other"
             self.emit(line, number)
+            return
+        if self.last == "error" and line.startswith("    "):
+            self.emit(line, number)  # py-spy's numbered causes under "Caused by:": the reader keeps them as text
             return
         # Prose, a shell prompt, `ps` output: noise between dumps, written so that no reader
         # takes it for a dump line (a "    PID STAT" heading is not a damaged frame).
@@ -274,6 +312,10 @@ def normalize(text: str) -> Normalized:
     for number, line in enumerate(lines, start=1):
         rewriter.line(number, line)
     rewriter.flush()
+    if rewriter.zoneless:
+        shown = ", ".join(str(n) for n in rewriter.zoneless[:8]) + (", …" if len(rewriter.zoneless) > 8 else "")
+        notes.append(f"line{'s' if len(rewriter.zoneless) > 1 else ''} {shown}: the log stamp before the dump "
+                     "(SGLang's watchdog line) is its capture time; it carries no zone: read as UTC")
     origin = rewriter.origin
     if inserted is not None:  # the lines after the made-up thread line are one further down than in the text
         origin = [n - 1 if n > inserted else n for n in origin]

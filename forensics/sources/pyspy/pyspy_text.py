@@ -256,6 +256,7 @@ def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
     bad: list[tuple[int | None, str, str, str | None]] = []
     good_segments: list[int] = []
     previous_banner: str | None = None
+    previous_process: tuple[int | None, str | None] = (None, None)
     for seg in segments.iter_rows(named=True):
         capture = capture_of(fallback, header_text.get(seg["header_line"]))
         kind = seg["kind"]
@@ -274,13 +275,16 @@ def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
         elif kind == "error":
             cause = " ".join(t.strip() for t in seg["error_text"][1:] if t.strip() and t.strip() != "Caused by:")
             reason = "py-spy failed: " + seg["first_text"].removeprefix("Error: ") + (f" ({cause})" if cause else "")
-            pid = int(previous_banner) if previous_banner else None
-            bad.append((at(seg["first_line"]), reason, seg["first_text"], subject_of(capture, pid)))
+            pid, title = (int(previous_banner), None) if previous_banner else previous_process
+            bad.append((at(seg["first_line"]), reason, seg["first_text"], subject_of(capture, pid, title)))
         elif seg["threads"] or seg["damaged_line"] is not None:
             # Thread or frame lines with no "Process" line above them: the head of a dump is missing.
             bad.append((at(seg["first_line"]), "thread lines without a 'Process N:' line before them",
                         seg["first_text"], subject_of(capture)))
         previous_banner = seg["banner_pid"] if kind == "banner" else None
+        # py-spy's `Error:` right under a `Process N:` line with no threads is that process's failure
+        previous_process = ((seg["pid"] or None, _title(seg["title"])) if kind == "process" and not seg["threads"]
+                            else (None, None))
     frames = _frames(lines, segments, good_segments) if good_segments else None
     if frames is not None and origin is not None:
         lookup = pl.DataFrame({"source_line": range(1, len(origin) + 1), "_origin": origin},
