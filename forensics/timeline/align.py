@@ -33,6 +33,7 @@ from forensics.profiles import Profile
 from forensics.timeline.clocks import (
     Window,
     estimate_offsets,
+    in_host_zones,
     line_ts,
     mtime_outside,
     outside_window,
@@ -173,8 +174,8 @@ def _samples_and_stacks(case: Case, incident: Incident, window: Window | None,
                         offsets: dict[str, float]) -> tuple[pl.LazyFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The case's scrapes and dumps on true UTC, those outside the plausible `window` left out:
     samples, stacks, and the records left out of each, counted per source file."""
-    samples = case.samples.with_columns(true_time(offsets))
-    stacks = case.stacks.with_columns(true_time(offsets)).collect()
+    samples = case.samples.with_columns(in_host_zones(incident)).with_columns(true_time(offsets))
+    stacks = case.stacks.with_columns(in_host_zones(incident)).with_columns(true_time(offsets)).collect()
     if window is not None:  # a modification time far from the evidence's own times: time unknown
         incident.notes.extend(time_unknown(samples.collect(), stacks, window))
         stacks = stacks.with_columns(pl.when(mtime_outside(window)).then(None).otherwise(pl.col("ts")).alias("ts"))

@@ -277,6 +277,21 @@ def outside_window(frame: pl.DataFrame, window: Window | None, name: str
     return frame.filter(inside), outside
 
 
+def in_host_zones(incident: Incident, column: str = "ts") -> pl.Expr:
+    """A snapshot's time `column` placed in its host's zone where it was read from a stamp without
+    a zone (`ts_confidence` "medium": a capture header, a file name or a dump's own stamp, read as
+    UTC), as a plain log's stamps are (incident.toml's `[hosts."NAME"] time_zone`)."""
+    zoned = {host: clock.time_zone.key for host, clock in incident.hosts.items() if clock.time_zone.key != "UTC"}
+    expr = pl.col(column)
+    zoneless = pl.col("ts_confidence").cast(pl.String) == "medium"
+    for host, zone in zoned.items():
+        local = (pl.col(column).dt.replace_time_zone(None).dt.replace_time_zone(zone, ambiguous="earliest",
+                                                                                 non_existent="null")
+                 .dt.convert_time_zone("UTC"))
+        expr = pl.when(zoneless & (pl.col("host").cast(pl.String) == host)).then(local).otherwise(expr)
+    return expr.alias(column)
+
+
 def true_time(offsets: dict[str, float], column: str = "ts") -> pl.Expr:
     """A time `column` with each row's host clock offset taken off."""
     return (pl.col(column) - pl.duration(microseconds=_offset_us(offsets, pl.col("host").cast(pl.String))))\
