@@ -17,13 +17,20 @@ from zoneinfo import ZoneInfo
 
 import polars as pl
 
-from forensics.sources.common.schema import EXCERPT_CHARS, UTC_US
+from forensics.sources.common.schema import UTC_US
 
 EVIDENCE = pl.Struct({"frame": pl.String, "source": pl.String, "line": pl.Int64, "offset": pl.Int64,
                       "at": UTC_US, "excerpt": pl.String})
 FINDINGS_SCHEMA = {"kind": pl.String(), "track": pl.String(), "component": pl.String(), "host": pl.String(), "at": UTC_US,
                    "until": UTC_US, "text": pl.String(), "evidence": pl.List(EVIDENCE)}
 EVIDENCE_ROWS = 5  # evidence kept per finding: the first rows, and the count in the text
+#: An evidence excerpt keeps its line whole up to this many characters. At 80 (the quarantine's
+#: bound, `EXCERPT_CHARS`) it cut the lines that prove a finding mid-word: a c10d watchdog line
+#: (`[PG ID 0 PG GUID 0(default_pg) Rank 3] Observed flight recorder dump signal …`) runs to 150
+#: and more, an Xid line with its address and process past 100. Longer ones (a request log's repr,
+#: a server's argument dump, a folded traceback) end at a word or line boundary, marked with "…".
+EVIDENCE_CHARS = 400
+CUT_MARK = "…"
 
 
 @dataclass(frozen=True)
@@ -55,10 +62,26 @@ class Finding:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
+def excerpt(text: str | None, limit: int = EVIDENCE_CHARS) -> str:
+    """`text` as evidence quotes it: whole when it fits in `limit` characters; else its whole lines
+    that fit (a folded record's first lines), or its first line cut at the last space before the
+    bound (a single word longer than half the bound is cut where the bound falls), the cut marked
+    with CUT_MARK: never a word cut in two without saying so."""
+    text = text or ""
+    if len(text) <= limit:
+        return text
+    head = text[:limit - len(CUT_MARK)]
+    line_end = head.rfind("\n")
+    if line_end > 0:
+        return f"{head[:line_end].rstrip()}\n{CUT_MARK}"
+    space = head.rfind(" ")
+    return (head[:space] if space > limit // 2 else head).rstrip() + CUT_MARK
+
+
 def event_evidence(rows: pl.DataFrame, limit: int = EVIDENCE_ROWS) -> list[Evidence]:
     """Evidence from `events` rows (file, byte offset or line, time, the message)."""
     return [Evidence("events", r.get("source_file"), r.get("source_line"), r.get("source_offset"), r.get("ts"),
-                     (r.get("message") or "")[:EXCERPT_CHARS])
+                     excerpt(r.get("message")))
             for r in rows.head(limit).iter_rows(named=True)]
 
 
@@ -150,8 +173,11 @@ def fold_findings(found: list[Finding]) -> list[Finding]:
         when = (f"{clock(first)}–{clock(last)}" if first and last and first != last
                 else f"at {clock(first)}" if first else "at no time the evidence gives")
         more = f"{len(rest):,} more finding{'s' if len(rest) > 1 else ''} of this kind ({kind.replace('_', ' ')})"
+        # non-fatal device errors stay a finding, not an incident, when counted
+        nonfatal = {"non_fatal": True} if all(f.facts.get("non_fatal") for f in rest) else {}
         summary = Finding(kind, rest[0].track, None, first, f"… and {more}, {when}: not listed one by one (only "
-                          f"the first {MAX_FINDINGS_OF_A_KIND} of a kind are)", last, facts={"left_out": len(rest)})
+                          f"the first {MAX_FINDINGS_OF_A_KIND} of a kind are)", last,
+                          facts={"left_out": len(rest), **nonfatal})
         left_out.update({id(f): f for f in rest})
         left_out[id(rest[0])] = summary  # the count takes the place of the first left out
     if not left_out:

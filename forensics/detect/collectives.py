@@ -34,7 +34,7 @@ import re
 
 import polars as pl
 
-from forensics.detect import Evidence, Finding, clock, rank_list, span
+from forensics.detect import Evidence, Finding, clock, excerpt, rank_list, span
 from forensics.detect.stack_verdict import STRAGGLER_OR_MISSING, TP_DESYNC, UNIFORM_WAIT, Verdict
 from forensics.detect.stacks import latest
 from forensics.timeline.align import Timeline
@@ -242,7 +242,7 @@ def _group_finding(job: str, pg: str, rows: pl.DataFrame, table: pl.DataFrame, j
             for r in disagree.iter_rows(named=True)) + ".")
     at = rows.get_column("ts").max()
     text = (f"{group}, Flight Recorder of {_names(seen)} (up to {clock(at)}): {verdict}. " + " ".join(parts))
-    evidence = [Evidence("events", r["source_file"], r["source_line"], None, r["ts"], r["message"][:80])
+    evidence = [Evidence("events", r["source_file"], r["source_line"], None, r["ts"], excerpt(r["message"]))
                 for r in rows.sort("FR_RANK").iter_rows(named=True)][:8]
     return Finding("collective_verdict", main_track, None, at, text, None, evidence,
                    facts={"verdict": verdict, "group": group})
@@ -289,7 +289,7 @@ def _pasted(timeline: Timeline, main_track: str) -> list[Finding]:
             continue  # "no errors found for this collective entry": nothing it could name
         text = (f"{group}, torchfrtrace's text (pasted; it holds no time): {verdict}. {said} The dumps themselves "
                 "would give when each rank recorded it and how long the collective had waited.")
-        evidence = [Evidence("events", r["source_file"], r["source_line"], None, None, (r["message"] or "")[:80])]
+        evidence = [Evidence("events", r["source_file"], r["source_line"], None, None, excerpt(r["message"]))]
         out.append(Finding("collective_verdict", main_track, None, None, text, None, evidence,
                            facts={"verdict": verdict, "group": group}))
     return out

@@ -11,7 +11,8 @@ ChildFailedError table (ranks, pids, exit codes, signals; every rank failing ali
 the job), the signal that ended a process (a SIGKILL told beside the OOM killer's report of its host,
 or that there is none), a hung task's pid and the subsystem of its call trace, NCCL's error kind and
 what it points at, and for a CUDA out-of-memory the server, start-up or serving, and the numbers.
-A non-fatal device error (`fault = ""`, its own track) is reported, never taken for a cause.
+A non-fatal device error (`fault = ""`, its own track) is reported, never taken for a cause, and
+says so in its facts (`non_fatal`): a bundle holding only such errors holds no incident.
 Beside them:
 
 - `error_records`: log records at error priority or worse that no other finding explains, so that
@@ -21,7 +22,9 @@ Beside them:
   (stopped from outside while still starting, or ranks that began distributed init and never
   ended it), or a silent death (the log ends during start-up with no error and no shutdown line);
 - `consequences_of_stop`: what an operator's stop brings with it (tracebacks, failed exits, error
-  lines at or after the stop) is said as that, not as a fault.
+  lines at or after the stop) is said as that, not as a fault; so is what a process says as it
+  exits after its own orderly end (the profile's `run_finished` kind: vLLM's "Shutdown complete"
+  after an offline run), and a run that ended so is neither a start-up failure nor a death.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from forensics.detect.registry import Context, detector
 from forensics.profiles import NOTHING, LogEvent, available, layers, load_profile, matches_nothing
 from forensics.sources.kubernetes.kubectl import K8S_COLUMNS
 from forensics.timeline.align import Timeline
-from forensics.timeline.progress import FREEZE_GAP_S
+from forensics.timeline.progress import progress_rules
 
 ERROR = 3  # syslog priority: error and worse
 # An exception raised or a traceback begun (an error in a start-up whatever its level says): a
@@ -64,6 +67,9 @@ RESTARTS = re.compile(r"restart counter is at (?P<n>[0-9]+)")
 STOP_CONSEQUENCES = ("error_records", "traceback", "process_group_abort", "http_5xx", "new_template", "engine_dead",
                      "worker_died", "child_failed")
 PROCESS_ENDED = "process ended"
+# A line kind a profile gives the engine's own orderly end (vLLM's "Shutdown complete"): a run that
+# ended is no death, and what its process says as it exits is the exit's consequence, not a fault.
+RUN_FINISHED = "run_finished"
 
 
 def _stop_consequences() -> set[str]:
@@ -124,6 +130,10 @@ def detect(timeline: Timeline) -> list[Finding]:
             facts["signals"] = list(dict.fromkeys([*facts.get("signals", []),
                                                    *signal_facts(group).get("signals", [])]))
             text += signal_said(facts)
+        if event.fault == "" and track != timeline.profile.logs.main_track:
+            # a device error the device survived (a corrected PCIe error, an Xid NVIDIA says to
+            # ignore), on its own track: a finding, never an incident by itself
+            facts["non_fatal"] = True
         out.append(Finding(str(kind), str(track), component, first, text, last, event_evidence(group), host,
                            facts))
     out += _untold_tables(timeline, [t for n, t in enumerate(tables) if n not in told], several_hosts)
@@ -332,6 +342,8 @@ def _startups(timeline: Timeline, several_hosts: bool) -> list[Finding]:
     out = []
     main = rules.main_track
     for (host, unit), rows in starting.group_by("host", "unit", maintain_order=True):
+        finished = earliest(rows.filter(pl.col("event") == RUN_FINISHED).get_column("ts"))
+        rows = rows.filter(pl.col("ts") <= finished) if finished else rows  # after its own end: its exit's
         message = pl.col("message").fill_null("")
         started = rows.filter(message.str.contains(starting_pattern))
         if started.is_empty():
@@ -379,7 +391,7 @@ def _startups(timeline: Timeline, several_hosts: bool) -> list[Finding]:
                                + (f"at {clock(at)}" if logged else "(SIGTERM; when is not logged)")
                                + ": the start-up hung there (or took longer than whoever stopped it would wait).", at,
                                event_evidence(pl.concat([last_start, stop.head(1)], how="diagonal_relaxed")), host))
-        elif begun <= ended:
+        elif begun <= ended and finished is None:
             out.append(Finding("silent_death", main, component, last_at,
                                f"the log of {where} ends at {clock(last_at)} during start-up"
                                + (f" (“{last_line[:120]}”)" if last_line else "")
@@ -444,7 +456,7 @@ def _alive_after(timeline: Timeline, host: str | None, component: str | None, at
     """Whether a scrape of the component's metrics or a py-spy dump of it comes after `at`."""
     if component is None:
         return False
-    later = at + timedelta(seconds=FREEZE_GAP_S)
+    later = at + timedelta(seconds=progress_rules(timeline.profile).freeze_gap_s)
     stacks = timeline.stacks
     if not stacks.is_empty() and not stacks.filter((pl.col("group") == component) & (pl.col("ts") > at)).is_empty():
         return True
@@ -499,20 +511,27 @@ def consequences_of_timeout(findings: list[Finding]) -> None:
 
 
 def consequences_of_stop(findings: list[Finding]) -> list[Finding]:
-    """The findings an operator's stop explains (tracebacks, failed exits, error lines at or after
-    the stop on the same host) said as consequences of it, not as faults; the rest unchanged."""
-    stops: dict[str | None, datetime] = {}
+    """The findings an operator's stop, or a run's own orderly end, explains (tracebacks, failed
+    exits, error lines at or after it on the same host) said as consequences of it, not as faults;
+    the rest unchanged."""
+    ends: dict[tuple[str, str | None], datetime] = {}
     for f in findings:
-        if f.kind == "operator_stop" and f.at is not None:
-            stops[f.host] = min(f.at, stops.get(f.host, f.at))
-    if not stops:
+        if f.kind in ("operator_stop", RUN_FINISHED) and f.at is not None:
+            key = (f.kind, f.host)
+            ends[key] = min(f.at, ends.get(key, f.at))
+    if not ends:
         return findings
     consequences = _stop_consequences()
     for f in findings:
-        stop = stops.get(f.host) or (min(stops.values()) if f.host is None or None in stops else None)
-        if f.kind in consequences and stop is not None and f.at is not None and f.at >= stop - STOP_SLACK:
-            f.text = f"after the stop at {clock(stop)} (a consequence of it, not a fault): {f.text}"
-            f.kind = "after_stop"
+        if f.kind not in consequences or f.at is None:
+            continue
+        for kind, said in (("operator_stop", "the stop"), (RUN_FINISHED, "the run's own orderly end")):
+            mine = {host: at for (k, host), at in ends.items() if k == kind}
+            end = mine.get(f.host) or (min(mine.values()) if mine and (f.host is None or None in mine) else None)
+            if end is not None and f.at >= end - STOP_SLACK:
+                f.text = f"after {said} at {clock(end)} (a consequence of it, not a fault): {f.text}"
+                f.kind = "after_stop"
+                break
     return findings
 
 

@@ -21,6 +21,7 @@ from forensics.detect import (
     clock,
     earliest,
     event_evidence,
+    excerpt,
     latest_time,
     span,
 )
@@ -110,7 +111,7 @@ def _metric_restarts(timeline: Timeline) -> list[Finding]:
         out.append(Finding("metrics_restart", timeline.profile.logs.main_track, component, row["before"],
                            f"{row['instance']} restarted between scrapes at {clock(row['after'])} and "
                            f"{clock(row['before'])}: {row['evidence']}.", None,
-                           [Evidence("samples", row["instance"], None, None, row["before"], row["evidence"][:80])]))
+                           [Evidence("samples", row["instance"], None, None, row["before"], excerpt(row["evidence"]))]))
     return out
 
 

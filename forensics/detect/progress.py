@@ -1,7 +1,10 @@
 """Progress: when each component last did work, and whether it froze with work pending.
 
 A component froze when its progress lines (SGLang's `Prefill batch` / `Decode batch`) stop for
-longer than `FREEZE_GAP_S` while its last line still counted running or queued requests. The
+longer than its profile's freeze gap (`[logs] freeze_gap_seconds`) while its last line still counted
+running or queued requests — unless the quiet was one long step: the last line began a step (a
+long prefill) that the next line shows done, at a rate the profile finds plausible; that is said
+as a long step (`long_step`, a note), not as a freeze. The
 metrics say the same or not: their stalled windows (`forensics.timeline.metrics.stalled`) on the
 component's port are checked against the freeze and the agreement or disagreement is stated.
 While frozen, a unit that stays active and health checks that answer 200 are the blind spot
@@ -20,6 +23,7 @@ from forensics.detect import (
     clock,
     earliest,
     event_evidence,
+    excerpt,
     span,
 )
 from forensics.detect.registry import Context, detector
@@ -51,10 +55,11 @@ def last_progress(timeline: Timeline) -> pl.DataFrame:
 
 def freezes(timeline: Timeline) -> pl.DataFrame:
     """Gaps in each component's progress (per host and scheduler tag: with DP attention every DP
-    rank logs its own batches, and a pasted log may hold several engines) longer than FREEZE_GAP_S
-    after a line with work pending: component, host, from (`ts`, the last line), to (`next_ts`, the
-    next one, or null when progress never came back), the pending counts, the line (`LINE`) and
-    the next (`next_row`). Found host by host (`host_progress`)."""
+    rank logs its own batches, and a pasted log may hold several engines) longer than the profile's
+    freeze gap after a line with work pending, or that were one long step (`long_step`, with the
+    step's tokens and what the next line shows of them): component, host, from (`ts`, the last
+    line), to (`next_ts`, the next one, or null when progress never came back), the pending counts,
+    the line (`LINE`) and the next (`next_row`). Found host by host (`host_progress`)."""
     gaps = timeline.progress_gaps
     this = timeline.with_messages(gaps.select(*LINE))
     after = timeline.with_messages(gaps.select(pl.col(f"next_{c}").alias(c) for c in LINE))
@@ -82,7 +87,7 @@ def _metrics_check(timeline: Timeline, component: str, host: str | None, frozen_
     w = overlapping.row(0, named=True)
     text = (f" The metrics agree: {w['evidence'].split(' did not move')[0]} did not move between scrapes at "
             f"{clock(w['start'])} and {clock(w['end'])} while up to {w['pending_peak']:g} requests were pending.")
-    return text, [Evidence("samples", None, None, None, w["end"], w["evidence"][:80])]
+    return text, [Evidence("samples", None, None, None, w["end"], excerpt(w["evidence"]))]
 
 
 def detect(timeline: Timeline) -> list[Finding]:
@@ -100,6 +105,9 @@ def detect(timeline: Timeline) -> list[Finding]:
         unnamed = f"the scheduler {gap['tag']}" if gap["tag"] else "a scheduler"
         who = component or f"{unnamed} (its log names no component)"
         where = f"{who} on {host}" if several_hosts else who
+        if gap.get("long_step"):
+            findings.append(_long_step(timeline, gap, where))
+            continue
         stopped = _stopped_after(stops, component, host, at) if until is None and not gap["queue_req"] else None
         if stopped is not None:
             # Nothing queued, and the quiet ran until someone stopped it: a last request finishing
@@ -119,10 +127,26 @@ def detect(timeline: Timeline) -> list[Finding]:
         evidence = event_evidence(timeline.with_messages(rows.head(1)), 1) + metric_evidence
         if gap["next_row"]:
             evidence += [Evidence("events", gap["next_row"]["source_file"], gap["next_row"]["source_line"],
-                                  gap["next_row"]["source_offset"], until, gap["next_row"]["message"][:80])]
+                                  gap["next_row"]["source_offset"], until, excerpt(gap["next_row"]["message"]))]
         findings.append(Finding("frozen", track, component, at, text + agree, until, evidence, host))
         findings += _silent_hang(timeline, component, host, where, at, until, restarts)
     return findings
+
+
+def _long_step(timeline: Timeline, gap: dict, where: str) -> Finding:
+    """A quiet spell that was one step: the tokens the line before it began, the time they took,
+    and what the next line shows of them."""
+    at, until, tokens, seconds = gap["ts"], gap["next_ts"], gap["step_tokens"], gap["gap_s"]
+    shown = (f"the cache holding {gap['next_held']:,.0f} tokens" if gap["next_held"] is not None
+             and gap["next_held"] >= tokens else f"an input throughput of {gap['next_rate']:,.2f} token/s since it")
+    text = (f"{where} ran one long step, not a freeze: its {gap['progress']} batch line at {clock(at)} began "
+            f"{tokens:,.0f} tokens, and its next line, {span(seconds)} later at {clock(until)}, shows them done "
+            f"({shown}): {tokens / seconds:,.0f} token/s.")
+    evidence = [Evidence("events", row["source_file"], row["source_line"], row["source_offset"], when,
+                         excerpt(row["message"])) for row, when in ((gap, at), (gap["next_row"], until))]
+    return Finding("long_step", timeline.profile.logs.main_track, gap["component"], at, text, until, evidence,
+                   gap["host"], {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
+                                 "held_after": gap["next_held"], "rate_after": gap["next_rate"]})
 
 
 def _stopped_after(stops: pl.DataFrame, component: str | None, host: str | None, at: datetime) -> datetime | None:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import polars as pl
 
-from forensics.detect import Evidence, Finding
+from forensics.detect import Evidence, Finding, excerpt
 from forensics.profiles import Profile, load_profile
 from forensics.detect.registry import Context, detector
 from forensics.detect.stack_explain import explain, ranks_text
@@ -192,7 +192,7 @@ def findings(stacks: pl.DataFrame, quarantine: pl.DataFrame | None, profile: Pro
     last = latest(verdicts)
     for v in verdicts:
         evidence = [Evidence("stacks", r.source.rsplit(" line ", 1)[0], int(r.source.rsplit(" line ", 1)[1]), None,
-                             r.ts, f"{r.label}: {r.phase.phase} in {r.phase.frame}"[:80]) for r in v.ranks[:8]]
+                             r.ts, excerpt(f"{r.label}: {r.phase.phase} in {r.phase.frame}")) for r in v.ranks[:8]]
         final = next(f for f in last if f.group == v.group)
         # an earlier round is one snapshot of the rounds the last verdict was judged over: one verdict per process
         text = v.explanation if v in last else (
@@ -226,7 +226,7 @@ def _stuck(last: Sequence[Verdict], main_track: str) -> list[Finding]:
                               if "device_sync" in {r.phase.phase for r in stuck} else ""),
                            None, [Evidence("stacks", r.source.rsplit(" line ", 1)[0],
                                            int(r.source.rsplit(" line ", 1)[1]), None, r.ts,
-                                           f"{r.label}: {r.phase.phase} in {r.phase.frame}"[:80]) for r in stuck[:8]]))
+                                           excerpt(f"{r.label}: {r.phase.phase} in {r.phase.frame}")) for r in stuck[:8]]))
     return out
 
 

@@ -3,19 +3,95 @@ what the freeze detector needs (`progress_of`), counted per second (`count_progr
 scheduler its first and last line and the gaps with work pending (`host_progress`). Kept here, in
 the timeline, because the host tasks run it while they read; `forensics.detect.progress` turns
 the results into findings.
+
+How long a quiet scheduler may be before it counts as frozen, and what shows a quiet spell to be
+one long step instead (a long prefill the next line reports done), are the profile's
+(`progress_rules`): `[logs] freeze_gap_seconds` and `[logs.long_step]`.
 """
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
-from forensics.profiles import Profile
+from forensics.profiles import Profile, ProfileError
 
-FREEZE_GAP_S = 60.0  # SGLang logs a batch line every few seconds while it works
+# The gap a profile that names none gets. Each shipped profile names its own, with its reason
+# (`[logs] freeze_gap_seconds`); this value is SGLang's, and what the checks' sentence says.
+FREEZE_GAP_S = 60.0
 # a scheduler seen working only once shows no rhythm that could stop (one line quoted in a write-up)
 MIN_RHYTHM_LINES = 2
+# The next line shows a step done when the rate it reports over the gap accounts for at least this
+# share of the step's tokens (stamps are whole seconds: a 3 s gap read as 2 s or 4 s)
+DONE_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class ProgressRules:
+    """What a stack's progress lines say of freezes and long steps (the profile's `[logs]`
+    `freeze_gap_seconds` and `[logs.long_step]`; none of the latter: no gap is a long step)."""
+
+    freeze_gap_s: float = FREEZE_GAP_S
+    step_tokens: str | None = None  # a line's field: the tokens of the step it begins
+    held_tokens: str | None = None  # the next line's field: the tokens the cache holds then
+    step_rate: str | None = None  # the next line's field: the last step's tokens per second since it began
+    min_tokens_per_s: float = 0.0  # slower than this, the step's tokens do not account for the gap
+
+    def fields(self) -> tuple[str, ...]:
+        """The progress-line fields these rules read."""
+        return tuple(f for f in (self.step_tokens, self.held_tokens, self.step_rate) if f)
+
+
+_RULES: dict[Path, tuple[float, ProgressRules]] = {}
+
+
+def progress_rules(profile: Profile) -> ProgressRules:
+    """The freeze and long-step rules of `profile`, read from its file (read again only when the
+    file changed). The profile loader does not carry these keys yet (forensics.profiles.LogRules)."""
+    try:
+        stamp = profile.path.stat().st_mtime
+    except OSError:  # a profile built in memory: the defaults
+        return ProgressRules()
+    known = _RULES.get(profile.path)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    try:
+        logs = tomllib.loads(profile.path.read_text()).get("logs", {})
+    except tomllib.TOMLDecodeError as error:
+        raise ProfileError(f"{profile.path}: {error}") from None
+    rules = _rules(profile, logs)
+    _RULES[profile.path] = (stamp, rules)
+    return rules
+
+
+def _seconds(profile: Profile, key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ProfileError(f"{profile.path}: {key} must be a number of seconds or tokens per second (0 or "
+                           f"more), not {value!r}")
+    return float(value)
+
+
+def _rules(profile: Profile, logs: dict) -> ProgressRules:
+    gap = _seconds(profile, "[logs] freeze_gap_seconds", logs.get("freeze_gap_seconds", FREEZE_GAP_S))
+    if gap == 0:
+        raise ProfileError(f"{profile.path}: [logs] freeze_gap_seconds must be above 0")
+    step = logs.get("long_step", {})
+    if not isinstance(step, dict):
+        raise ProfileError(f"{profile.path}: [logs.long_step] must be a table, not {step!r}")
+    names = {key: step.get(key) for key in ("tokens", "held", "rate")}
+    for key, name in names.items():
+        if name is not None and name not in profile.logs.fields:
+            raise ProfileError(f"{profile.path}: [logs.long_step] {key} must name a [logs.fields] field, "
+                               f"not {name!r}")
+    if names["tokens"] is None and (names["held"] or names["rate"]):
+        raise ProfileError(f"{profile.path}: [logs.long_step] names how a step shows done but not its tokens")
+    return ProgressRules(gap, names["tokens"], names["held"], names["rate"],
+                         _seconds(profile, "[logs.long_step] min_tokens_per_second",
+                                  step.get("min_tokens_per_second", 0.0)))
 
 
 STREAM = ("component", "host", "tag")  # one scheduler's progress lines: a component on a host, a rank tag
@@ -39,7 +115,8 @@ def progress_of(read: pl.DataFrame, profile: Profile) -> pl.DataFrame:
     """A read batch's progress lines, narrow — place (`_at`), time, scheduler, kind, the pending
     counts and the profile's `working_when` numbers: what `host_progress` needs of every progress
     line (text as categories, so that nothing holds the batch's text)."""
-    numbers = [c for c in dict.fromkeys((*PENDING, *profile.logs.working_when)) if c in read.columns]
+    numbers = [c for c in dict.fromkeys((*PENDING, *profile.logs.working_when, *progress_rules(profile).fields()))
+               if c in read.columns]
     # lazily: the filter then copies only the selected columns, not the whole batch
     return read.lazy().filter(pl.col("progress").is_not_null()).select(
         "_at", "ts", *(pl.col(c).cast(pl.Categorical) for c in (*STREAM, "progress", "unit")), *numbers).collect()
@@ -68,10 +145,12 @@ def host_progress(lines: pl.DataFrame, own_end: pl.DataFrame, profile: Profile
                   ) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
     """Of one host's progress lines (`progress_of`, all of them; a task of
     `forensics.timeline.host_read.read_host`): per scheduler (`STREAM`) its lines, first and last time and the
-    running and queued requests of its last line; the gaps over FREEZE_GAP_S after a line with work
-    pending, each with the places (`_at`, `_next_at`) of the lines either side; and the places of
-    the lines a lean timeline keeps (either side of a gap, each scheduler's first and last)."""
+    running and queued requests of its last line; the gaps over the profile's freeze gap after a line
+    with work pending, or that were one long step (`long_step`: the line began a step the next one
+    shows done), each with the places (`_at`, `_next_at`) of the lines either side; and the places
+    of the lines a lean timeline keeps (either side of a gap, each scheduler's first and last)."""
     work = lines.filter(working(profile)).sort("ts", maintain_order=True)
+    rules = progress_rules(profile)
     streams = (work.group_by(STREAM).agg(pl.len().alias("lines"), pl.col("ts").first().alias("first"),
                                          pl.col("ts").last().alias("last"), pl.col("running_req").last(),
                                          pl.col("queue_req").last(), pl.col("_at").first().alias("_first_at"),
@@ -89,13 +168,40 @@ def host_progress(lines: pl.DataFrame, own_end: pl.DataFrame, profile: Profile
             .with_columns(pl.when(pl.col("component").is_null()).then(pl.col("unit_end"))
                           .otherwise(pl.col("own_end")).alias("own_end"))
             .with_columns(pl.col("ts").shift(-1).over(STREAM).alias("next_ts"),
-                          pl.col("_at").shift(-1).over(STREAM).alias("_next_at"))
+                          pl.col("_at").shift(-1).over(STREAM).alias("_next_at"), *_next_numbers(rules, work.columns))
             .with_columns(((pl.coalesce("next_ts", "own_end") - pl.col("ts")).dt.total_microseconds() / 1e6)
-                          .alias("gap_s"))
+                          .alias("gap_s"), _number(rules.step_tokens, work.columns).alias("step_tokens"))
+            .with_columns(_long_step(rules).alias("long_step"))
             .join(streams.select(*STREAM, "lines"), on=list(STREAM), how="left", nulls_equal=True)
-            .filter((pl.col("gap_s") > FREEZE_GAP_S) & pending & (pl.col("lines") >= MIN_RHYTHM_LINES))
+            .filter((pl.col("gap_s") > rules.freeze_gap_s) & (pending | pl.col("long_step"))
+                    & (pl.col("lines") >= MIN_RHYTHM_LINES))
             .sort("ts", maintain_order=True)
-            .select(*STREAM, "ts", "progress", "running_req", "queue_req", "next_ts", "gap_s", "_at", "_next_at"))
+            .select(*STREAM, "ts", "progress", "running_req", "queue_req", "next_ts", "gap_s", "_at", "_next_at",
+                    "long_step", "step_tokens", "next_held", "next_rate"))
     either_side = pl.concat([gaps.get_column("_at"), gaps.get_column("_next_at").drop_nulls(),
                              streams.get_column("_first_at"), streams.get_column("_last_at")]).unique()
     return streams.drop("_first_at", "_last_at"), gaps, either_side
+
+
+def _number(name: str | None, columns: Sequence[str]) -> pl.Expr:
+    """A progress line's field as a float, null when the profile names none or the lines lack it."""
+    return pl.col(name).cast(pl.Float64) if name and name in columns else pl.lit(None, pl.Float64)
+
+
+def _next_numbers(rules: ProgressRules, columns: Sequence[str]) -> list[pl.Expr]:
+    """The next line's tokens held and step rate (`next_held`, `next_rate`), per scheduler."""
+    return [(_number(name, columns).shift(-1).over(STREAM) if name and name in columns
+             else pl.lit(None, pl.Float64)).alias(alias)
+            for name, alias in ((rules.held_tokens, "next_held"), (rules.step_rate, "next_rate"))]
+
+
+def _long_step(rules: ProgressRules) -> pl.Expr:
+    """Whether a gap was one long step: the line before it began a step of `step_tokens` tokens
+    (SGLang's `#new-token` of a Prefill batch line, written as the batch is scheduled) and the next
+    line shows them done — the cache holds at least as many (`next_held`), or the rate it reports
+    for the step since it began accounts for them over the gap (`next_rate`) — at a rate no slower
+    than the profile's floor."""
+    step, gap = pl.col("step_tokens"), pl.col("gap_s")
+    done = (pl.col("next_held") >= step).fill_null(False) | (pl.col("next_rate") * gap >= step * DONE_SHARE).fill_null(False)
+    return (pl.col("next_ts").is_not_null() & (step > 0).fill_null(False) & done
+            & (step / gap >= rules.min_tokens_per_s).fill_null(False))
