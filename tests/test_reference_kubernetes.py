@@ -117,9 +117,6 @@ def test_the_same_key_times_as_the_reference(told_by_kubernetes: Analysis) -> No
     assert components["prefill"]["last_progress"] == t("21:39:07")
 
 
-@pytest.mark.xfail(strict=True, reason="lifecycle (forensics/detect/lifecycle.py) reads a restart only from "
-                   "systemd's messages (MESSAGE_ID starting/started/stopping): a pod's Killing and Started events "
-                   "are not read as the restart, so 'resolved' (healthy again at 21:42:00) is not found")
 def test_resolved_from_the_pods_restart_and_health_answers(told_by_kubernetes: Analysis) -> None:
     times = told_by_kubernetes.summary()["key_times"]
     assert times["resolved"] == t("21:42:00") and times["ttr_s"] == 433.0
