@@ -222,7 +222,7 @@ def kind_sentence(rows: pl.DataFrame, words: str, where: str, pattern: str | Non
     first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))
     sample = matching_line(rows, pattern) if pattern else ""
     return (f"{rows.height} × {words} on {where}, {between(first, last)}"
-            + (f": {quoted(sample[:160])}" if sample else "") + ".")
+            + (f": {quoted(excerpt(sample, 160))}" if sample else "") + ".")
 
 
 def one_unit(rows: pl.DataFrame) -> str | None:

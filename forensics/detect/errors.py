@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from forensics.timeline.align import Timeline
-from forensics.detect import Finding, between, clock, earliest, event_evidence, kind_sentence, latest_time, one_unit
+from forensics.detect import Finding, between, clock, earliest, event_evidence, excerpt, kind_sentence, latest_time, one_unit
 from forensics.detect.registry import Context, detector
 
 # Masks applied in order: what varies between two lines of the same template.
@@ -155,7 +155,7 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
         new = templates(timeline, baseline_start, include_events=False).filter(pl.col("new_in_window"))
         for row in new.iter_rows(named=True):
             findings.append(Finding("new_template", row["track"] or "errors", row["component"], row["first"],
-                                    f"new in the incident window: {row['count']} × “{row['template'][:100]}” "
+                                    f"new in the incident window: {row['count']} × “{excerpt(row['template'], 100)}” "
                                     + (f"on {row['component']} " if row["component"] else "")
                                     + f"({clock(row['first'])}–{clock(row['last'])}).",
                                     row["last"], []))

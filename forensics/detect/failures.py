@@ -35,7 +35,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.detect import Finding, between, clock, earliest, event_evidence, kind_sentence, latest_time, one_unit, span
+from forensics.detect import Finding, between, clock, earliest, event_evidence, excerpt, kind_sentence, latest_time, one_unit, span
 from forensics.detect import watchdog
 from forensics.detect.errors import raised_line
 from forensics.detect.families import (
@@ -272,7 +272,7 @@ def _first_errors(timeline: Timeline, group: pl.DataFrame) -> str:
                 "(the unit's own output, or the kernel's log, would say why).")
     tallies = (firsts.with_columns(pl.col("message").str.split("\n").list.last().str.strip_chars().alias("line"))
                .group_by("line", maintain_order=True).agg(pl.len().alias("starts")).sort("starts", descending=True))
-    shown = "; ".join(f"“{line[:140]}” ({n} of {firsts.height} start{'s' if firsts.height > 1 else ''})"
+    shown = "; ".join(f"“{excerpt(line, 140)}” ({n} of {firsts.height} start{'s' if firsts.height > 1 else ''})"
                       for line, n in tallies.head(FIRST_ERRORS_SHOWN).iter_rows())
     more = f"; and {tallies.height - FIRST_ERRORS_SHOWN} other errors" if tallies.height > FIRST_ERRORS_SHOWN else ""
     return f" First error of each start: {shown}{more}."
@@ -307,7 +307,7 @@ def _error_records(timeline: Timeline, several_hosts: bool) -> list[Finding]:
         out.append(Finding("error_records", timeline.profile.logs.main_track, component, first["ts"],
                            f"{rows.height} log record{'s' if rows.height > 1 else ''} at error priority or worse on "
                            f"{_where(component, host, several_hosts)}, the first at {clock(first['ts'])}"
-                           + (f": “{line[:160]}”" if line else "") + ".",
+                           + (f": “{excerpt(line, 160)}”" if line else "") + ".",
                            latest_time(rows.get_column("ts")), event_evidence(rows), host))
     return out
 
@@ -378,7 +378,7 @@ def _startups(timeline: Timeline, several_hosts: bool) -> list[Finding]:
             when = f"{clock(first['ts'])} or later (its lines carry no time of their own)" if later else clock(first["ts"])
             out.append(Finding("startup_failure", main, component, first["ts"],
                                f"{where} failed during start-up (begun {clock(began)}, never ready): the first error "
-                               f"at {when}: “{line[:160]}”.", None, event_evidence(errors, 3), host))
+                               f"at {when}: “{excerpt(line, 160)}”.", None, event_evidence(errors, 3), host))
         elif not stop.is_empty():
             at = stop.get_column("ts").min()
             last_start = before_stop.filter(message != "").tail(1)
@@ -386,7 +386,7 @@ def _startups(timeline: Timeline, several_hosts: bool) -> list[Finding]:
             out.append(Finding("startup_stall", main, component, latest_time(before_stop.get_column("ts")) or began,
                                f"{where} never became ready: start-up began at {clock(began)}, its last start-up line "
                                f"at {clock(latest_time(before_stop.get_column('ts')))}"
-                               + (f" (“{said[:120]}”)" if said else "")
+                               + (f" (“{excerpt(said, 120)}”)" if said else "")
                                + ", then it was stopped from outside "
                                + (f"at {clock(at)}" if logged else "(SIGTERM; when is not logged)")
                                + ": the start-up hung there (or took longer than whoever stopped it would wait).", at,
@@ -394,7 +394,7 @@ def _startups(timeline: Timeline, several_hosts: bool) -> list[Finding]:
         elif begun <= ended and finished is None:
             out.append(Finding("silent_death", main, component, last_at,
                                f"the log of {where} ends at {clock(last_at)} during start-up"
-                               + (f" (“{last_line[:120]}”)" if last_line else "")
+                               + (f" (“{excerpt(last_line, 120)}”)" if last_line else "")
                                + ", with no error and no shutdown line: the process was most likely killed from "
                                "outside — look for the OOM killer or an Xid in the kernel log of that minute.",
                                None, event_evidence(last), host))
@@ -444,7 +444,7 @@ def _died_serving(timeline: Timeline, several_hosts: bool) -> list[Finding]:
         where = _where(component or unit, host, several_hosts)
         out.append(Finding("silent_death", timeline.profile.logs.main_track, component, last_at,
                            f"the log of {where} ends at {clock(last_at)} while it was serving"
-                           + (f" (“{line[0][:120]}”)" if line else "")
+                           + (f" (“{excerpt(line[0], 120)}”)" if line else "")
                            + f", with no error and no shutdown line, and nothing after shows it alive though the "
                            f"evidence goes on until {clock(end)}: the process most likely died from outside — look "
                            "for the OOM killer or an Xid in the kernel log of that minute.", None,

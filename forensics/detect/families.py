@@ -24,7 +24,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.detect import Finding, clock, earliest, rank_list
+from forensics.detect import Finding, clock, earliest, excerpt, rank_list
 from forensics.profiles import layers, meaning
 from forensics.timeline.align import Timeline
 
@@ -457,7 +457,7 @@ def nccl_facts(timeline: Timeline, group: pl.DataFrame) -> dict[str, Any]:
 
 def nccl_said(facts: dict[str, Any]) -> str:
     return "".join(f" NCCL's error: {e['code']} — {e['meaning']}"
-                   + (f" (NCCL's last error: “{e['last_error'][:120]}”)" if e.get("last_error") else "") + "."
+                   + (f" (NCCL's last error: “{excerpt(e['last_error'], 120)}”)" if e.get("last_error") else "") + "."
                    for e in facts.get("nccl_errors", []))
 
 
