@@ -9,6 +9,7 @@ beside the checkout (`FORENSICS_CORPUS3` points elsewhere)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -410,3 +411,26 @@ def test_no_track_is_called_a_wedge_unless_the_evidence_shows_one(tmp_path: Path
         assert "wedge" in names, verdict
     else:
         assert "wedge" not in names, verdict
+
+
+_QUOTE = re.compile(r"“([^“”]*)”")
+_STRAIGHT = str.maketrans({"“": '"', "”": '"', "‘": "'", "’": "'"})
+
+
+@pytest.mark.parametrize("path", [p for p in _files() if p.parts[-2] in ("logs", "flight")], ids=lambda p: p.name)
+def test_every_quote_in_a_finding_is_the_files_own_words_whole_or_cut_at_a_word_and_marked(
+        tmp_path: Path, path: Path) -> None:
+    """Item 8 of the verdict issue ("text cut mid-sentence"): what a finding's sentence quotes from
+    a log is the file's own text, either whole or cut after a whole word with "…" saying so."""
+    analysis = _analyze(tmp_path, path.name)
+    text = path.read_text(errors="replace").translate(_STRAIGHT)
+    words = " ".join(text.split())
+    for finding in analysis.reported():
+        for quote in _QUOTE.findall(finding.text):
+            said = " ".join(quote.removesuffix("…").split())
+            if not said or said.startswith(("<", "…")):
+                continue
+            # a line's template (errors' new_template) writes its numbers as <n>
+            pattern = re.escape(said).replace(re.escape("<n>"), "[0-9][0-9.]*")
+            found = re.search(pattern + "(?= |$)", words)  # whole words: a quote ends where a word does
+            assert found, (finding.kind, quote)
