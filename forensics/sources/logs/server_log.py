@@ -58,6 +58,8 @@ _SUFFIXES = (".log", ".out", ".err")
 _ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
 _DOCKER = r"^(?P<docker>[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z?)(?: |$)"
 _KUBE = r"^\[(?:pod|deployment|statefulset|job)/[^\]]+\] "
+# `kubectl logs --prefix`: `[pod/NAME/CONTAINER] `, kept as the record's pod and container
+_KUBE_PARTS = r"^\[(?P<kube_kind>pod|deployment|statefulset|job)/(?P<kube_name>[^/\]]+)(?:/(?P<kube_container>[^\]]+))?\] "
 # `docker compose logs` / `up`: the container's name padded with spaces, then "| ". Taken off only
 # when nearly every line has it (COMPOSE_SHARE): a log of its own may write "INFO | …".
 _COMPOSE = r"^([A-Za-z0-9][\w.-]*) +\| ?"
@@ -115,7 +117,9 @@ def _lines(text: str) -> pl.DataFrame:
     frame = frame.with_columns(pl.col("body").str.extract(_DOCKER, 1).alias("docker"))
     after_docker = pl.when(pl.col("docker").is_not_null()).then(
         pl.col("body").str.replace(_DOCKER, "")).otherwise(pl.col("body"))
-    frame = frame.with_columns(after_docker.str.replace(_KUBE, "").alias("body"))
+    frame = frame.with_columns(after_docker.alias("body"))
+    frame = frame.with_columns(pl.col("body").str.extract_groups(_KUBE_PARTS).alias("kube")).unnest("kube")
+    frame = frame.with_columns(pl.col("body").str.replace(_KUBE, ""))
     named = pl.col("body").str.extract(_COMPOSE, 1)
     compose = frame.select(pl.when(named.str.to_uppercase().is_in(_LEVEL_WORDS)).then(None).otherwise(named)
                            .alias("compose")).to_series()  # "INFO | …" is a level, not a container
@@ -179,7 +183,8 @@ def _records(body_lines: pl.DataFrame) -> pl.DataFrame:
     records = (body_lines.group_by("record", maintain_order=True).agg(
         pl.col("line").first(), pl.col("body").str.join("\n").alias("message"),
         *[pl.col(c).first() for c in ("written", "uvicorn", "docker", "process", "process_pid", "stamp_level",
-                                      "iso_level", "torch_rank", "sys_host", "sys_ident", "sys_pid")]))
+                                      "iso_level", "torch_rank", "sys_host", "sys_ident", "sys_pid", "kube_kind", "kube_name",
+                                      "kube_container")]))
     parsed_time = pl.coalesce([pl.col("written").str.to_datetime(f, strict=False, time_unit="us")
                                for f in ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")])
     records = records.with_columns(parsed_time.alias("own_ts"))
@@ -209,7 +214,17 @@ def _event_rows(good: pl.DataFrame, path: Path) -> pl.DataFrame:
         pl.col("line").alias("source_line"), pl.lit(None, pl.List(EVENTS_SCHEMA["raw_fields"].inner)).alias("raw_fields"),
         pl.col("docker").alias("DOCKER_TIMESTAMP"), pl.col("process").alias("LOG_PROCESS"), "LOG_TIME_SOURCE",
         pl.col("torch_rank").alias("LOG_RANK"),
-        pl.col("written").alias("LOG_STAMP"))
+        pl.col("written").alias("LOG_STAMP"),
+        *_pod_columns(good))
+
+
+def _pod_columns(good: pl.DataFrame) -> list[pl.Expr]:
+    """`kubectl logs --prefix`'s pod and container as the `K8S_*` columns kubectl's readers give
+    (only when a line had the prefix: other logs carry no such columns)."""
+    if good.get_column("kube_name").null_count() == good.height:
+        return []
+    return [pl.col("kube_kind").str.to_titlecase().alias("K8S_KIND"), pl.col("kube_name").alias("K8S_NAME"),
+            pl.col("kube_container").alias("K8S_CONTAINER")]
 
 
 def _quarantine(bad: pl.DataFrame, too_long: list[tuple[int, int]], path: Path) -> pl.DataFrame:
@@ -336,8 +351,9 @@ def _without_time(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
     # an exception line closes the traceback before it rather than starting a record of its own
     closes = starts & pl.col("after_indented") & pl.col("opener").str.starts_with("Traceback (most recent call last)")
     lines = lines.with_columns((starts & ~closes.fill_null(False)).cast(pl.Int32).cum_sum().alias("record"))
-    records = lines.group_by("record", maintain_order=True).agg(pl.col("line").first(),
-                                                                pl.col("body").str.join("\n").alias("message"))
+    records = lines.group_by("record", maintain_order=True).agg(
+        pl.col("line").first(), pl.col("body").str.join("\n").alias("message"),
+        *[pl.col(c).first() for c in ("kube_kind", "kube_name", "kube_container")])
     events = records.select(
         pl.lit(None, EVENTS_SCHEMA["ts"]).alias("ts"),
         pl.lit(None, pl.Int64).alias("__REALTIME_TIMESTAMP"), pl.lit(None, pl.Int64).alias("__MONOTONIC_TIMESTAMP"),
@@ -350,7 +366,7 @@ def _without_time(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
         "message", pl.lit(DATA_TYPE).alias("data_type"), pl.lit(FORMAT).alias("format"),
         pl.lit(str(path)).alias("source_file"), pl.lit(None, pl.Int64).alias("source_offset"),
         pl.col("line").alias("source_line"), pl.lit(None, pl.List(EVENTS_SCHEMA["raw_fields"].inner)).alias("raw_fields"),
-        pl.lit("none in the file").alias("LOG_TIME_SOURCE"))
+        pl.lit("none in the file").alias("LOG_TIME_SOURCE"), *_pod_columns(records))
     return as_events(events)
 
 
