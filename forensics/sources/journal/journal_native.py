@@ -40,6 +40,15 @@ def sniff(head: bytes, path: Path) -> bool:
     return head.startswith(MAGIC)
 
 
+def journal_files(path: Path) -> list[Path]:
+    """The journal files `path` names: itself, or every one under the folder at any depth. systemd's
+    own directory reading takes only files in the folder and in machine-id named folders below it,
+    so a bundle's `journal/<host>/x.journal` would be read as nothing; each file is named instead."""
+    if not path.is_dir():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(SUFFIXES))
+
+
 def _reader(path: Path):
     try:
         from systemd import journal
@@ -48,9 +57,7 @@ def _reader(path: Path):
             f"{path}: reading .journal files needs the 'journal' extra: pip install 'forensics[journal]' "
             f"(it builds python-systemd, which needs Debian's libsystemd-dev and pkg-config)") from error
     try:
-        if path.is_dir():
-            return journal._Reader(flags=0, path=str(path))
-        return journal._Reader(flags=0, files=[str(path)])
+        return journal._Reader(flags=0, files=[str(p) for p in journal_files(path)])
     except (OSError, ValueError) as error:
         raise ParseError(str(path), f"systemd cannot open it as a journal: {error}") from error
 
@@ -70,8 +77,8 @@ class _ExportOf:
 
     def __init__(self, program: str, path: Path) -> None:
         self.path = path
-        where = f"--directory={path}" if path.is_dir() else f"--file={path}"
-        self._child = subprocess.Popen([program, where, "-o", "export", "--no-pager", "-q"],
+        files = [f"--file={p}" for p in journal_files(path)]
+        self._child = subprocess.Popen([program, *files, "-o", "export", "--no-pager", "-q"],
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                        env={**os.environ, "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""})
         self._said: list[bytes] = []
