@@ -10,9 +10,11 @@ and ~67 M entries on 64 hosts: the incident on the first, traffic on the others;
 21:34:47, the TP desync verdict, the same key times — or the benchmark fails.
 
 Targets (issue 20): out of core at 10 M, peak RSS <= 3 GiB and wall time no worse than the
-in-memory run; through Dask, each worker within the same bound; cost per million entries about
-constant as entries grow. Peak RSS is the process's (for Dask: the client's, and each worker's
-own high-water mark, read on the workers at the end).
+in-memory run, and within 10× the 1 M analysis (the reference at a tenth of the scale, analysed
+in this same run just before: `BENCH_FLEET_BIG_SCALE` sets the larger, the smaller is a tenth of
+it); through Dask, each worker within the same bound; cost per million entries about
+constant as entries grow. Peak RSS is the process tree's (for Dask: the client with its workers,
+and each worker's own high-water mark, read on the workers at the end); CPU-seconds are the tree's.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from bench.measure import Measurement, run
 CACHE = Path(__file__).resolve().parent / ".cache"
 REFERENCE = Path(__file__).resolve().parent.parent / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18"
 BIG_SCALE = int(os.environ.get("BENCH_FLEET_BIG_SCALE", "1000"))
+BASE_SCALE = max(BIG_SCALE // 10, 1)  # the "1 M" row: a tenth of the entries
+GROWTH_TARGET = 10.0  # 10x the entries in at most 10x the time
 FLEET_HOSTS = int(os.environ.get("BENCH_FLEET_HOSTS", "64"))
 # the fleet at these scales in process (cost per million entries as entries grow), the last also on Dask
 FLEET_SCALES = [int(x) for x in os.environ.get("BENCH_FLEET_SCALES", "10,100").split(",")]
@@ -85,9 +89,12 @@ def main() -> None:
     rows: list[tuple[Measurement, dict]] = []
     scale1 = _analyze("reference incident, in process (scale 1)", REFERENCE, "local")
     rows.append(scale1)
+    base = reference_bundle(CACHE / f"reference-x{BASE_SCALE}", CACHE / f"reference-x{BASE_SCALE}.json",
+                            CACHE / f"reference-x{BASE_SCALE}-journal", scale=BASE_SCALE)  # analyze_reference's too
+    rows.append(_analyze(f"scale {BASE_SCALE} (a tenth): in process", base, "local"))
     big = _bundle(f"reference-x{BIG_SCALE}", scale=BIG_SCALE)
-    rows.append(_analyze("10 M: out of core (lean timeline, the default)", big, "local"))
-    rows.append(_analyze("10 M: in-memory timeline (FORENSICS_LEAN_ABOVE=10^12)", big, "local", str(10**12)))
+    rows.append(_analyze(f"scale {BIG_SCALE}: out of core (lean timeline, the default)", big, "local"))
+    rows.append(_analyze(f"scale {BIG_SCALE}: in-memory timeline (FORENSICS_LEAN_ABOVE=10^12)", big, "local", str(10**12)))
     for scale in FLEET_SCALES:
         fleet = _bundle(f"reference-{FLEET_HOSTS}hosts-x{scale}", hosts=FLEET_HOSTS, scale=scale)
         rows.append(_analyze(f"{FLEET_HOSTS} hosts × scale {scale}: in process", fleet, "local"))
@@ -99,24 +106,28 @@ def main() -> None:
             raise SystemExit(f"{measured.label}: found {said['key_times']} {said['verdicts']}, not what scale 1 "
                              f"finds ({expected['key_times']} {expected['verdicts']})")
     print(f"\n## Fleet scale ({os.cpu_count()} cores)\n")
-    print("| what | entries | seconds | s per M entries | peak RSS MiB | worker peaks MiB | timeline |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("| what | entries | seconds | CPU s | s per M entries | peak RSS MiB | worker peaks MiB | timeline |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for m, said in rows:
         per_million = m.seconds / (said["events"] / 1e6)
         workers = " / ".join(f"{k / 1024:,.0f}" for k in said["worker_peaks_kib"]) or "—"
-        print(f"| {m.label} | {said['events']:,} | {m.seconds:.1f} | {per_million:.1f} | {m.peak_mib:,.0f} | "
-              f"{workers} | {'lean' if said['lean'] else 'full'} |")
-    lean, full = rows[1][0], rows[2][0]
+        print(f"| {m.label} | {said['events']:,} | {m.seconds:.1f} | {m.cpu_seconds:.1f} | {per_million:.1f} | "
+              f"{m.peak_mib:,.0f} | {workers} | {'lean' if said['lean'] else 'full'} |")
+    (one, one_said), (lean, lean_said), (full, _) = rows[1], rows[2], rows[3]
+    growth, entries = lean.seconds / one.seconds, lean_said["events"] / one_said["events"]
     local, dask = rows[-2], rows[-1]
     print(f"\nall runs: decode froze at {expected['started']}, verdicts {', '.join(expected['verdicts'])}.")
-    print(f"10 M out of core: peak {lean.peak_mib:,.0f} MiB (target <= {MEMORY_TARGET_MIB:,}), "
+    print(f"scale {BIG_SCALE} out of core: peak {lean.peak_mib:,.0f} MiB (target <= {MEMORY_TARGET_MIB:,}), "
           f"{full.peak_mib / lean.peak_mib:.1f}× less than in memory; {lean.seconds:.1f} s against "
           f"{full.seconds:.1f} s in memory ({lean.seconds / full.seconds:.2f}×).")
     worst = max(dask[1]["worker_peaks_kib"]) / 1024
     print(f"{FLEET_HOSTS} hosts × scale {FLEET_SCALES[-1]} through Dask: {dask[0].seconds:.1f} s against "
           f"{local[0].seconds:.1f} s in process; client peak {dask[0].peak_mib:,.0f} MiB, largest worker peak "
           f"{worst:,.0f} MiB (target <= {MEMORY_TARGET_MIB:,}).")
-    single = rows[1][0].seconds / (rows[1][1]["events"] / 1e6)
+    print(f"{lean_said['events']:,} entries out of core against {one_said['events']:,} in this run: "
+          f"{lean.seconds:.1f} s / {one.seconds:.2f} s = {growth:.1f}× the time for {entries:.1f}× the entries "
+          f"(target <= {GROWTH_TARGET:g}×: {'met' if growth <= GROWTH_TARGET else 'NOT met'}).")
+    single = lean.seconds / (lean_said["events"] / 1e6)
     costs = ", ".join(f"{m.seconds / (said['events'] / 1e6):.1f} s/M at {said['events'] / 1e6:.1f} M"
-                      for m, said in rows[3:-1])
-    print(f"cost per million entries: one host {single:.1f} s/M (10 M); {FLEET_HOSTS} hosts in process {costs}.")
+                      for m, said in rows[4:-1])
+    print(f"cost per million entries: one host {single:.1f} s/M ({lean_said['events'] / 1e6:.1f} M); {FLEET_HOSTS} hosts in process {costs}.")

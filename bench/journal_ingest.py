@@ -1,17 +1,17 @@
 """Journald ingestion: 1,000,000 SGLang-shaped entries, each input format read by forensics beside
-the usual tool that reads the same format, in one run.
+a usual tool that reads the same format, in one run.
 
-Like for like: every row is a whole process (interpreter start and imports included; cold, the
-page cache warm for every input alike), each forensics row paired with a peer reading the same
-input —
-- export: forensics' export loader / systemd-journal-remote turning the export into a journal;
-- .journal: forensics' .journal loader (journalctl's export into the C scanner) / python-systemd's
-  bare `Reader` iteration (which builds no frame at all);
-- JSON: forensics' JSON loader / lnav indexing the JSON (when installed).
+Like for like: every row is a whole process tree (interpreter start and imports included; cold, the
+page cache warm for every input alike; CPU-seconds and peak memory count the processes it starts),
+each forensics row paired with a peer reading the same input and checked to give the same count:
+- .journal: forensics' .journal loader (journalctl's export into the C scanner; journalctl is its
+  child and counted) / python-systemd's bare `Reader` iteration (which builds no frame at all);
+- JSON: forensics' JSON loader / lnav indexing the JSON and counting its entries.
+The export has no peer doing the same work (systemd-journal-remote, which makes the `.journal`
+input here, writes an indexed journal: other work), so its row stands alone.
 Then the case: ingest (export -> Parquet case, cold) and load_case + a query on the built case
-(warm: the work a notebook does once the case exists). Every forensics row checks the entries it
-read against the input's count; the peers' counts are checked where they print one. Inputs are
-generated once into bench/.cache/ (deterministic, seed 0).
+(warm: the work a notebook does once the case exists). Every row checks the entries it read or
+wrote against the input's count. Inputs are generated once into bench/.cache/ (deterministic, seed 0).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.measure import Measurement, python, run
+from bench.measure import Measurement, cores, python, run
 
 ENTRIES = int(os.environ.get("BENCH_JOURNAL_ENTRIES", "1000000"))
 CACHE = Path(__file__).resolve().parent / ".cache"
@@ -120,16 +120,13 @@ def main() -> None:
                 while f.read(1 << 24):
                     pass
     n = str(ENTRIES)
-    with tempfile.TemporaryDirectory(dir=CACHE) as scratch:
-        remote = [JOURNAL_REMOTE, f"--output={scratch}/again.journal", str(paths["export"])]
-        pairs: list[tuple[str, Measurement, Measurement]] = [
-            ("export", _whole("forensics export -> events", LOAD, "journal_export", str(paths["export"]), n),
-             run("systemd-journal-remote: export -> .journal", remote)[0]),
-            (".journal", _whole("forensics .journal -> events", LOAD, "journal_native", str(paths["journal"]), n),
-             _whole("python-systemd Reader iteration", BARE_READER, str(paths["journal"]), n, note="no frame built")),
-        ]
+    pairs: list[tuple[str, Measurement, Measurement | None]] = [
+        ("export", _whole("forensics export -> events", LOAD, "journal_export", str(paths["export"]), n), None),
+        (".journal", _whole("forensics .journal -> events", LOAD, "journal_native", str(paths["journal"]), n),
+         _whole("python-systemd Reader iteration", BARE_READER, str(paths["journal"]), n, note="no frame built")),
+    ]
     if shutil.which("lnav"):
-        lnav = run("lnav indexing the JSON", ["lnav", "-n", "-c", ";SELECT count(*) FROM all_logs", str(paths["json"])])[0]
+        lnav = lnav_count(str(paths["json"]), ENTRIES)
     else:
         lnav = Measurement("lnav indexing the JSON", float("nan"), float("nan"), "lnav not installed")
     pairs.append(("JSON", _whole("forensics JSON -> events", LOAD, "journal_json", str(paths["json"]), n), lnav))
@@ -144,25 +141,55 @@ def main() -> None:
         except OSError:
             shutil.copyfile(paths["export"], inside)
     case = CACHE / f"case-{ENTRIES}"
+    json_lines, counted = run("journalctl -o json of the .journal (lines counted by wc -l)",
+                              ["sh", "-c", 'journalctl -D "$1" -o json | wc -l', "sh", str(paths["journal"])])
+    check_count("journalctl -o json", int(counted.split()[-1]), ENTRIES)
     others = [
         _whole("forensics ingest (export -> Parquet case), cold", INGEST, str(bundle), str(case), n),
         python("load_case + last record per host/unit, warm (case built, imports excluded)", OPEN_CASE, str(case), n,
-               note="a notebook's cell once the case exists"),
-        run("journalctl -o json of the .journal (to /dev/null)",
-            ["sh", "-c", f'exec journalctl -D "{paths["journal"]}" -o json > /dev/null'])[0],
+               note="a notebook's cell once the case exists; CPU: whole process"),
+        json_lines,
         _whole("(python + forensics.sources imports alone)", IMPORTS_ONLY, note="the floor of every Python row"),
     ]
     size_mib = paths["export"].stat().st_size / 2**20
     print(f"\n## journald ingestion, {ENTRIES:,} entries (export {size_mib:,.0f} MiB, "
-          f"JSON {paths['json'].stat().st_size / 2**20:,.0f} MiB), {os.cpu_count()} cores, whole processes\n")
-    print("| input | forensics | s | peak MiB | peer reading the same input | s | peak MiB | peer / forensics |")
-    print("|---|---|---:|---:|---|---:|---:|---:|")
+          f"JSON {paths['json'].stat().st_size / 2**20:,.0f} MiB), {os.cpu_count()} cores, whole process trees\n")
+    print("| input | forensics | s | CPU s | peak MiB | peer reading the same input | s | CPU s | peak MiB "
+          "| peer / forensics, wall | per CPU-second |")
+    print("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     for fmt, ours, peer in pairs:
-        ratio = peer.seconds / ours.seconds if peer.seconds == peer.seconds else float("nan")
-        said = f"**{ratio:.1f}× faster**" if ratio >= 1 else f"**{1 / ratio:.1f}× slower**" if ratio == ratio else ""
-        print(f"| {fmt} | {ours.label} | {ours.seconds:.2f} | {ours.peak_mib:,.0f} | {peer.label}"
-              f"{' (' + peer.note + ')' if peer.note else ''} | {peer.seconds:.2f} | {peer.peak_mib:,.0f} | {said} |")
-    print("\n| also measured | s | peak MiB | note |")
-    print("|---|---:|---:|---|")
+        if peer is None:
+            print(f"| {fmt} | {ours.label} | {ours.seconds:.2f} | {ours.cpu_seconds:.2f} | {ours.peak_mib:,.0f} | "
+                  "none doing the same work | | | | | |")
+            continue
+        print(f"| {fmt} | {ours.label} | {ours.seconds:.2f} | {ours.cpu_seconds:.2f} | {ours.peak_mib:,.0f} | "
+              f"{peer.label}{' (' + peer.note + ')' if peer.note else ''} | {peer.seconds:.2f} | "
+              f"{peer.cpu_seconds:.2f} | {peer.peak_mib:,.0f} | {_said(peer.seconds, ours.seconds)} | "
+              f"{_said(peer.cpu_seconds, ours.cpu_seconds)} |")
+    print("\n| also measured | s | CPU s | cores busy | peak MiB | note |")
+    print("|---|---:|---:|---:|---:|---|")
     for m in others:
-        print(f"| {m.label} | {m.seconds:.2f} | {m.peak_mib:,.0f} | {m.note} |")
+        print(f"| {m.label} | {m.seconds:.2f} | {m.cpu_seconds:.2f} | {cores(m) if 'warm' not in m.label else ''} | "
+              f"{m.peak_mib:,.0f} | {m.note} |")
+
+
+def _said(peer: float, ours: float) -> str:
+    ratio = peer / ours
+    return f"**{ratio:.1f}× faster**" if ratio >= 1 else f"**{1 / ratio:.1f}× slower**" if ratio == ratio else ""
+
+
+def check_count(who: str, got: int, expected: int) -> None:
+    """A peer's count of entries against the input's: a peer that read less did other work."""
+    if got != expected:
+        raise RuntimeError(f"{who} counted {got:,} entries of {expected:,}: not the work timed")
+
+
+def lnav_count(as_json: str, expected: int) -> Measurement:
+    """lnav indexing the JSON and counting its entries, the count checked."""
+    with tempfile.TemporaryDirectory() as answers:
+        answer = Path(answers, "count.csv")
+        measured = run("lnav indexing the JSON (count(*) checked)",
+                       ["lnav", "-n", "-c", ";SELECT count(*) AS n FROM all_logs", "-c", f":write-csv-to {answer}",
+                        as_json])[0]
+        check_count("lnav", int(answer.read_text().splitlines()[1]), expected)
+    return measured

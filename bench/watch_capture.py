@@ -35,6 +35,17 @@ class _Log(io.StringIO):
         return super().write(text)
 
 
+def seconds_after_stall(log: _Log, stalled: list[float], captured: float) -> tuple[float, float]:
+    """(seconds from the stall to the watch saying it made no progress, to both rounds of stacks).
+    A run whose engine never stalled, or whose watch never said so, measured nothing: it fails."""
+    if not stalled:
+        raise RuntimeError("the engine never stalled: the capture was not started by the sign measured")
+    if log.noticed is None:
+        raise RuntimeError("the watch never logged 'made no progress': the capture was not started by the sign "
+                           "measured, so there is no time to notice")
+    return log.noticed - stalled[0], captured - stalled[0]
+
+
 def main() -> None:
     metrics = SGLangMetrics("decode")
     server, _, port = metrics.serve()
@@ -60,8 +71,7 @@ def main() -> None:
             captured = time.monotonic()
     finally:
         server.shutdown()
-    noticed = (log.noticed or captured) - stalled[0]
-    stacks = captured - stalled[0]
+    noticed, stacks = seconds_after_stall(log, stalled, captured)
     sign_seen, sign_stacks, dumps = _from_the_logs()
     print(f"\n## watch_capture (--after {AFTER_S:g} s, --poll {POLL_S:g} s, two rounds 2 s apart)\n")
     print("| first sign | seconds to notice | seconds to both rounds of stacks | the reference story's annotations "
