@@ -61,14 +61,17 @@ PROFILE_SAMPLE_LINES = 20_000  # log lines looked at to choose a profile
 COLLECTIVE_STATES_SHOWN = 32  # states of the collectives the text report lists, then a count
 NO_CLOCK = "--:--:--"  # where a finding's time would be printed, for one the evidence gives no time
 CHECKS_TRACK = "checks"  # findings that say what was looked at when nothing was wrong
-# Notes, and what is no fault: an operator's stop and what it brought with it.
-NOT_ANOMALIES = ("annotation", "clock_jump", "out_of_range", "operator_stop", "after_stop", "quiet_until_stop")
+# Notes, and what is no fault: an operator's stop and what it brought with it, a run's own orderly end,
+# one long step (a prefill the next line shows done) where a freeze was suspected.
+NOT_ANOMALIES = ("annotation", "clock_jump", "out_of_range", "operator_stop", "after_stop", "quiet_until_stop",
+                 "run_finished", "long_step")
 
 
 def is_anomaly(finding: Finding) -> bool:
-    """Whether a finding says something went wrong: anything but notes, clock steps and stack
-    verdicts that show no hang (ordinary work, every rank idle)."""
-    if finding.kind in NOT_ANOMALIES:
+    """Whether a finding says something went wrong: anything but notes, clock steps, non-fatal
+    device errors (the device went on: a finding, not an incident) and stack verdicts that show no
+    hang (ordinary work, every rank idle)."""
+    if finding.kind in NOT_ANOMALIES or finding.facts.get("non_fatal"):
         return False
     if finding.kind == "stack_verdict":  # a hang, or threads waiting on each other in one snapshot
         return finding.facts.get("verdict") in (*HANG_VERDICTS, WAITING_IN_ONE_SNAPSHOT)
@@ -541,7 +544,7 @@ def report_text(analysis: Analysis) -> str:
 
 def _report_text(analysis: Analysis) -> list[str]:
     t = analysis.key_times
-    lines = [f"# {analysis.timeline.incident.title}", ""]
+    lines = [f"# {analysis.timeline.incident.title}", profile_said(analysis), ""]
     lines.append(f"key times ({analysis.display_zone}):")
     for name in ("started", "detected", "mitigated", "resolved"):
         at = getattr(t, name)

@@ -206,7 +206,11 @@ def choose_profile(titles: list[str], metric_names: list[str], messages: Sequenc
         scores.append((hits, name == DEFAULT_PROFILE, profile))
     best = max(scores, key=lambda s: (s[0], s[1]), default=None)
     if best is None or best[0] == 0:
-        return load_profile(), f"no stack's evidence found: the default profile ({DEFAULT_PROFILE})"
+        # said as a fact of the bundle, never as "profile sglang": the job may be anything else
+        looked = " or ".join(p.name for _, _, p in scores) or "any serving stack"
+        return load_profile(), (f"no serving profile matched (no process title, metric name or log line of "
+                                f"{looked}): read with the layers under every stack "
+                                f"({', '.join(layer.name for layer in layers())})")
     others = ", ".join(f"{p.name} {n}" for n, _, p in sorted(scores, key=lambda s: -s[0]) if p is not best[2])
     return best[2], (f"profile {best[2].name} chosen from the evidence ({best[0]} titles, metric names and "
                      f"log lines match it{'; ' + others if others else ''})")

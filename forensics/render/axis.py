@@ -35,6 +35,39 @@ class Axis:
         return f"{self.bucket_s}s"
 
 
+def own_time(analysis: Analysis) -> bool:
+    """Whether any evidence carries a time of its own: a stamped line, a dump or scrape timed by a
+    capture header, a file name or a sample's own timestamp (not only a file's modification time,
+    which a copy resets to when it was copied)."""
+    t = analysis.timeline
+    if t.first_ts is not None:
+        return True
+    stated = (pl.col("ts_confidence").cast(pl.String).fill_null("") != "low") & pl.col("ts").is_not_null()
+    if t.stacks.filter(stated).height:
+        return True
+    return bool(t.samples.filter(stated | pl.col("sample_ts").is_not_null()).select(pl.len()).collect().item())
+
+
+def no_time_axis(analysis: Analysis) -> str | None:
+    """Why no time axis is drawn (None: the evidence has times of its own): what came without a
+    time, and what the only times there are say."""
+    if own_time(analysis):
+        return None
+    t = analysis.timeline
+    dumps = t.stacks.select("source_file", "dump").unique().height if t.stacks.height else 0
+    scrapes = (t.samples.select(pl.col("source_file").cast(pl.String), "scrape").unique().collect().height)
+    lines = t.events.height
+    said = [f"{n:,} {what}{'s' if n > 1 else ''} {why}" for n, what, why in (
+        (dumps, "py-spy dump", "without a capture header"), (scrapes, "scrape", "without a capture header"),
+        (lines, "log line", "without a time stamp")) if n]
+    copied = [x for x in (t.stacks.get_column("ts").min() if t.stacks.height else None,
+                          t.samples.select(pl.col("ts").min()).collect().item()) if isinstance(x, datetime)]
+    when = (f" Their files' modification times ({min(copied):%Y-%m-%d %H:%M} UTC) say when they were copied, "
+            "not when the evidence was taken, so none is used.") if copied else ""
+    return ("No time axis: nothing in this bundle carries a time of its own (" + (", ".join(said) or "no evidence")
+            + ")." + when)
+
+
 def axis_for(analysis: Analysis, max_buckets: int = MAX_BUCKETS) -> Axis:
     """The incident's span (window if declared, else the evidence's) and a bucket giving at most
     `max_buckets` buckets."""

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from forensics.analyze import Analysis
-from forensics.detect import errors, span
+from forensics.detect import errors, rank_list, span
 from forensics.detect.stack_verdict import Verdict
 from forensics.render.axis import label_rows, axis_for, no_samples, wall, wall_time, x_range
 from forensics.render.palette import KEY_TIME_COLOURS, OVERVIEW_COLOURS, PHASE_COLOURS
@@ -107,15 +107,26 @@ def icicle_figure(verdict: Verdict, redact: Redact | None = None) -> go.Figure:
     return fig
 
 
+RANK_PREFIX = r"\[rank(\d+)\]"  # torch.distributed's prefix of a rank's line
+
+
 def errors_figure(analysis: Analysis, redact: Redact | None = None, top: int = 12) -> go.Figure:
     """Notable lines per minute for the `top` templates by count (stacked bars), in the display zone."""
-    counts = errors.per_minute(analysis.timeline)
-    leaders = (counts.group_by("component", "template").agg(pl.col("count").sum())
+    # the same line written by every rank ("[rank3]:[E710 …] …") is one series with its ranks listed
+    counts = (errors.per_minute(analysis.timeline)
+              .with_columns(pl.col("template").str.extract(RANK_PREFIX, 1).cast(pl.Int64, strict=False).alias("rank"),
+                            pl.col("template").str.replace_all(RANK_PREFIX, "[rank<n>]"))
+              .group_by("minute", "component", "template")
+              .agg(pl.col("count").sum(), pl.col("rank").drop_nulls().unique()))
+    leaders = (counts.group_by("component", "template")
+               .agg(pl.col("count").sum(), pl.col("rank").list.explode(keep_nulls=False, empty_as_null=False).unique())
                .sort("count", "component", "template", descending=[True, False, False], nulls_last=True).head(top))
     fig = go.Figure()
-    for component, template, _ in leaders.iter_rows():
-        rows = counts.filter((pl.col("component").eq_missing(component)) & (pl.col("template") == template))
-        name = hover(f"{component or '?'}: {template}", redact, 70, 2)
+    for component, template, _, ranks in leaders.iter_rows():
+        rows = (counts.filter(pl.col("component").eq_missing(component) & (pl.col("template") == template))
+                .sort("minute"))
+        said = f" · rank{'s' if len(ranks) > 1 else ''} {rank_list(ranks)}" if ranks else ""
+        name = hover(f"{component or '?'}{said}: {template}", redact, 70, 2)
         fig.add_trace(go.Bar(x=rows.select(wall("minute", analysis.display_zone)).to_series().to_list(),
                              y=rows.get_column("count").to_list(), name=name, meta=name,
                              hovertemplate="%{meta}<br>%{x}<br>%{y} lines<extra></extra>"))

@@ -23,6 +23,7 @@ from plotly.offline import get_plotlyjs
 
 from forensics.analyze import Analysis, in_display_zone, is_anomaly
 from forensics.detect import Finding, clock, span
+from forensics.render.metric_panels import GPU_UTIL, idle_gpus_said
 from forensics.render.text import Redact, code_spans, safe, title_redact
 
 STYLE = """
@@ -54,6 +55,14 @@ def figure_div(fig: go.Figure, div_id: str) -> str:
     plotly writes the id into the div and the script as it is, so it is made safe here."""
     return pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=element_id(div_id),
                        config={"displaylogo": False, "responsive": True})
+
+
+def no_time_note(fig: go.Figure) -> str:
+    """Why a figure draws no time axis (`swimlanes._without_time` leaves it in the layout), as a
+    note above it; "" for a figure on a time axis."""
+    meta = fig.layout.meta
+    why = meta.get("no_time_axis") if isinstance(meta, dict) else None
+    return f'<p class="note no-time-axis">{safe(why)}</p>' if why else ""
 
 
 FOLD_ROWS = 12  # a longer table shows its first rows, the whole of it a click away
@@ -140,6 +149,22 @@ def key_times_block(analysis: Analysis, redact: Redact | None) -> str:
     return f"{table(key_times_rows(analysis), redact)}\n<p><b>{safe(measures)}</b></p>{contradictions}"
 
 
+def first_screen_notes(analysis: Analysis, redact: Redact | None) -> str:
+    """What the first screen says beside its one answer: GPUs DCGM saw idle (an idle GPU beside a
+    hang is evidence), and non-fatal device errors, said apart as no fault (never the incident)."""
+    out = []
+    if idle := idle_gpus_said(analysis):
+        beside = " beside the hang: nothing ran on them when they were scraped" if analysis.incident_found else ""
+        out.append(f'<p class="gpu-idle">Idle: {safe(idle, redact)} ({GPU_UTIL}, the last sample){beside}.</p>')
+    non_fatal = [f for f in analysis.reported() if f.facts.get("non_fatal")]
+    if non_fatal:
+        what = "; ".join(f.text for f in non_fatal[:3])
+        more = f" (and {len(non_fatal) - 3} more)" if len(non_fatal) > 3 else ""
+        out.append(f'<p class="note non-fatal">Reported apart, not the incident (non-fatal, no fault): '
+                   f"{code_spans(safe(what, redact))}{more}</p>")
+    return "".join(out)
+
+
 # How much a finding weighs in the report: the verdict and the freezes first, the requests they
 # cost and the logs' repeats later, people's own notes last. Kinds not named weigh as symptoms.
 WEIGHTS = {"frozen": 1, "silent_hang": 2, "stack_verdict": 3, "gpu_xid_error": 3, "gpu_idle_while_hung": 3,
@@ -219,7 +244,7 @@ def _timeline_page(analysis: Analysis, fig: go.Figure, redact: Redact | None, st
 {key_times_block(analysis, redact)}
 <h2>Symptom tracks</h2>{f"<ul>{tracks}</ul>" if tracks else "<p>No findings.</p>"}
 <h2>Timeline</h2>
-{figure_div(fig, "timeline")}
+{no_time_note(fig)}{figure_div(fig, "timeline")}
 <p class="note" id="redaction">{safe(statement or NOT_REDACTED)}</p>
 </body></html>
 """

@@ -4,6 +4,7 @@ of health checks, the order lanes are drawn in, and the rows a person marked."""
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import polars as pl
@@ -32,10 +33,13 @@ def stack_lane(host: str | None, group: str, label: str) -> str:
     return " · ".join(part for part in (host, group, label) if part)
 
 
-def lane_order(lanes: list[str], involved: set[str | None]) -> list[str]:
-    """Lanes of hosts that findings or stacks name first, then the rest, each by name with its
-    numbers compared as numbers (TP8 before TP10, node-2 before node-10)."""
-    return sorted(set(lanes), key=lambda lane: (lane.split(" · ", 1)[0] not in involved, natural_key(lane)))
+def lane_order(lanes: list[str], involved: Collection[str | None]) -> list[str]:
+    """Lanes of the hosts findings or stacks name first — in `involved`'s order when it has one,
+    the host at fault first — then the rest, each by name with its numbers compared as numbers
+    (TP8 before TP10, node-2 before node-10)."""
+    rank = {host: n for n, host in enumerate(involved)} if not isinstance(involved, (set, frozenset)) else (
+        dict.fromkeys(involved, 0))
+    return sorted(set(lanes), key=lambda lane: (rank.get(lane.split(" · ", 1)[0], len(rank)), natural_key(lane)))
 
 
 def natural_key(text: str) -> list[str | int]:

@@ -16,7 +16,7 @@ from forensics.profiles import MetricPanel
 from forensics.render.axis import BUCKETS, Axis, no_samples, wall_ms
 from forensics.render.palette import DASHES, series_colour
 from forensics.render.text import Redact, hover
-from forensics.timeline.metrics import counter_rates, named, one_copy_per_engine
+from forensics.timeline.metrics import counter_rates, label, named, one_copy_per_engine
 
 
 POINT_BUDGET = 60_000  # metric points over all panels; more series means coarser buckets
@@ -61,6 +61,34 @@ def metric_frame(analysis: Analysis, gauges: tuple[str, ...], rates: tuple[str, 
             .agg(pl.col("value").mean())
             .sort("series", "bucket")
             .select("series", wall_ms("bucket", axis.zone).alias("x"), "value"))
+
+
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # DCGM's utilisation of each GPU, in percent
+IDLE_PERCENT = 1.0  # under this in a GPU's last sample: idle
+
+
+def idle_gpus(analysis: Analysis) -> pl.DataFrame:
+    """The GPUs whose last DCGM utilisation sample is under IDLE_PERCENT: `instance`, `gpu` (its
+    label, null where the scrape names none) and `value`, by instance and GPU number. An idle GPU
+    beside a hang is evidence (nothing ran on it when it was scraped), whatever the scrape's time."""
+    samples = analysis.timeline.samples.filter(named(GPU_UTIL))
+    last = (samples.with_columns(instance_name(), label("gpu"))
+            .sort(pl.coalesce("sample_ts", "ts"), "scrape", nulls_last=False)
+            .group_by("instance", "gpu").agg(pl.col("value").drop_nulls().last()).collect())
+    return (last.filter(pl.col("value") < IDLE_PERCENT)
+            .sort("instance", pl.col("gpu").cast(pl.Int64, strict=False), "gpu", nulls_last=True))
+
+
+def idle_gpus_said(analysis: Analysis) -> str:
+    """The idle GPUs in words ("GPUs 0, 1, 2 on host:9400 at 0 % utilisation"), "" when none."""
+    idle = idle_gpus(analysis)
+    parts = []
+    for (instance,), rows in idle.group_by("instance", maintain_order=True):
+        gpus = [g for g in rows.get_column("gpu").to_list() if g is not None]
+        values = sorted({f"{v:g}" for v in rows.get_column("value").to_list()})
+        which = (f"GPU{'s' if len(gpus) > 1 else ''} {', '.join(gpus)}" if gpus else "its GPU")
+        parts.append(f"{which} on {instance} at {' to '.join(values)} % utilisation")
+    return "; ".join(parts)
 
 
 def instance_name() -> pl.Expr:
@@ -155,6 +183,8 @@ def metric_panel(fig: go.Figure, frame: pl.DataFrame, row: int, redact: Redact |
         return
     if frame.get_column("value").min() >= 0:  # counts, rates, fractions: the axis starts at 0
         fig.update_yaxes(rangemode="tozero", row=row, col=1)
+    if unit == "%":  # a percentage on its own scale: 0 % at the bottom of 100, not of an axis to 1
+        fig.update_yaxes(range=[0, max(100.0, frame.get_column("value").max() * 1.05)], row=row, col=1)
     show = legend if legend is not None else frame.get_column("series").n_unique() <= LEGEND_SERIES
     metrics = sorted({series.rsplit(" ", 1)[-1] for series in frame.get_column("series").unique().to_list()})
     for (series,), rows in frame.group_by("series", maintain_order=True):

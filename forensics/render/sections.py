@@ -36,8 +36,8 @@ from forensics.detect.stacks import latest
 from forensics.errors import ForensicsError
 from forensics.profiles import MetricPanel, load_profile
 from forensics.render import figures, html, postmortem
-from forensics.render.axis import axis_for, wall
-from forensics.render.lanes import Mark
+from forensics.render.axis import axis_for, own_time, wall
+from forensics.render.lanes import Mark, lane_expr
 from forensics.render.metric_panels import metric_panel, metric_panels
 from forensics.render.swimlanes import timeline_figure
 from forensics.render.redact import Redactor
@@ -101,7 +101,8 @@ class Figure:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         Figure._count += 1
         return {"application/vnd.plotly.v1+json": json.loads(pio.to_json(self.fig, validate=False)),
-                "text/html": html.figure_div(self.fig, html.element_id("fig", Figure._count, self.name)),
+                "text/html": html.no_time_note(self.fig)
+                + html.figure_div(self.fig, html.element_id("fig", Figure._count, self.name)),
                 "text/plain": f"<figure {self.name}: {len(self.fig.data)} traces>"}
 
 
@@ -222,7 +223,7 @@ class ReportSession:
         return Html(f"<table><tr><th>bundle</th><td>{safe(a.bundle, r)}</td></tr>"
                     f"<tr><th>window (UTC)</th><td>{safe(window[0])} — {safe(window[1])}</td></tr>"
                     f"<tr><th>display time zone</th><td>{safe(a.display_zone)}</td></tr>"
-                    f"<tr><th>profile</th><td>{safe(a.timeline.profile.name)}</td></tr></table>"
+                    f"<tr><th>profile</th><td>{safe(profile_said(a))}</td></tr></table>"
                     + "".join(f'<p class="note">{safe(n, r)}</p>' for n in a.timeline.incident.notes))
 
     def answer(self) -> Html:
@@ -231,7 +232,8 @@ class ReportSession:
         TTD / TTM / TTR."""
         a, r = self.analysis, self.redact
         with in_display_zone(a):
-            day = postmortem.incident_day(a)
+            # a day only from the evidence's own times, never from a copied file's modification time
+            day = postmortem.incident_day(a) if own_time(a) else "date unknown (nothing carries a time of its own)"
             sentence = code_spans(postmortem.verdict_sentence(a, lambda text: safe(text, r)))
             # "no incident found … Checked:" is followed by what was checked, on the first screen too
             checked = ("" if a.incident_found else
@@ -239,7 +241,8 @@ class ReportSession:
             return Html(f"<h1>{safe(a.timeline.incident.title, title_redact(a.timeline.incident.title_written, r))}</h1>"
                         f'<p class="note">{safe(day) + " · " if day else ""}times in {safe(a.display_zone)} · '
                         f"{safe(a.bundle.name, r)} · {safe(profile_said(a))}</p>"
-                        f'<p class="verdict">{sentence}</p>{checked}{html.key_times_block(a, r)}')
+                        f'<p class="verdict">{sentence}</p>{checked}{html.first_screen_notes(a, r)}'
+                        f"{html.key_times_block(a, r)}")
 
     def sources(self) -> Html:
         """Records, parsed, quarantined and time span per input."""
@@ -281,14 +284,21 @@ class ReportSession:
     def overview(self) -> Figure | Html:
         """Each component's progress and freeze as a bar under the key times (the first screen's
         picture); a sentence when no component logs progress."""
+        if not own_time(self.analysis):  # the header says the date is unknown; the timeline says why
+            return Html("")
         with in_display_zone(self.analysis):
             fig = figures.overview_figure(self.analysis, self.redact)
         if not fig.data:
-            lines = progress.last_progress(self.analysis.timeline).get_column("lines").sum()
+            # said from what the timeline draws: its progress strip, lane by lane
+            drawn = self.analysis.timeline.progress_counts.with_columns(lane_expr())
+            lines, lanes = drawn.get_column("lines").sum(), drawn.get_column("lane").n_unique()
             if lines:  # progress is logged, by logs the profile names no role for (a plain server.log)
-                return Html(f'<p class="note">{lines:,} progress lines are logged, by no component the profile '
-                            "names (no bar per component): the timeline below shows them in their lanes.</p>")
-            return Html('<p class="note">No component logs progress lines: the timeline below shows what there is.</p>')
+                return Html(f'<p class="note">{lines:,} progress line{"s are" if lines > 1 else " is"} logged, by no '
+                            "component the profile names (no bar per component): the timeline below draws "
+                            f"{'them' if lines > 1 else 'it'} in the lane{'s' if lanes > 1 else ''} "
+                            f"{safe(', '.join(sorted(drawn.get_column('lane').unique())), self.redact)}.</p>")
+            return Html('<p class="note">No progress lines in the evidence: '
+                        "the timeline below shows what there is.</p>")
         return Figure(fig, "overview")
 
     def timeline(self) -> Figure:
