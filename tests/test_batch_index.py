@@ -98,8 +98,6 @@ def test_the_users_own_title_is_not_redacted(index: dict[str, Any]) -> None:
     assert draft.startswith(f"# Post-mortem: {TITLE}\n")
 
 
-@pytest.mark.xfail(strict=True, reason="gap: forensics/render/sections.py builds its Redactor without the title the "
-                   "user wrote (Redactor(hosts, users, keep=[title])), so summary.json's `incident` is redacted")
 def test_the_users_own_title_stays_in_the_redacted_summary(index: dict[str, Any]) -> None:
     out = index["out"] / index["rows"]["collective-timeout"]["out"]
     assert json.loads((out / "summary.json").read_text())["incident"] == TITLE

@@ -200,9 +200,10 @@ class ReportSession:
         return session
 
     def redactor(self) -> Redactor:
-        """A fresh redactor knowing this bundle's host names."""
+        """A fresh redactor knowing this bundle's host names; the title the user wrote is theirs and kept."""
         hosts, users = hosts_and_users(self.analysis)
-        return Redactor(hosts, users)
+        incident = self.analysis.timeline.incident
+        return Redactor(hosts, users, keep=[incident.title] if incident.title_written else [])
 
     @property
     def redact(self) -> Redact | None:
