@@ -35,7 +35,6 @@ from forensics.detect import (
     findings_frame,
     fold_findings,
     progress,
-    rank_list,
     span,
     spans_days,
 )
@@ -58,8 +57,6 @@ SIGNATURE_KINDS = ("silent_hang", "kv_transfer_failure", "watchdog_timeout", "en
                    "cuda_oom", "crash_loop", "startup_failure", "startup_stall", "silent_death", "stuck_process",
                    "distributed_transport_failure", "collective_verdict", "worker_died", "child_failed")
 PROFILE_SAMPLE_LINES = 20_000  # log lines looked at to choose a profile
-COLLECTIVE_STATES_SHOWN = 32  # states of the collectives the text report lists, then a count
-NO_CLOCK = "--:--:--"  # where a finding's time would be printed, for one the evidence gives no time
 CHECKS_TRACK = "checks"  # findings that say what was looked at when nothing was wrong
 # Notes, and what is no fault: an operator's stop and what it brought with it, a run's own orderly end,
 # one long step (a prefill the next line shows done) where a freeze was suspected.
@@ -526,71 +523,3 @@ def no_incident_heading(analysis: Analysis) -> str:
     if not analysis.timeline.manifest["inputs"]:
         return "no evidence read: nothing in the bundle could be checked"
     return "no incident found: nothing in the evidence shows a fault. Checked:"
-
-
-# Where `str.splitlines` ends a line: inside one line of the text report (a title, a finding
-# quoting evidence, a host name) each is written out, so that evidence holding "…\n## track: …"
-# cannot begin a line that poses as the report's own.
-_LINE_BREAKS = str.maketrans({c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-                              for c in (0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029)})
-
-
-def report_text(analysis: Analysis) -> str:
-    """The findings, tracks and key times in plain sentences, times in the analysis' display zone;
-    each of its lines one line, whatever the evidence it quotes holds."""
-    with in_display_zone(analysis):
-        return "\n".join(line.translate(_LINE_BREAKS) for line in _report_text(analysis))
-
-
-def _report_text(analysis: Analysis) -> list[str]:
-    t = analysis.key_times
-    lines = [f"# {analysis.timeline.incident.title}", profile_said(analysis), ""]
-    lines.append(f"key times ({analysis.display_zone}):")
-    for name in ("started", "detected", "mitigated", "resolved"):
-        at = getattr(t, name)
-        lines.append(f"  {name:<9} {clock(at) if at else '—':<9} {t.how.get(name, 'not in the evidence')}")
-    measures = [(label, t.seconds(name)) for label, name in (("TTD", "detected"), ("TTM", "mitigated"),
-                                                            ("TTR", "resolved"))]
-    lines.append("  " + "   ".join(f"{label} {span(s) if s is not None else '—'}" for label, s in measures))
-    for problem in t.contradictions:
-        lines.append(f"  CONTRADICTION: {problem}")
-    for track in analysis.tracks:
-        when = f"{clock(track.first)}–{clock(track.last)}" if track.first else "no time in the evidence"
-        lines += ["", f"## track: {track.name} ({', '.join(track.components) or 'no component'}, {when})"]
-        for f in track.findings:
-            if analysis.superseded(f):
-                continue
-            lines.append(f"  {clock(f.at) if f.at else NO_CLOCK}  [{f.kind}] {f.text}")
-    if analysis.links:
-        lines += ["", "## between tracks"] + [f"  {text}" for text in analysis.links]
-    states = analysis.collective_states()
-    if states.height:
-        lines += ["", "## collectives (per process group, the ranks in one state together)"]
-        for row in states.head(COLLECTIVE_STATES_SHOWN).iter_rows(named=True):
-            said = [f"{name} {row[key]}" for name, key in (
-                ("seq", "seq"), ("op", "op"), ("state", "state"), ("sizes", "sizes"),
-                ("last enqueued", "last_enqueued"), ("last completed", "last_completed"),
-                ("watchdog seq", "watchdog_seq"), ("watchdog op", "watchdog_op"), ("stack", "stack_phase"))
-                if row[key] is not None]
-            job = f"{row['job'].split('/')[0]} " if row["job"] else ""
-            ranks = f"rank {row['ranks'][0]}" if row["count"] == 1 else f"ranks {rank_list(row['ranks'])}"
-            lines.append(f"  {job}group {row['pg']} {ranks}: " + ", ".join(said))
-        if states.height > COLLECTIVE_STATES_SHOWN:
-            rest = states.slice(COLLECTIVE_STATES_SHOWN)
-            lines.append(f"  … and {rest.height:,} more states of {rest.get_column('count').sum():,} ranks (only the "
-                         f"first {COLLECTIVE_STATES_SHOWN} states are listed one by one; summary.json's findings and "
-                         "the report's collectives table hold every rank)")
-    if not analysis.incident_found:
-        lines += ["", "## " + no_incident_heading(analysis)] + [f"  - {line}" for line in analysis.checked()]
-    checks = analysis.timeline.clock_checks
-    if checks.height:
-        lines += ["", "## clocks"]
-        for row in checks.iter_rows(named=True):
-            lines.append(f"  {row['host']}: zone {row['time_zone']}, offset {row['offset_applied_s']:+.3f} s "
-                         f"({row['offset_source']}); "
-                         f"log-line stamps minus journald: median {row['line_minus_journal_s']:+.2f} s "
-                         f"(spread {row['spread_s']:.2f} s over {row['lines']:,} lines)")
-    for note in analysis.timeline.incident.notes:
-        lines.append(f"  note: {note}")
-    return lines
-

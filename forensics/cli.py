@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import textwrap
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from forensics.capture.kubernetes import add_flags as add_kubernetes_flags, run_from_args as run_kubernetes
 from forensics.case.bundle import open_bundle
@@ -63,41 +62,6 @@ def _ingest(bundle: Path, case_dir: Path | str) -> None:
     ingest(bundle, case_dir, progress=_progress)
 
 
-def print_summary(case_dir: Path | str, out: TextIO | None = None) -> None:
-    """Print what a case holds: inputs, records seen = parsed + quarantined, hosts and units."""
-    import polars as pl
-
-    from forensics.case.opened import host_unit_summary, instance_summary, load_case
-
-    out = out or sys.stdout
-    case = load_case(case_dir)
-    m = case.manifest
-    t = m["totals"]
-    print(f"case {case_dir}  (bundle {m['bundle']})", file=out)
-    print(f"window {m['first_ts']} .. {m['last_ts']}", file=out)
-    print(f"records seen {t['records']:,} = parsed {t['parsed']:,} + quarantined {t['quarantined']:,}"
-          f"; {t['duplicates']:,} duplicates of records already read; {t['events']:,} events", file=out)
-    print("\ninputs:", file=out)
-    for e in m["inputs"]:
-        line = (f"  {e['path']:<44} {e['format']:<15} records {e['records']:>9,}  parsed {e['parsed']:>9,}  "
-                f"quarantined {e['quarantined']:>6,}  duplicates {e['duplicates']:>6,}")
-        print(line + (f"  ERROR {e['error']}" if e.get("error") else ""), file=out)
-    for s in m["skipped"]:
-        print(f"  skipped {s['path']}: {s['reason']}", file=out)
-    print("\nper host and unit:", file=out)
-    with pl.Config(tbl_rows=100, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
-                   fmt_str_lengths=60, tbl_width_chars=160):
-        print(host_unit_summary(case), file=out)
-        instances = instance_summary(case)
-        if instances.height:
-            print("\nmetrics per instance:", file=out)
-            print(instances, file=out)
-        reasons = (case.quarantine.group_by("reason").len().sort("len", descending=True).head(10).collect())
-        if reasons.height:
-            print("\nquarantine (top reasons):", file=out)
-            print(reasons, file=out)
-
-
 def _case_for(path: Path | str) -> Path | str:
     """A case folder or URL as given, or the default case of a bundle, ingested now."""
     if isinstance(path, str):
@@ -108,32 +72,6 @@ def _case_for(path: Path | str) -> Path | str:
     _ingest(path, case_dir)
     sys.stderr.flush()
     return case_dir
-
-
-def print_stacks(case_dir: Path | str, profile: str, expected: dict[str, int], every_round: bool,
-                 groups_by_pid: dict[int, str] | None = None, out: TextIO | None = None) -> None:
-    """Print each group's stack verdict with its explanation and the phase of every rank."""
-    out = out or sys.stdout
-    from forensics.case.opened import load_case
-    from forensics.detect.stacks import judge, latest
-    from forensics.profiles import load_profile
-
-    case = load_case(case_dir)
-    verdicts = judge(case.stacks, case.quarantine, load_profile(profile), expected, groups_by_pid)
-    if not verdicts:
-        print(f"no py-spy dumps in {case_dir}", file=out)
-        return
-    for v in verdicts if every_round else latest(verdicts):
-        rounds = f" (round {v.round + 1})" if every_round else ""
-        print(f"== {v.group}{rounds}: {v.verdict}", file=out)
-        print(textwrap.fill(v.explanation, width=110), file=out)
-        for r in sorted(v.ranks, key=lambda r: r.rank):
-            frame = str(r.phase.frame) if r.phase.frame else "-"
-            moved = v.progress.get(r.rank, "")
-            print(f"   {r.label:<8} pid {r.pid or '-':<8} {r.phase.phase:<11} {frame:<70} {moved}", file=out)
-        for m in v.missing:
-            print(f"   {m.label:<8} MISSING  {m.reason}", file=out)
-        print(file=out)
 
 
 def _expected(pairs: list[str]) -> dict[str, int]:
@@ -467,6 +405,8 @@ def _run_ingest(args: argparse.Namespace) -> int:
     case_dir = args.case or _default_case(args.bundle)
     _ingest(args.bundle, case_dir)
     sys.stderr.flush()
+    from forensics.render.text_report import print_summary
+
     print_summary(case_dir)
     return 0
 
@@ -534,6 +474,8 @@ def _run_collect(args: argparse.Namespace) -> int:
 
 def _run_summary(args: argparse.Namespace) -> int:
     """`summary`: what a case holds."""
+    from forensics.render.text_report import print_summary
+
     print_summary(args.case)
     return 0
 
@@ -541,6 +483,8 @@ def _run_summary(args: argparse.Namespace) -> int:
 def _run_stacks(args: argparse.Namespace) -> int:
     """`stacks`: the stack verdicts of a bundle or case."""
     expected, by_pid = _expected(args.expect), _groups(args.group)  # bad flags fail before work
+    from forensics.render.text_report import print_stacks
+
     print_stacks(_case_for(args.path), args.profile, expected, args.all_rounds, by_pid)
     return 0
 
@@ -559,7 +503,8 @@ def _run_analyze(args: argparse.Namespace) -> int:
     """`analyze`: findings, tracks and key times, as text or JSON."""
     import json
 
-    from forensics.analyze import analyze, report_text
+    from forensics.analyze import analyze
+    from forensics.render.text_report import report_text
     from forensics.profiles import load_profile
     case_dir = args.case or _default_case(args.bundle)
     print(f"case: {case_dir}", file=sys.stderr)

@@ -13,7 +13,8 @@ import pytest
 
 import forensics.timeline.align as align
 import forensics.timeline.host_read as host_read
-from forensics.analyze import Analysis, analyze, report_text
+from forensics.analyze import Analysis, analyze
+from forensics.render.text_report import report_text
 from forensics.lab.reference import write_reference
 from forensics.render import figures, lanes, swimlanes
 from tests.conftest import REPO, export_entry

@@ -11,7 +11,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from forensics.analyze import Analysis, analyze, is_anomaly, report_text
+from forensics.analyze import Analysis, analyze, is_anomaly
+from forensics.render.text_report import report_text
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "logs"
 V1_FINISHED = "vllm_0.18.0_ascend_v1_offline_generate_4_prompts_finished_shutdown.log"

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forensics.analyze import Analysis, analyze, is_anomaly, report_text
+from forensics.analyze import Analysis, analyze, is_anomaly
+from forensics.render.text_report import report_text
 from forensics.profiles import load_profile
 
 NONFATAL_TRACK = "non-fatal device errors"

@@ -60,7 +60,8 @@ def test_a_json_dump_whose_header_names_a_huge_rank_is_quarantined(tmp_path: Pat
 def test_thousands_of_ranks_in_watchdog_lines_are_a_few_lines_of_the_text_report(tmp_path: Path) -> None:
     """The text report's collectives section had a line per process group and rank: ranks in one
     state are one line now, and past 32 states the rest are counted."""
-    from forensics.analyze import COLLECTIVE_STATES_SHOWN, analyze, report_text
+    from forensics.analyze import analyze
+    from forensics.render.text_report import COLLECTIVE_STATES_SHOWN, report_text
 
     logs = tmp_path / "bundle" / "logs"
     logs.mkdir(parents=True)
