@@ -75,6 +75,9 @@ def is_anomaly(finding: Finding) -> bool:
     return True
 
 
+SKIPPED_LISTED = 1000  # files skipped that summary.json names one by one (then only counts)
+
+
 @dataclass
 class Analysis:
     """Everything the detectors found in one bundle."""
@@ -309,6 +312,7 @@ class Analysis:
             "window": window,
             "sources": [{k: e.get(k) for k in ("path", "format", "records", "parsed", "quarantined", "duplicates",
                                                "first_ts", "last_ts", "error")} for e in manifest["inputs"]],
+            "skipped": {"count": len(manifest["skipped"]), "files": manifest["skipped"][:SKIPPED_LISTED]},
             "key_times": self.key_times.as_dict(),
             "components": self.last_progress(),
             "findings": [{"kind": f.kind, "track": f.track, "component": f.component, "host": f.host,

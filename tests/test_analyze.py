@@ -198,7 +198,7 @@ def test_an_undeclared_clock_offset_is_estimated_from_requests_seen_on_two_hosts
 
 
 def test_the_display_zone_changes_the_words_not_the_data(reference: Analysis, tmp_path: Path) -> None:
-    from forensics.analyze import report_text
+    from forensics.render.text_report import report_text
     shown = analyze(REFERENCE, tmp_path / "case", display_zone="Asia/Shanghai")
     text = report_text(shown)
     assert "key times (Asia/Shanghai):" in text and "started   05:34:47" in text

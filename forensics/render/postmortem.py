@@ -238,6 +238,9 @@ def draft(analysis: Analysis, redact: Redact | None = None) -> str:
         return _draft(analysis, redact)
 
 
+SKIPPED_NAMED = 50  # files not read the draft names one by one
+
+
 def _draft(analysis: Analysis, redact: Redact | None) -> str:
     zone = analysis.display_zone
     day = f", incident of {incident_day(analysis)}" if incident_day(analysis) else ""
@@ -246,7 +249,7 @@ def _draft(analysis: Analysis, redact: Redact | None) -> str:
                       f"*Draft written by forensics from {_code(analysis.bundle.name, redact)}{day}; times in "
                       f"{zone}. Every statement below comes from the evidence; replace each TODO.*", ""]
     for section in (_summary, _impact, _root_causes, _trigger, _resolution, _detection, _action_items, _lessons,
-                    _timeline_table):
+                    _timeline_table, _not_read):
         out += section(analysis, redact)
     return "\n".join(out)
 
@@ -418,3 +421,16 @@ def _timeline_table(analysis: Analysis, redact: Redact | None) -> list[str]:
         out.append(f"| {when} | {_md(f.track, redact)} | {f.kind} | {_md(f.text, redact)} |")
     out.append("")
     return out
+
+
+def _not_read(analysis: Analysis, redact: Redact | None) -> list[str]:
+    """The bundle's files that were not read, each with why: evidence nobody looked at is a fact too."""
+    skipped = analysis.timeline.manifest.get("skipped") or []
+    if not skipped:
+        return []
+    out = ["## Evidence not read", "", f"{len(skipped):,} file{'s' if len(skipped) > 1 else ''} of the bundle "
+           "could not be read; each with why:", ""]
+    out += [f"- {_code(s['path'], redact)}: {_md(s['reason'], redact)}" for s in skipped[:SKIPPED_NAMED]]
+    if len(skipped) > SKIPPED_NAMED:
+        out.append(f"- … and {len(skipped) - SKIPPED_NAMED:,} more (summary.json names them)")
+    return out + [""]

@@ -81,6 +81,18 @@ def _report_text(analysis: Analysis) -> list[str]:
                          f"(spread {row['spread_s']:.2f} s over {row['lines']:,} lines)")
     for note in analysis.timeline.incident.notes:
         lines.append(f"  note: {note}")
+    return lines + _skipped(analysis)
+
+
+def _skipped(analysis: Analysis) -> list[str]:
+    """The bundle's files that were not read, each with why (the first SKIPPED_SHOWN, then a count)."""
+    skipped = analysis.timeline.manifest.get("skipped") or []
+    if not skipped:
+        return []
+    lines = ["", f"## files skipped ({len(skipped):,}: not read, each with why)"]
+    lines += [f"  {s['path']}: {s['reason']}" for s in skipped[:SKIPPED_SHOWN]]
+    if len(skipped) > SKIPPED_SHOWN:
+        lines.append(f"  … and {len(skipped) - SKIPPED_SHOWN:,} more (summary.json names them)")
     return lines
 
 

@@ -34,7 +34,7 @@ def _bundle(folder: Path, traceback: bool) -> Path:
 
 @pytest.mark.parametrize("traceback", [False, True], ids=["templates", "tracebacks"])
 def test_a_finding_per_distinct_line_is_bounded_and_the_rest_counted(tmp_path: Path, traceback: bool) -> None:
-    from forensics.analyze import report_text
+    from forensics.render.text_report import report_text
     from forensics.detect import MAX_FINDINGS_OF_A_KIND
     from forensics.render import postmortem
     from forensics.render.sections import ReportSession

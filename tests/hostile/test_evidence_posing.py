@@ -16,7 +16,7 @@ from typing import Any
 import mistune
 import pytest
 
-from forensics.analyze import report_text
+from forensics.render.text_report import report_text
 from forensics.render import postmortem
 from forensics.render.postmortem import HEADINGS
 from forensics.render.sections import ReportSession

@@ -52,7 +52,8 @@ def test_the_ranks_of_one_state_are_one_clause_on_the_first_screen(accelerate: P
 
 
 def test_a_job_no_serving_profile_matches_is_never_called_sglang(accelerate: Path, browser: Any) -> None:
-    from forensics.analyze import analyze, report_text
+    from forensics.analyze import analyze
+    from forensics.render.text_report import report_text
 
     page = open_page(browser, accelerate / "report.html")
     header = page.locator("p.note").first.inner_text()
@@ -68,7 +69,8 @@ def test_a_job_no_serving_profile_matches_is_never_called_sglang(accelerate: Pat
 
 
 def test_an_sglang_log_is_read_with_the_sglang_profile_and_says_so(tmp_path: Path) -> None:
-    from forensics.analyze import analyze, report_text
+    from forensics.analyze import analyze
+    from forensics.render.text_report import report_text
 
     bundle = corpus_bundle(tmp_path / "ascend", {f"corpus2/logs/{ASCEND_LOG}": "logs/npu-node"})
     assert report_text(analyze(bundle, tmp_path / "case")).splitlines()[1] == "profile sglang"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.analyze import report_text
+from forensics.render.text_report import report_text
 from forensics.render.sections import ReportSession
 from tests.sources.test_frtrace_text import OLDER as PASTED_FRTRACE
 from tests.test_report import REFERENCE
