@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
 
+from forensics.timeline.progress import progress_rules
 from forensics.timeline.align import LEAN_ABOVE, Timeline, build_timeline
 from forensics.case.build import Held, ingest
 from forensics.case.opened import Case, load_case
@@ -224,10 +225,10 @@ class Analysis:
                                 f"({'last at ' + clock(r['last']) if r['last'] else 'no time in the evidence'})"
                                 for r in lines.head(6).iter_rows(named=True))
             frozen = sorted({f.component or "?" for f in self.findings if f.kind == "frozen"})
+            gap = progress_rules(t.profile).freeze_gap_s  # the profile's, as the detector used it
             out.append(f"progress lines of {lines.height} scheduler{'s' if lines.height > 1 else ''}: {streams}"
                        f"{' …' if lines.height > 6 else ''}; "
-                       + (f"{', '.join(frozen)} stopped for over {progress.FREEZE_GAP_S:.0f} s with work pending"
-                          if frozen else f"none stopped for over {progress.FREEZE_GAP_S:.0f} s with work pending"))
+                       + f"{', '.join(frozen) or 'none'} stopped for over {gap:.0f} s with work pending")
         else:
             out.append("no progress lines (the profile's batch lines) in the logs: a freeze could not be looked for")
         if self.verdicts:
@@ -289,15 +290,18 @@ class Analysis:
 
     def span(self) -> list[str | None]:
         """The first and last time on the timeline (ISO-8601): what the analysis placed, so a file
-        whose only time is its copy time ("time unknown") does not stretch it."""
+        whose only time is its copy time ("time unknown", or a dump or scrape dated by its file's
+        mtime) does not stretch it; [None, None] when nothing carries a time of its own."""
         t = self.timeline
+        stated = pl.col("ts_confidence").cast(pl.String).fill_null("") != "low"  # a copy time is no incident's time
+        stacks = t.stacks.filter(stated) if t.stacks.height else t.stacks
         times = [x for x in (t.events.get_column("ts").min(), t.events.get_column("ts").max(),
-                             t.stacks.get_column("ts").min() if t.stacks.height else None,
-                             t.stacks.get_column("ts").max() if t.stacks.height else None,
-                             *t.samples.select(pl.col("ts").min().alias("a"), pl.col("ts").max().alias("b"))
-                             .collect().row(0)) if x is not None]
+                             stacks.get_column("ts").min() if stacks.height else None,
+                             stacks.get_column("ts").max() if stacks.height else None,
+                             *t.samples.filter(stated).select(pl.col("ts").min().alias("a"), pl.col("ts").max()
+                                                              .alias("b")).collect().row(0)) if x is not None]
         if not times:
-            return [t.manifest.get("first_ts"), t.manifest.get("last_ts")]
+            return [None, None]  # nothing carries a time of its own: the window is unknown, not the copy time
         return [min(times).isoformat(), max(times).isoformat()]
 
     def summary(self) -> dict[str, Any]:
@@ -418,7 +422,7 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
     matched = True
     if profile is None:
         profile, chosen, matched = profile_for(case)
-    incident = load_incident(bundle, profile)
+    incident = load_incident(bundle, profile, matched)
     if chosen:
         incident.notes.append(chosen)
     timeline = build_timeline(case, incident, profile, progress=on_progress)

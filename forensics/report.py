@@ -52,6 +52,9 @@ class Rendered:
     summary: dict[str, Any]
 
 
+WINDOW_UNKNOWN = "time unknown (nothing in it carries a time of its own)"  # never a file's copy time
+
+
 def notebook_path(name: str = MAIN_NOTEBOOK) -> Path:
     """One of the suite's notebooks (`FORENSICS_NOTEBOOKS` overrides the folder)."""
     path = NOTEBOOKS / name
@@ -271,7 +274,8 @@ def _render_one(bundle: Path, out: Path, display_tz: str, profile: str, redact: 
         return row
     s = rendered.summary
     key = s.get("key_times", {})
-    row.update(title=_title(bundle, s), window=" — ".join(_as_read(w) for w in s.get("window") or [] if w),
+    window = " — ".join(_as_read(w) for w in s.get("window") or [] if w) or WINDOW_UNKNOWN
+    row.update(title=_title(bundle, s), window=window,
                started=(s.get("window") or [None])[0], signature=s.get("signature"),
                what_happened=s.get("what_happened"), verdicts=_verdicts(s),
                ttd=_seconds(key.get("ttd_s")), ttm=_seconds(key.get("ttm_s")), ttr=_seconds(key.get("ttr_s")),

@@ -34,3 +34,34 @@ def test_a_dumps_zone_less_capture_time_is_read_in_its_hosts_zone(tmp_path: Path
     timeline = analyze(_bundle(tmp_path / "bundle", header_ts, zone), tmp_path / "case").timeline
     times = set(timeline.stacks.get_column("ts").to_list())
     assert times == {expected}
+
+
+def test_a_window_is_never_a_files_copy_time(tmp_path: Path) -> None:
+    """A bundle whose only evidence is a dump with no capture time of its own (dated by its file's
+    mtime) has no known window: summary.json says null, not the day the file was copied."""
+    from forensics.analyze import analyze
+
+    bundle = tmp_path / "bundle"
+    (bundle / "stacks").mkdir(parents=True)
+    (bundle / "stacks" / "decode-tp0.json").write_text(DUMP.read_text().split("\n", 1)[1])
+    analysis = analyze(bundle, tmp_path / "case")  # a --json dump with no header at all: read, not a crash
+    assert analysis.timeline.stacks.height and analysis.timeline.manifest["inputs"][0]["parsed"] == 1
+    summary = analysis.summary()
+    assert summary["window"] == [None, None]
+    stated = analyze(_bundle(tmp_path / "stated", "2026-06-18T21:40:10Z", None), tmp_path / "case2").summary()
+    assert stated["window"] == ["2026-06-18T21:40:10+00:00"] * 2
+
+
+def test_a_hang_seen_only_in_dumps_without_times_is_not_dated_by_their_copy(tmp_path: Path) -> None:
+    """The first sentence does not date a hang by the dumps' file copy times (the lab's real TP-desync
+    dumps, their capture headers taken off)."""
+    from forensics.analyze import analyze
+    from forensics.render.postmortem import verdict_sentence
+
+    stacks = tmp_path / "bundle" / "stacks"
+    stacks.mkdir(parents=True)
+    for dump in sorted(DUMP.parent.glob("*.json")):
+        (stacks / dump.name).write_text(dump.read_text().split("\n", 1)[1])
+    analysis = analyze(tmp_path / "bundle", tmp_path / "case")
+    sentence = verdict_sentence(analysis, str)
+    assert "py-spy showed" in sentence and "carry no time of their own" in sentence, sentence

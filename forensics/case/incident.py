@@ -233,14 +233,17 @@ def find_manifest(bundle: Path) -> tuple[Path | None, str | None]:
                       + (f" (also found, not used: {', '.join(others)})" if others else ""))
 
 
-def load_incident(bundle: Path, profile: Profile | None = None) -> Incident:
-    """The bundle's incident.toml, or a guessed manifest when there is none."""
+def load_incident(bundle: Path, profile: Profile | None = None, profile_matched: bool = True) -> Incident:
+    """The bundle's incident.toml, or a guessed manifest when there is none (`profile_matched`:
+    whether `profile` is the evidence's own, or the default taken for want of any)."""
     profile = profile or load_profile()
     path, found_note = find_manifest(bundle)
     if path is None:
+        whose = (f"the {profile.name} profile's words" if profile_matched else
+                 f"the default profile's words (no serving profile matched; {profile.name}'s)")
         return Incident(title=bundle.name, window=None, hosts={}, components={}, annotations=[], guessed=True,
-                        notes=[(f"no {MANIFEST}: components guessed from unit names and stack groups with the "
-                               f"{profile.name} profile's words ({', '.join(profile.components)})")])
+                        notes=[(f"no {MANIFEST}: components guessed from unit names and stack groups with "
+                               f"{whose} ({', '.join(profile.components)})")])
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as error:

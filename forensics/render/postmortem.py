@@ -141,11 +141,13 @@ def _by_verdict(verdicts: list[Any]) -> list[list[Any]]:
 
 def _hung_sentence(same: list[Any], quote: Callable[[object], str]) -> str:
     """One sentence for groups that hung the same way: which, how, when (the first capture)."""
-    first = min((v.at for v in same if v.at), default=None)
+    # a dump dated only by its file's copy time says nothing of when the hang was seen
+    first = min((v.at for v in same if v.at and any(r.ts_confidence != "low" for r in v.ranks)), default=None)
     groups = (f"the {quote(same[0].group)} TP group" if len(same) == 1
               else f"{len(same)} TP groups ({', '.join(quote(v.group) for v in same)})")
     one_round = all(v.round == 0 and not v.progress for v in same)
-    return (f"py-spy showed {groups} {_hang_words(same[0])} ({same[0].verdict}) at {_at(first)}"
+    when = f"at {_at(first)}" if first else "(the dumps carry no time of their own, only their files' copy times)"
+    return (f"py-spy showed {groups} {_hang_words(same[0])} ({same[0].verdict}) {when}"
             + (" in one round of dumps" if one_round else "") + ".")
 
 

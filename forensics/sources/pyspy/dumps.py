@@ -57,7 +57,9 @@ def context_frame(contexts: list[DumpContext]) -> pl.DataFrame:
         "group": label("group"),
         "header_pid": label("pid"),
         "header_title": label("title"),
-    }, schema_overrides={"dump": pl.Int32, "ts": STACKS_SCHEMA["ts"]})
+    }, schema_overrides={"dump": pl.Int32, "ts": STACKS_SCHEMA["ts"], "ts_source": pl.String, "ts_confidence": pl.String,
+                         # typed even when no dump has a header: a column of nothing but nulls has no type
+                         "host": pl.String, "group": pl.String, "header_pid": pl.String, "header_title": pl.String})
 
 
 def finish_stacks(frames: pl.DataFrame, contexts: pl.DataFrame, fmt: str) -> pl.DataFrame:
