@@ -15,15 +15,8 @@ from hypothesis import strategies as st
 
 from forensics.sources import detect
 from forensics.sources.kubernetes.kubectl_logs import parse
+from tests.sources.test_kubectl import SAMPLES, _ground_truth
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data" / "kubernetes"
-
-
-def _ground_truth(name: str, *facts: str) -> None:
-    rows = [line for line in (SAMPLES / "SOURCES.md").read_text().splitlines() if line.startswith(f"| {name} |")]
-    assert rows, f"{name}: no row in SOURCES.md"
-    for fact in facts:
-        assert fact in rows[0], f"{name}: its ground truth does not say {fact!r}"
 
 
 def _placed(tmp_path: Path, name: str, folder: str = "logs", text: str | None = None) -> Path:
