@@ -1,7 +1,9 @@
 """Redaction: IP addresses, host names, user names, secrets (bearer and API tokens, Slack, GitHub,
 GitLab and Hugging Face tokens, AWS keys, JWTs, private key blocks, passwords in URLs and
 `key=value` forms, Authorization headers of any scheme, cookies) and e-mail addresses replaced by
-stable pseudonyms before text leaves the machine.
+stable pseudonyms before text leaves the machine. The secrets known by their shape are data
+(profiles/redact/secrets.toml, each with its format's published example); the keyed forms, which
+keep their key readable, are here.
 
 One `Redactor` serves one output: the same value always gets the same pseudonym in it
 (`ip-1`, `host-2`, `user-1`, `secret-3`, `email-1`), numbered in order of first sight so that
@@ -15,29 +17,33 @@ the user wrote) are left as they are wherever they appear whole: the user's own 
 from __future__ import annotations
 
 import re
+import tomllib
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
+
+from forensics.errors import ForensicsError
+
+SECRETS_FILE = Path(__file__).resolve().parents[1] / "profiles" / "redact" / "secrets.toml"
+
+
+def secret_shapes(path: Path = SECRETS_FILE) -> tuple[dict[str, str], ...]:
+    """The secrets known by their shape (profiles/redact/secrets.toml), in the order they are tried:
+    each its `name`, `pattern`, `sample` and `origin`; a pattern that does not compile is an error
+    naming it."""
+    entries = tuple(tomllib.loads(path.read_text()).get("secret", ()))
+    for entry in entries:
+        try:
+            re.compile(entry["pattern"])
+        except (re.error, KeyError) as error:
+            raise ForensicsError(f"{path}: secret {entry.get('name')!r}: {error}") from None
+    return entries
+
 
 # Order matters: secrets and e-mail addresses first, so that their parts are not taken for
 # host names or user names afterwards.
-SECRET_PATTERNS = (
-    # a private key block whole, or the body lines of one that the journal split into entries
-    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
-    r"(?m)^\s*[A-Za-z0-9+/]{60,}={0,2}\s*$",
-    r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}",
-    r"\bsk-[A-Za-z0-9_-]{16,}",
-    r"\bhf_[A-Za-z0-9]{20,}",
-    r"\bgh[pousr]_[A-Za-z0-9]{20,}",
-    r"\bgithub_pat_[A-Za-z0-9_]{22,}",
-    r"\bglpat-[A-Za-z0-9_-]{20,}",
-    r"\bxox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
-    r"\bAKIA[0-9A-Z]{16}\b",
-    # an AWS secret access key's shape: 40 of base64's letters, upper, lower and digits all in it
-    r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]*[A-Z])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[0-9])"
-    r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])",
-    r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}",  # a JWT
-)
+SECRET_PATTERNS = tuple(re.compile(entry["pattern"], re.S) for entry in secret_shapes())
 # the credentials of any URL (`https://user:pw@10.0.0.5/`, `redis://:pw@cache:6379`): scheme and host stay
 URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^\s/?#@\"'<>]*:[^\s/?#@\"'<>]*)(?=@)")
 # an Authorization header of any scheme (Basic, Digest, Token, …) and cookies: the scheme and name stay
@@ -117,7 +123,7 @@ class Redactor:
         if not text:
             return text
         for pattern in SECRET_PATTERNS:
-            text = re.sub(pattern, lambda m: self.pseudonym("secret", m.group(0)), text, flags=re.S)
+            text = pattern.sub(lambda m: self.pseudonym("secret", m.group(0)), text)
         for keyed in (URL_CREDENTIALS, AUTHORIZATION, COOKIE, SECRET_ASSIGNMENT, SECRET_AFTER_WORD):
             text = keyed.sub(self._keyed_secret, text)
         text = EMAIL.sub(lambda m: self.pseudonym("email", m.group(0)), text)
