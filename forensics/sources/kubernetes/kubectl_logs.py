@@ -52,7 +52,6 @@ NAME = "kubectl_logs"
 FORMAT = "kubectl_logs"
 DATA_TYPE = "kubectl:log"  # a line timed by kubectl's stamp (true UTC); lines timed by the engine's are "log:line"
 
-_ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
 _PREFIX = r"^\[pod/(?P<pod>[^/\]\s]+)/(?P<container>[^/\]\s]+)\] "
 _STAMP = (r"^(?P<kube_ts>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?"
           r"(?:Z|[+-][0-9]{2}:[0-9]{2}))(?: |$)")
@@ -67,7 +66,7 @@ _HEAD_STAMP = re.compile(_STAMP.encode())
 _HEAD_PREFIX = re.compile(_PREFIX.encode())
 _HEAD_STERN = re.compile(_STERN.encode())
 _HEAD_CHANGE = re.compile(_STERN_CHANGE.encode())
-_HEAD_ANSI = re.compile(_ANSI.encode())
+_HEAD_ANSI = re.compile(server_log.ANSI.encode())
 SHARE = 0.6  # of a head's lines that must have kubectl's stamp or stern's shape
 
 
@@ -109,7 +108,7 @@ def _wrappers(text: str, stern: bool) -> pl.DataFrame:
     if text.endswith("\n"):
         frame = frame.head(frame.height - 1)
     frame = frame.with_row_index("line", offset=1).with_columns(
-        pl.col("line").cast(pl.Int64), pl.col("raw").str.replace_all(_ANSI, "").str.strip_chars_end("\r").alias("body"))
+        pl.col("line").cast(pl.Int64), pl.col("raw").str.replace_all(server_log.ANSI, "").str.strip_chars_end("\r").alias("body"))
     frame = frame.with_columns(pl.col("body").str.extract_groups(_PREFIX).alias("p")).unnest("p")
     frame = frame.with_columns(pl.col("body").str.replace(_PREFIX, ""))
     if stern:
@@ -201,8 +200,8 @@ def parse(path: Path) -> ParseResult:
     text = bytes(data).decode("utf-8", "replace")
     head_lines = text.split("\n", 8)[:8]
     header = _header(head_lines)
-    stern = not any(re.match(_PREFIX, re.sub(_ANSI, "", line)) for line in head_lines) and \
-        bool(re.search(rf"(?m)^(?:{_ANSI})*{_POD}(?:{_ANSI})* (?:{_ANSI})*{_CONTAINER}", text[:4096]))
+    stern = not any(re.match(_PREFIX, re.sub(server_log.ANSI, "", line)) for line in head_lines) and \
+        bool(re.search(rf"(?m)^(?:{server_log.ANSI})*{_POD}(?:{server_log.ANSI})* (?:{server_log.ANSI})*{_CONTAINER}", text[:4096]))
     frame = _wrappers(text, stern)
     wrapped = pl.col("pod").is_not_null() | pl.col("kube_ts").is_not_null()
     skipped = frame.filter(pl.col("blank") | pl.col("header") | pl.col("change"))

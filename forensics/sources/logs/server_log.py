@@ -55,7 +55,7 @@ FORMAT = "server_log"
 DATA_TYPE = "log:line"
 _SUFFIXES = (".log", ".out", ".err")
 
-_ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
+ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"  # a terminal colour or cursor code (kubectl_logs reads them too)
 _DOCKER = r"^(?P<docker>[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z?)(?: |$)"
 _KUBE = r"^\[(?:pod|deployment|statefulset|job)/[^\]]+\] "
 # `kubectl logs --prefix`: `[pod/NAME/CONTAINER] `, kept as the record's pod and container
@@ -112,7 +112,7 @@ def _lines(text: str) -> pl.DataFrame:
     if text.endswith("\n"):
         frame = frame.head(frame.height - 1)
     frame = frame.with_row_index("line", offset=1).with_columns(pl.col("line").cast(pl.Int64))
-    body = pl.col("raw").str.replace_all(_ANSI, "").str.strip_chars_end("\r")
+    body = pl.col("raw").str.replace_all(ANSI, "").str.strip_chars_end("\r")
     frame = frame.with_columns(body.alias("body"))
     frame = frame.with_columns(pl.col("body").str.extract(_DOCKER, 1).alias("docker"))
     after_docker = pl.when(pl.col("docker").is_not_null()).then(
