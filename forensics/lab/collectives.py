@@ -21,9 +21,11 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,8 +34,13 @@ from forensics.lab import LabError
 
 RANK_PROGRAM = """# forensics-collectives-lab rank
 import datetime, os, sys, time, torch, torch.distributed as dist
-rank, world, port, odd_rank, odd, timeout, out, linger = sys.argv[1:9]
+rank, world, port, odd_rank, odd, timeout, out, linger, ready = sys.argv[1:10]
 rank, world, odd_rank = int(rank), int(world), int(odd_rank)
+# every rank has torch loaded before any starts the rendezvous: under load, importing torch can take
+# longer than the short collective timeout, which also bounds the rendezvous
+open(os.path.join(ready, str(rank)), "w").close()
+while len(os.listdir(ready)) < world:
+    time.sleep(0.05)
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=float(timeout)))
 t = torch.ones(4)
@@ -87,9 +94,10 @@ def run(out: Path, ranks: int = 4, odd_rank: int = 1, odd: str = "skip", timeout
     env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "2000", "OMP_NUM_THREADS": "1",
            "TORCH_FR_DUMP_TEMP_FILE": str(recorder / "nccl_trace_rank_")}
     started, readers = [], []
+    ready = tempfile.mkdtemp(prefix="forensics-lab-ready-")  # outside the bundle: not evidence
     for rank in range(ranks):
         process = subprocess.Popen([sys.executable, "-c", RANK_PROGRAM, str(rank), str(ranks), str(port),
-                                    str(odd_rank), odd, str(timeout_s), str(recorder), str(linger_s)],
+                                    str(odd_rank), odd, str(timeout_s), str(recorder), str(linger_s), ready],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         reader = threading.Thread(target=_stamp, args=(process.stderr, logs / f"rank-{rank}.log"), daemon=True)
         reader.start()
@@ -107,6 +115,7 @@ def run(out: Path, ranks: int = 4, odd_rank: int = 1, odd: str = "skip", timeout
                 process.wait()
         for reader in readers:
             reader.join(timeout=5)
+        shutil.rmtree(ready, ignore_errors=True)
     missing = [r for r in range(ranks) if not (recorder / f"nccl_trace_rank_{r}").is_file()]
     if missing:
         raise LabError(f"no Flight Recorder dump from ranks {missing}; see {logs}")
