@@ -21,7 +21,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
 
-from forensics.timeline.progress import progress_rules
 from forensics.timeline.align import LEAN_ABOVE, Timeline, build_timeline
 from forensics.case.build import Held, ingest
 from forensics.case.opened import Case, load_case
@@ -225,7 +224,7 @@ class Analysis:
                                 f"({'last at ' + clock(r['last']) if r['last'] else 'no time in the evidence'})"
                                 for r in lines.head(6).iter_rows(named=True))
             frozen = sorted({f.component or "?" for f in self.findings if f.kind == "frozen"})
-            gap = progress_rules(t.profile).freeze_gap_s  # the profile's, as the detector used it
+            gap = t.profile.logs.progress_rules.freeze_gap_s  # the profile's, as the detector used it
             out.append(f"progress lines of {lines.height} scheduler{'s' if lines.height > 1 else ''}: {streams}"
                        f"{' …' if lines.height > 6 else ''}; "
                        + f"{', '.join(frozen) or 'none'} stopped for over {gap:.0f} s with work pending")

@@ -48,7 +48,6 @@ from forensics.detect.registry import Context, detector
 from forensics.profiles import NOTHING, LogEvent, available, layers, load_profile, matches_nothing
 from forensics.sources.kubernetes.kubectl import K8S_COLUMNS
 from forensics.timeline.align import Timeline
-from forensics.timeline.progress import progress_rules
 
 ERROR = 3  # syslog priority: error and worse
 # An exception raised or a traceback begun (an error in a start-up whatever its level says): a
@@ -456,7 +455,7 @@ def _alive_after(timeline: Timeline, host: str | None, component: str | None, at
     """Whether a scrape of the component's metrics or a py-spy dump of it comes after `at`."""
     if component is None:
         return False
-    later = at + timedelta(seconds=progress_rules(timeline.profile).freeze_gap_s)
+    later = at + timedelta(seconds=timeline.profile.logs.progress_rules.freeze_gap_s)
     stacks = timeline.stacks
     if not stacks.is_empty() and not stacks.filter((pl.col("group") == component) & (pl.col("ts") > at)).is_empty():
         return True

@@ -30,7 +30,6 @@ from forensics.detect.registry import Context, detector
 from forensics.timeline.align import Timeline
 from forensics.timeline.metrics import stalled
 from forensics.timeline.progress import (  # noqa: F401 - the detector's own names, read by its callers
-    FREEZE_GAP_S,
     LINE,
     PENDING,
     STREAM,

@@ -104,6 +104,9 @@ class LogSample:
 
 # A profile's pattern for a line its stack never writes (the default of every optional one).
 NOTHING = "$^"
+# The gap a profile that names none gets. Each shipped profile names its own, with its reason
+# (`[logs] freeze_gap_seconds`); this value is SGLang's, and what the checks' sentence says.
+FREEZE_GAP_S = 60.0
 _NOTHING_GROUPED = re.compile(r"\(\?P<\w+>(\$\^)?\)")  # `(?P<rid>$^)`, and the empty groups beside it
 
 
@@ -113,6 +116,22 @@ def matches_nothing(pattern: str) -> bool:
     every line whole (measured: SGLang's line kinds took 3× as long with `(?P<rid>$^)` among them),
     and where `$^` would take an empty line for one of its kind."""
     return _NOTHING_GROUPED.sub(lambda group: group.group(1) or "", pattern) == NOTHING
+
+
+@dataclass(frozen=True)
+class ProgressRules:
+    """What a stack's progress lines say of freezes and long steps (the profile's `[logs]`
+    `freeze_gap_seconds` and `[logs.long_step]`; none of the latter: no gap is a long step)."""
+
+    freeze_gap_s: float = FREEZE_GAP_S
+    step_tokens: str | None = None  # a line's field: the tokens of the step it begins
+    held_tokens: str | None = None  # the next line's field: the tokens the cache holds then
+    step_rate: str | None = None  # the next line's field: the last step's tokens per second since it began
+    min_tokens_per_s: float = 0.0  # slower than this, the step's tokens do not account for the gap
+
+    def fields(self) -> tuple[str, ...]:
+        """The progress-line fields these rules read."""
+        return tuple(f for f in (self.step_tokens, self.held_tokens, self.step_rate) if f)
 
 
 @dataclass(frozen=True)
@@ -136,6 +155,9 @@ class LogRules:
     # Fields of a progress line of which one must be above zero for the line to show work (a stack
     # that writes its stats line while idle, like vLLM); empty: every progress line shows work.
     working_when: tuple[str, ...] = ()
+    # how long a quiet scheduler may be before it counts as frozen, and what shows a quiet spell to
+    # be one long step instead (`forensics.timeline.progress`)
+    progress_rules: ProgressRules = ProgressRules()
 
 
 @dataclass(frozen=True)
@@ -474,4 +496,31 @@ def _log_rules(path: Path, logs: dict[str, Any], layer: str | None = None) -> Lo
         ready=pattern("[logs] ready", logs.get("ready", NOTHING)),
         starting=pattern("[logs] starting", logs.get("starting", NOTHING)),
         fields=fields,
-        events=tuple(events), samples=tuple(samples))
+        events=tuple(events), samples=tuple(samples),
+        progress_rules=_progress_rules(path, logs, fields))
+
+
+def _seconds(path: Path, key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ProfileError(f"{path}: {key} must be a number of seconds or tokens per second (0 or "
+                           f"more), not {value!r}")
+    return float(value)
+
+
+def _progress_rules(path: Path, logs: dict[str, Any], fields: dict[str, tuple[str, ...]]) -> ProgressRules:
+    """[logs] freeze_gap_seconds and [logs.long_step]."""
+    gap = _seconds(path, "[logs] freeze_gap_seconds", logs.get("freeze_gap_seconds", FREEZE_GAP_S))
+    if gap == 0:
+        raise ProfileError(f"{path}: [logs] freeze_gap_seconds must be above 0")
+    step = logs.get("long_step", {})
+    if not isinstance(step, dict):
+        raise ProfileError(f"{path}: [logs.long_step] must be a table, not {step!r}")
+    names = {key: step.get(key) for key in ("tokens", "held", "rate")}
+    for key, name in names.items():
+        if name is not None and name not in fields:
+            raise ProfileError(f"{path}: [logs.long_step] {key} must name a [logs.fields] field, not {name!r}")
+    if names["tokens"] is None and (names["held"] or names["rate"]):
+        raise ProfileError(f"{path}: [logs.long_step] names how a step shows done but not its tokens")
+    return ProgressRules(gap, names["tokens"], names["held"], names["rate"],
+                         _seconds(path, "[logs.long_step] min_tokens_per_second",
+                                  step.get("min_tokens_per_second", 0.0)))

@@ -6,92 +6,22 @@ the results into findings.
 
 How long a quiet scheduler may be before it counts as frozen, and what shows a quiet spell to be
 one long step instead (a long prefill the next line reports done), are the profile's
-(`progress_rules`): `[logs] freeze_gap_seconds` and `[logs.long_step]`.
+(`LogRules.progress_rules`): `[logs] freeze_gap_seconds` and `[logs.long_step]`.
 """
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 import polars as pl
 
-from forensics.profiles import Profile, ProfileError
+from forensics.profiles import Profile, ProgressRules
 
-# The gap a profile that names none gets. Each shipped profile names its own, with its reason
-# (`[logs] freeze_gap_seconds`); this value is SGLang's, and what the checks' sentence says.
-FREEZE_GAP_S = 60.0
 # a scheduler seen working only once shows no rhythm that could stop (one line quoted in a write-up)
 MIN_RHYTHM_LINES = 2
 # The next line shows a step done when the rate it reports over the gap accounts for at least this
 # share of the step's tokens (stamps are whole seconds: a 3 s gap read as 2 s or 4 s)
 DONE_SHARE = 0.5
-
-
-@dataclass(frozen=True)
-class ProgressRules:
-    """What a stack's progress lines say of freezes and long steps (the profile's `[logs]`
-    `freeze_gap_seconds` and `[logs.long_step]`; none of the latter: no gap is a long step)."""
-
-    freeze_gap_s: float = FREEZE_GAP_S
-    step_tokens: str | None = None  # a line's field: the tokens of the step it begins
-    held_tokens: str | None = None  # the next line's field: the tokens the cache holds then
-    step_rate: str | None = None  # the next line's field: the last step's tokens per second since it began
-    min_tokens_per_s: float = 0.0  # slower than this, the step's tokens do not account for the gap
-
-    def fields(self) -> tuple[str, ...]:
-        """The progress-line fields these rules read."""
-        return tuple(f for f in (self.step_tokens, self.held_tokens, self.step_rate) if f)
-
-
-_RULES: dict[Path, tuple[float, ProgressRules]] = {}
-
-
-def progress_rules(profile: Profile) -> ProgressRules:
-    """The freeze and long-step rules of `profile`, read from its file (read again only when the
-    file changed). The profile loader does not carry these keys yet (forensics.profiles.LogRules)."""
-    try:
-        stamp = profile.path.stat().st_mtime
-    except OSError:  # a profile built in memory: the defaults
-        return ProgressRules()
-    known = _RULES.get(profile.path)
-    if known is not None and known[0] == stamp:
-        return known[1]
-    try:
-        logs = tomllib.loads(profile.path.read_text()).get("logs", {})
-    except tomllib.TOMLDecodeError as error:
-        raise ProfileError(f"{profile.path}: {error}") from None
-    rules = _rules(profile, logs)
-    _RULES[profile.path] = (stamp, rules)
-    return rules
-
-
-def _seconds(profile: Profile, key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ProfileError(f"{profile.path}: {key} must be a number of seconds or tokens per second (0 or "
-                           f"more), not {value!r}")
-    return float(value)
-
-
-def _rules(profile: Profile, logs: dict) -> ProgressRules:
-    gap = _seconds(profile, "[logs] freeze_gap_seconds", logs.get("freeze_gap_seconds", FREEZE_GAP_S))
-    if gap == 0:
-        raise ProfileError(f"{profile.path}: [logs] freeze_gap_seconds must be above 0")
-    step = logs.get("long_step", {})
-    if not isinstance(step, dict):
-        raise ProfileError(f"{profile.path}: [logs.long_step] must be a table, not {step!r}")
-    names = {key: step.get(key) for key in ("tokens", "held", "rate")}
-    for key, name in names.items():
-        if name is not None and name not in profile.logs.fields:
-            raise ProfileError(f"{profile.path}: [logs.long_step] {key} must name a [logs.fields] field, "
-                               f"not {name!r}")
-    if names["tokens"] is None and (names["held"] or names["rate"]):
-        raise ProfileError(f"{profile.path}: [logs.long_step] names how a step shows done but not its tokens")
-    return ProgressRules(gap, names["tokens"], names["held"], names["rate"],
-                         _seconds(profile, "[logs.long_step] min_tokens_per_second",
-                                  step.get("min_tokens_per_second", 0.0)))
 
 
 STREAM = ("component", "host", "tag")  # one scheduler's progress lines: a component on a host, a rank tag
@@ -115,7 +45,7 @@ def progress_of(read: pl.DataFrame, profile: Profile) -> pl.DataFrame:
     """A read batch's progress lines, narrow — place (`_at`), time, scheduler, kind, the pending
     counts and the profile's `working_when` numbers: what `host_progress` needs of every progress
     line (text as categories, so that nothing holds the batch's text)."""
-    numbers = [c for c in dict.fromkeys((*PENDING, *profile.logs.working_when, *progress_rules(profile).fields()))
+    numbers = [c for c in dict.fromkeys((*PENDING, *profile.logs.working_when, *profile.logs.progress_rules.fields()))
                if c in read.columns]
     # lazily: the filter then copies only the selected columns, not the whole batch
     return read.lazy().filter(pl.col("progress").is_not_null()).select(
@@ -150,7 +80,7 @@ def host_progress(lines: pl.DataFrame, own_end: pl.DataFrame, profile: Profile
     shows done), each with the places (`_at`, `_next_at`) of the lines either side; and the places
     of the lines a lean timeline keeps (either side of a gap, each scheduler's first and last)."""
     work = lines.filter(working(profile)).sort("ts", maintain_order=True)
-    rules = progress_rules(profile)
+    rules = profile.logs.progress_rules
     streams = (work.group_by(STREAM).agg(pl.len().alias("lines"), pl.col("ts").first().alias("first"),
                                          pl.col("ts").last().alias("last"), pl.col("running_req").last(),
                                          pl.col("queue_req").last(), pl.col("_at").first().alias("_first_at"),

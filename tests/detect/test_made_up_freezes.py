@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from forensics.analyze import Analysis, analyze, is_anomaly
-from forensics.profiles import PROFILE_DIR, ProfileError, load_profile
-from forensics.timeline.progress import FREEZE_GAP_S, progress_rules
+from forensics.profiles import FREEZE_GAP_S, PROFILE_DIR, ProfileError, load_profile
 
 # https://github.com/sgl-project/sglang/issues/5031 (pseudotensor, 2025-04-03: "the slowness is in
 # the prefill batch phase … Nothing is going on this machine"): an 8009-token prefill, then 90 s
@@ -84,7 +83,7 @@ def test_a_busy_engines_long_prefill_is_a_step_under_a_shorter_freeze_gap(tmp_pa
     """With a 10 s freeze gap in the profile, the 15 s after the 3810-token prefill (2 running, 68
     queued: work pending) is a long step the next line's cache shows done, not a freeze."""
     analysis = _analysis(tmp_path, BUSY_PREFILL, _sglang_with(tmp_path, 10.0))
-    assert progress_rules(analysis.timeline.profile).freeze_gap_s == 10.0
+    assert analysis.timeline.profile.logs.progress_rules.freeze_gap_s == 10.0
     assert _kinds(analysis, "frozen") == []
     (step,) = _kinds(analysis, "long_step")
     assert (step.facts["tokens"], step.facts["seconds"], step.facts["held_after"]) == (3810, 15, 7352)
@@ -105,7 +104,7 @@ def test_the_shipped_profiles_name_their_freeze_gap_with_its_reason() -> None:
         text = (PROFILE_DIR / f"{name}.toml").read_text()
         said = re.search(r"(?ms)((?:^#[^\n]*\n)+)freeze_gap_seconds = ([0-9.]+)$", text)
         assert said and len(said.group(1)) > 100, name  # the reason, in the comment above it
-        assert progress_rules(load_profile(name)).freeze_gap_s == float(said.group(2)) == FREEZE_GAP_S
+        assert load_profile(name).logs.progress_rules.freeze_gap_s == float(said.group(2)) == FREEZE_GAP_S
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -120,5 +119,5 @@ def test_a_bad_freeze_rule_is_named(tmp_path: Path, change: tuple[str, str], mes
     path = tmp_path / "bad.toml"
     path.write_text(text.replace(*change))
     with pytest.raises(ProfileError) as raised:
-        progress_rules(load_profile(path))
+        load_profile(path)
     assert str(raised.value) == f"{path}: {message}"
