@@ -13,36 +13,31 @@ Redaction modes: `none` (nothing redacted), `timeline` (the default: the shareab
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
-import plotly.graph_objects as go
-import plotly.io as pio
 import polars as pl
-from plotly.subplots import make_subplots
 
 from forensics.timeline.host_read import gaps_in_sources
-from forensics.analyze import Analysis, analyze, in_display_zone, no_incident_heading, profile_said, seen_before
-from forensics.case.opened import instance_summary, to_pandas
+from forensics.analyze import Analysis, analyze, in_display_zone, no_incident_heading, profile_said
+from forensics.case.opened import to_pandas
 from forensics.case.targets import check_output_target
-from forensics.detect import errors, progress
-from forensics.detect.alert import promtool_test
+from forensics.detect import errors
 from forensics.detect.stacks import latest
 from forensics.errors import ForensicsError
 from forensics.profiles import MetricPanel, load_profile
 from forensics.render import figures, html, postmortem
-from forensics.render.axis import axis_for, own_time, wall
+from forensics.render.axis import own_time
 from forensics.render.lanes import Mark, lane_expr
-from forensics.render.metric_panels import metric_panel, metric_panels
 from forensics.render.swimlanes import timeline_figure
 from forensics.render.redact import Redactor
-from forensics.render.text import Redact, code_spans, hover, safe, title_redact
+from forensics.render.text import Redact, code_spans, safe, title_redact
 from forensics.render import OUTPUTS
+from forensics.render.cells import Figure, Html
+from forensics.render.deep_dives import DeepDives
+from forensics.render.outputs import Outputs
 
 REDACT_MODES = ("none", "timeline", "all")
 # The checkout this package runs from (notebooks/, data/, exports/ beside it), when it runs from one.
@@ -84,93 +79,10 @@ def default_out(bundle: Path) -> Path:
     here = Path.cwd().resolve()
     base = REPOSITORY if here == REPOSITORY / "notebooks" or REPOSITORY / "notebooks" in here.parents else here
     return base / "exports" / bundle.resolve().name
-LIBRARY_ENV = "FORENSICS_LIBRARY"  # a folder of earlier reports, for "seen before"
-SUDO_USER = r"^\s*([a-z_][a-z0-9_.-]*) : (?:TTY|PWD|USER|COMMAND)="  # who ran the command
-
-
-class Figure:
-    """A plotly figure for a notebook output: plotly's mimetype (JupyterLab draws it) and an HTML
-    div that expects plotly.js on the page (the report's template inlines it once)."""
-
-    _count = 0
-
-    def __init__(self, fig: go.Figure, name: str) -> None:
-        self.fig = fig
-        self.name = name
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        Figure._count += 1
-        return {"application/vnd.plotly.v1+json": json.loads(pio.to_json(self.fig, validate=False)),
-                "text/html": html.no_time_note(self.fig)
-                + html.figure_div(self.fig, html.element_id("fig", Figure._count, self.name)),
-                "text/plain": f"<figure {self.name}: {len(self.fig.data)} traces>"}
-
-
-class _PlainText(HTMLParser):
-    """The text of a section's HTML, laid out for a terminal: a line per paragraph, heading, list
-    item and table row (cells joined by " | ")."""
-
-    BLOCKS = {"p", "h1", "h2", "h3", "h4", "li", "tr", "pre", "table", "ul", "div"}
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.out: list[str] = []
-        self.cells = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in self.BLOCKS or tag == "br":
-            self.out.append("\n")
-            self.cells = 0
-        if tag == "li":
-            self.out.append("- ")
-        if tag in ("td", "th"):
-            if self.cells:
-                self.out.append(" | ")
-            self.cells += 1
-
-    def handle_data(self, data: str) -> None:
-        self.out.append(data)
-
-    def text(self) -> str:
-        lines = ("".join(self.out)).splitlines()
-        return "\n".join(line.rstrip() for line in lines if line.strip())
-
-
-class Html:
-    """Escaped HTML for a notebook output; as plain text (a terminal, `print`, a text-only
-    front end) it reads as its words and tables, not as an object's address."""
-
-    def __init__(self, body: str) -> None:
-        self.body = body
-
-    def _repr_html_(self) -> str:
-        return self.body
-
-    def __repr__(self) -> str:
-        reader = _PlainText()
-        reader.feed(self.body)
-        return reader.text()
-
-    def __str__(self) -> str:
-        return repr(self)
-
-
-def hosts_and_users(analysis: Analysis) -> tuple[list[str], list[str]]:
-    """Host names the evidence names (journal, scrapes, stacks, manifest) and the users sudo's audit
-    lines name: redaction hides them wherever they appear, free text included."""
-    events = analysis.timeline.events
-    users = (events.filter(pl.col("identifier") == "sudo")
-             .select(pl.col("message").str.extract(SUDO_USER, 1)).to_series().drop_nulls().unique().to_list())
-    hosts = {h for h in analysis.timeline.hosts if h}
-    hosts |= set(analysis.timeline.stacks.get_column("host").drop_nulls().unique().to_list())
-    hosts |= {str(h) for h in analysis.timeline.samples.select(pl.col("host").cast(pl.String)).unique()
-              .collect().get_column("host").drop_nulls().to_list()}
-    hosts |= set(analysis.timeline.incident.hosts)
-    return sorted(h for h in hosts if h), sorted(users)
 
 
 @dataclass
-class ReportSession:
+class ReportSession(DeepDives, Outputs):
     """One analyzed bundle and where its outputs go."""
 
     analysis: Analysis
@@ -198,12 +110,6 @@ class ReportSession:
         if redact == "all":
             session._report_redactor = session.redactor()
         return session
-
-    def redactor(self) -> Redactor:
-        """A fresh redactor knowing this bundle's host names; the title the user wrote is theirs and kept."""
-        hosts, users = hosts_and_users(self.analysis)
-        incident = self.analysis.timeline.incident
-        return Redactor(hosts, users, keep=[incident.title] if incident.title_written else [])
 
     @property
     def redact(self) -> Redact | None:
@@ -433,124 +339,6 @@ class ReportSession:
 
         text = postmortem.draft(self.analysis, self.redact)
         return Html(f'<div id="postmortem">{mistune.create_markdown(escape=True, plugins=["table"])(text)}</div>')
-
-    # -- deep dives (notebooks/logs, metrics, stacks) -----------------------------------------
-
-    def log_volume(self) -> Figure:
-        """Log lines per minute per host and component."""
-        a = self.analysis
-        counts = (a.timeline.activity.group_by(
-            "minute", pl.concat_str([pl.col("host"), pl.coalesce("component", "identifier", pl.lit("other"))],
-                                    separator=" · ", ignore_nulls=True).alias("where")).agg(pl.col("lines").sum().alias("len"))
-                  .sort("minute", "where"))
-        fig = go.Figure()
-        for (where,), rows in counts.group_by("where", maintain_order=True):
-            name = hover(where, self.redact, 60)
-            fig.add_trace(go.Bar(x=rows.select(wall("minute", a.display_zone)).to_series().to_list(),
-                                 y=rows.get_column("len").to_list(), name=name))
-        fig.update_layout(barmode="stack", height=380, template="plotly_white", title="log lines per minute",
-                          xaxis_title=f"minute ({a.display_zone})")
-        return Figure(fig, "log-volume")
-
-    def last_progress(self) -> Html:
-        """Per component, host and rank tag: progress lines, first, last, pending at the last."""
-        return Html(html.table(progress.last_progress(self.analysis.timeline), self.redact,
-                               numeric=("lines", "running_req", "queue_req")))
-
-    def templates(self, limit: int = 40) -> Html:
-        """The most frequent warning-and-worse templates and line kinds, with per-minute peaks."""
-        a = self.analysis
-        start = a.key_times.started or a.timeline.first_ts
-        table = (errors.templates(a.timeline, start).sort("count", descending=True).head(limit)
-                 .select("component", "template", "count", "peak_per_minute", "first", "last", "new_in_window"))
-        return Html(html.table(table, self.redact, numeric=("count", "peak_per_minute")))
-
-    def instances(self) -> Html:
-        """Per metrics instance and format: scrape times, series, samples, first and last."""
-        table = instance_summary(self.analysis.timeline.samples)
-        return Html(html.table(table, self.redact, numeric=("times", "series", "samples")))
-
-    def metric_panels(self) -> Figure | Html:
-        """The profile's metric panels alone, full width."""
-        a = self.analysis
-        axis = axis_for(a)
-        panels = metric_panels(a, axis)
-        if not panels:
-            return Html("<p>No samples of the profile's panel metrics in this bundle.</p>")
-        fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True,
-                            subplot_titles=[panel.title for panel, _ in panels])
-        for row, (panel, frame) in enumerate(panels, start=1):
-            metric_panel(fig, frame, row, self.redact, legend=True, unit=panel.axis_title)
-        fig.update_xaxes(type="date")
-        fig.update_layout(height=260 * max(len(panels), 1), template="plotly_white")
-        return Figure(fig, "metrics")
-
-    def stalls_and_restarts(self) -> Html:
-        """Windows where progress counters stood still, and restarts seen in the metrics."""
-        from forensics.timeline.metrics import restarts, stalled
-        a = self.analysis
-        stalls = stalled(a.timeline.samples, a.timeline.profile)
-        seen = restarts(a.timeline.samples, a.timeline.profile)
-        return Html("<h3>stalled progress counters</h3>" + html.table(stalls, self.redact)
-                    + "<h3>restarts</h3>" + html.table(seen, self.redact))
-
-    def rank_stacks(self) -> Html:
-        """Every rank's main-thread stack in every round, innermost frame first."""
-        rows = [{"group": v.group, "round": v.round + 1, "rank": r.label, "pid": r.pid, "phase": r.phase.phase,
-                 "stack": " ← ".join(f"{f.function} ({f.file}:{f.line})" for f in r.frames), "source": r.source}
-                for v in self.analysis.verdicts for r in v.ranks]
-        return Html(html.table(rows, self.redact) if rows else "<p>No py-spy stacks in this bundle.</p>")
-
-    # -- outputs ------------------------------------------------------------------------------
-
-    def summary(self) -> dict[str, Any]:
-        """summary.json's content (redacted when redact="all"), with the earlier incidents of the
-        same signature when a library of reports is given (`FORENSICS_LIBRARY`)."""
-        data = self.analysis.summary()
-        with in_display_zone(self.analysis):  # the one-sentence answer, as the first screen says it
-            data["what_happened"] = postmortem.verdict_sentence(self.analysis, str)
-        library = os.environ.get(LIBRARY_ENV)
-        if library and (earlier := seen_before(data, Path(library), self.out_dir / "summary.json")) is not None:
-            data["seen_before"] = earlier
-        if self._report_redactor is not None:
-            data = self._report_redactor.structure(json.loads(json.dumps(data, default=str)))
-        return data
-
-    def write_outputs(self) -> dict[str, str]:
-        """Write summary.json, timeline.html and postmortem.md into the output folder."""
-        out = self.out_dir
-        (out / "summary.json").write_text(json.dumps(self.summary(), indent=2, default=str) + "\n")
-        timeline_redactor = None if self.redact_mode == "none" else self.redactor()
-        fig = timeline_figure(self.analysis, timeline_redactor, extra_panels=self.panels, marks=self.marks)
-        statement = timeline_redactor.statement() if timeline_redactor else None
-        self.timeline_statement = statement
-        (out / "timeline.html").write_text(html.timeline_page(self.analysis, fig, timeline_redactor, statement))
-        draft = postmortem.draft(self.analysis, self.redact)
-        if self._report_redactor is not None:
-            draft += f"\n*{self._report_redactor.statement()}*\n"
-        (out / "postmortem.md").write_text(draft)
-        written = ["summary.json", "timeline.html", "postmortem.md"]
-        rule = self.analysis.alert()
-        if rule is not None:  # the alert that would have caught it, and a promtool test that shows it
-            (out / "alerts.yml").write_text(rule.as_yaml())
-            written.append("alerts.yml")
-            if rule.fires_at is not None:
-                (out / "alerts.test.yml").write_text(promtool_test(self.analysis.timeline, rule, "alerts.yml"))
-                written.append("alerts.test.yml")
-        return {name: str(out / name) for name in written}
-
-    def redaction_note(self) -> Html:
-        """What each output redacted (after `write_outputs`), kinds and counts."""
-        timeline = self.timeline_statement or "not redacted (redact=none)"
-        report = (self._report_redactor.statement() if self._report_redactor is not None
-                  else "not redacted (redact=all would redact it, the post-mortem draft and summary.json too)")
-        return Html(f"<p><b>timeline.html</b>: {safe(timeline)}</p><p><b>this report</b>: {safe(report)}</p>")
-
-    def record(self) -> Any:
-        """The summary as a notebook output of type application/json (what tests read)."""
-        from IPython.display import JSON
-        return JSON(json.loads(json.dumps(self.summary(), default=str)), metadata={"forensics": "summary"})
-
 
 def _warn_unknown(what: str, name: str, known: Sequence[str]) -> None:
     """A name the case does not have, said with the closest names it does (a typo shows at once

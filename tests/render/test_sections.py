@@ -113,7 +113,7 @@ def test_gaps_name_the_silent_sources(shanghai: ReportSession) -> None:
 
 
 def test_users_that_sudo_names_are_redacted_in_free_text_too(shanghai: ReportSession) -> None:
-    from forensics.render.sections import hosts_and_users
+    from forensics.render.outputs import hosts_and_users
     hosts, users = hosts_and_users(shanghai.analysis)
     assert hosts == ["gpu-node-00"] and users == ["sre"]
     redactor = shanghai.redactor()
