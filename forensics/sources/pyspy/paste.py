@@ -7,14 +7,13 @@ frame list ("4 ranks were in:"), a dump is cut with `...`, an author writes `←
 frame, `--native` frames lose their library, a shell prompt or `ps` output stands in front, and
 SGLang's watchdog wraps a dump in `Pyspy dump for PID n` / `Pyspy failed to dump PID n`.
 
-SGLang's watchdog (`pyspy_dump_schedulers`, python/sglang/srt/utils/common.py; later
-cudacore_pyspy_dump_utils.py) logs, for each scheduler it dumps, `Pyspy dump for PID {pid} ({cmd}):`
-and the dump, or `Pyspy failed ({cmd}). Error: {stderr}` per attempt (with `--native`, then
-without) and `All pyspy dump attempts failed for PID {pid}.`; older builds `Pyspy failed to dump
-PID {pid}. Error: {stderr}`. Its log stamp before these lines (`[2026-07-07 07:20:50]`) is the
-dump's own time: it becomes the dump's capture header (`# capture ts=… pid=…`), a stamp with no
-zone read as UTC and said so in the notes. Each failed attempt becomes py-spy's `Error:` under
-such a header, so the reader quarantines it with the pid it names (the stacks detector names it).
+The lines a serving stack's watchdog writes around the dumps it takes (SGLang's `Pyspy dump for PID
+{pid} ({cmd}):`, one `Pyspy failed (…)` per failed attempt, `All pyspy dump attempts failed for PID
+{pid}.`) are data: `profiles/pastes/dump_wrappers.toml`, each with real samples. The log stamp before
+a dump line (`[2026-07-07 07:20:50]`) is the dump's own time: it becomes the dump's capture header
+(`# capture ts=… pid=…`), a stamp with no zone read as UTC and said so in the notes. Each failed
+attempt becomes py-spy's `Error:` under such a header, so the reader quarantines it with the pid it
+names (the stacks detector names it).
 
 `normalize` rewrites such text into py-spy's own layout and returns, for every line it writes,
 the line of the original it came from, so that the reader's rows and quarantine rows still point
@@ -30,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 from forensics.sources.common.snapshot_time import HEADER_PREFIX, parse_time
+from forensics.sources.pyspy.dump_wrappers import WRAPPER_MARKS, wrapped
 
 HEADERLESS_TITLE = "<no Process line: pasted without its head>"
 NO_PID = 0  # the pid written for a head-less process whose pid the text does not give
@@ -45,15 +45,11 @@ _PLACED_FRAME = re.compile(r"^\S.* \([^()]*\)$")  # function (file[:line])
 _BARE_NATIVE = re.compile(r"^(?:[A-Za-z_~][\w:.<>~,*& -]*|0x[0-9A-Fa-f.]+)$")  # a symbol with no library
 _LOCALS = re.compile(r"^(?:        (?:Arguments|Locals)::?|            \S[^:]*: .*)$")
 _KEEP = re.compile(r"^(?:Python v|Parent Process \d|Error: |Caused by:|# capture |=+ *(?:pid)? *\d* *=+$)")
-_SGLANG_DUMP = re.compile(r"Pyspy dump for PID (?P<pid>\d+)")
-_SGLANG_FAILED = re.compile(r"Pyspy failed to dump PID (?P<pid>\d+)\.?\s*(?P<why>.*)"
-                            r"|Pyspy failed \((?P<cmd>[^()]*?--pid\s+(?P<cmd_pid>\d+)[^()]*)\)\.?\s*(?P<cmd_why>.*)"
-                            r"|All pyspy dump attempts failed for PID (?P<all_pid>\d+)")
 _INDENTED_HEAD = re.compile(r"(?m)^(?P<indent>[ \t]+)(?:Thread (?:0[xX][0-9A-Fa-f]+|\d+)|Process \d+: )")
 # What canonical py-spy output never holds: where any of it is found, the text is normalised.
 _TRIGGERS = re.compile(
-    r"\x1b\[|←|Pyspy (?:dump for PID|failed)|All pyspy dump attempts failed"
-    r"|(?m:^\s*(?:```|~~~))|(?m:^\s*(?:\.\.\.|…)\s*$)"
+    r"\x1b\[|←|" + "|".join(re.escape(mark) for mark in WRAPPER_MARKS)
+    + r"|(?m:^\s*(?:```|~~~))|(?m:^\s*(?:\.\.\.|…)\s*$)"
     r"|(?m:^[ \t]+(?:Thread|Process) \d)|(?m:^    [^\s(][^()\n]*$)|(?m:^Thread [^\n]*\n(?!    |Thread |\n|$))")
 
 
@@ -69,7 +65,7 @@ def frames_only(text: str) -> bool:
 
 WHOLE_CHECK_CHARS = 1 << 20  # pasted text is small; a bigger text is a tool's output, checked at its ends
 END_CHARS = 1 << 18
-_LITERAL_TRIGGERS = ("\x1b[", "←", "Pyspy dump for PID", "Pyspy failed", "All pyspy dump attempts failed")
+_LITERAL_TRIGGERS = ("\x1b[", "←", *WRAPPER_MARKS)
 
 
 def needs_normalizing(text: str) -> bool:
@@ -191,7 +187,7 @@ class _Rewriter:
             self._other(number, line)
 
     def _marker(self, number: int, line: str) -> bool:
-        """A code fence, an elision, SGLang's dump wrappers or a Process line."""
+        """A code fence, an elision, a watchdog's dump wrapper or a Process line."""
         if _FENCE.match(line):
             self.flush()
             self.headless_open, self.last = False, "other"
@@ -200,23 +196,13 @@ class _Rewriter:
             if self.last in ("thread", "frame", "locals"):
                 self.notes.append(f"line {number}: frames left out by whoever pasted the dump ('{line.strip()}')")
             self.emit("", number)
-        elif (failed := _SGLANG_FAILED.search(line)) is not None:
+        elif (wrapper := wrapped(line)) is not None:
             self.flush()
-            self.in_process, self.headless_open, self.last = False, False, "error"
-            pid = failed["pid"] or failed["cmd_pid"] or failed["all_pid"]
-            why = (failed["why"] or failed["cmd_why"] or "").strip()
-            while why.startswith("Error: "):  # SGLang writes "Error: " before py-spy's own "Error: …"
-                why = why.removeprefix("Error: ")
-            if failed["all_pid"]:
-                why = "every py-spy dump attempt failed (SGLang's watchdog tried with --native, then without)"
-            elif failed["cmd"]:
-                why = f"{why or 'py-spy failed'} (`{' '.join(failed['cmd'].split())}`)"
-            self._wrapper(number, line[:failed.start()], pid)
-            self.emit(f"Error: {why or 'py-spy failed'}", number)
-        elif (dump := _SGLANG_DUMP.search(line)) is not None:
-            self.flush()
-            self.in_process, self.headless_open, self.last = False, False, "other"
-            self._wrapper(number, line[:dump.start()], dump["pid"])
+            self.in_process, self.headless_open = False, False
+            self.last = "other" if wrapper.kind == "dump" else "error"
+            self._wrapper(number, line[:wrapper.start], wrapper.pid)
+            if wrapper.kind != "dump":
+                self.emit(f"Error: {wrapper.why}", number)
         elif _PROCESS.match(line):
             self.flush()
             self.in_process, self.headless_open, self.last = True, False, "other"
