@@ -10,7 +10,8 @@ and `get pods`.
   (grep-filtered) are read by their shape. A line that does not start a row continues the
   message above it (a wrapped paste).
 - `kubectl describe pod`: each container's State / Last State (Reason, Exit Code, Started,
-  Finished), Ready, Restart Count and memory limit, one row per container.
+  Finished), Ready, Restart Count and memory limit, one row per container (the blocks are read by
+  `describe_blocks`; this module reads the tables, and a block's `Events:` table with them).
 - `kubectl get pods`: NAME, READY, STATUS, RESTARTS (`4 (57s ago)`), AGE.
 
 Each row is one `events` record with its object and numbers in `K8S_*` columns and a message that
@@ -38,6 +39,7 @@ from forensics.sources.common.rawio import read_all
 from forensics.sources.common.schema import EVENTS_SCHEMA, ParseResult, as_events, empty, quarantine_rows
 from forensics.sources.common.snapshot_time import parse_header, parse_time
 from forensics.sources import register
+from forensics.sources.kubernetes.describe_blocks import DescribeBlocks
 
 NAME = "kubectl"
 FORMAT = "kubectl"
@@ -69,16 +71,10 @@ _POD_ROW = re.compile(r"^\s*(?:(?P<namespace>[a-z0-9][a-z0-9-]*)\s+)?(?P<name>[a
 DATE_LINE = re.compile(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<month>[A-Z][a-z]{2}) +(?P<day>[0-9]{1,2}) "
                         r"(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2}) (?:(?P<zone>[A-Z]{2,5}) )?(?P<year>[0-9]{4})$")
 _RFC1123 = "%a, %d %b %Y %H:%M:%S %z"
-_FIELD = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Z][\w ./-]*?):\s*(?P<value>.*?)\s*$")
 _SNIFF = re.compile(rb"(?m)^\s*(?:(?:NAMESPACE\s+)?LAST SEEN\s+TYPE\s+REASON\s+OBJECT|LASTSEEN\s+FIRSTSEEN\s+COUNT|"
                     rb"Type\s+Reason\s+Age\s+From\s+Message|FirstSeen\s+LastSeen\s+Count\s+From|(?:NAMESPACE\s+)?NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE|"
                     rb"Events:\s*$|(?:[a-z0-9][a-z0-9-]*[ \t]+)?(?:<unknown>|<invalid>|[0-9]+[smhdy](?:[0-9]+[smhdy])*)(?: \(x[0-9]+ over [0-9smhdy]+\))?[ \t]+"
                     rb"(?:Normal|Warning)[ \t]+[A-Z][A-Za-z]+[ \t]+[A-Za-z]+/\S|(?:Normal|Warning)[ \t]+[A-Z][A-Za-z]+[ \t]+(?:<unknown>|[0-9]+[smhd])|Name:[ \t]+\S+[^\n]*\n(?:[^\n]*\n){0,3}?[ \t]*(?:Namespace|Roles|Labels):)")
-_TIME = r"[A-Z][a-z]{2}, [0-9]{2} [A-Z][a-z]{2} [0-9]{4} [0-9:]{8} [+-][0-9]{4}"
-_CONDITION = re.compile(rf"^\s*(?P<type>[A-Za-z]+)\s+(?P<status>True|False|Unknown)\s+(?P<heartbeat>{_TIME})\s+"
-                        rf"(?P<since>{_TIME})\s+(?P<reason>\S+)\s+(?P<message>.*?)\s*$")
-_PRESSURES = ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
-_CONTAINER = re.compile(r"^\s*(?P<name>[a-z0-9][a-z0-9.-]*):\s*$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "y": 365 * 86400}
 _KINDS = {"pod": "Pod", "node": "Node", "deployment": "Deployment", "replicaset": "ReplicaSet", "job": "Job",
           "persistentvolumeclaim": "PersistentVolumeClaim", "statefulset": "StatefulSet", "daemonset": "DaemonSet",
@@ -157,11 +153,7 @@ class _Reader:
         self.bad: list[tuple[int, str, str]] = []
         self.columns: list[tuple[str, int]] | None = None  # an events table's titles and where they start
         self.table = ""  # events, describe_events, pods, describe
-        self.describe: dict[str, str] = {}
-        self.container: dict[str, object] | None = None
-        self.section = ""
-        self.base = 0  # the indentation of the describe block's `Name:` line (a paste may indent it all)
-        self.rows_at_start = 0  # rows before the current describe block
+        self.blocks = DescribeBlocks(self.rows)  # the describe blocks, whose rows join these
         self.legacy = False  # the current events table is describe's tab-separated one (before 1.14)
 
     def read(self) -> None:
@@ -188,13 +180,11 @@ class _Reader:
                 self._event_row(_wide(m.groupdict()), number, line)  # a row without its header (grep-filtered)
             elif (m := _DESCRIBE_ROW.match(line)) is not None:
                 fields = m.groupdict()  # a describe's Events row pasted without its heading
-                fields.update(object=f"{self.describe.get('kind', 'object')}/{self.describe.get('Name', '')}",
-                              namespace=self.describe.get("Namespace"))
+                fields.update(self.blocks.described("object"))
                 self._event_row(fields, number, line)
-            elif self.describe and (m := _CONDITION.match(line)) is not None:
-                self._condition(m.groupdict(), number)
-            elif self._describe(line, number):
-                pass
+            elif (read := self.blocks.read(line, number)):
+                if read == "begun":
+                    self.table = "describe"  # a describe block ends the table above it
             elif self.rows and self.table in ("events", "describe_events") and line[:1] in (" ", "\t"):
                 self.rows[-1]["message"] = f"{self.rows[-1]['message']} {line.strip()}"  # a wrapped message
             elif re.fullmatch(r"\s*-+(\s+-+)*\s*", line) or DATE_LINE.match(line.strip()) or \
@@ -202,23 +192,7 @@ class _Reader:
                 continue  # the dashes under a describe's table titles; the capture's `date` line or header (read above)
             else:
                 self.bad.append((number, "a line outside kubectl's tables and describe blocks", line))
-        self._close_describe()
-
-    def _close_describe(self) -> None:
-        """A describe block that gave no row of its own (a healthy node, say) still says what it
-        showed: one row with its readiness, taints and GPUs."""
-        self._close_container()
-        d = self.describe
-        if not d or len(self.rows) > self.rows_at_start or d.get("kind") != "Node":
-            self.rows_at_start = len(self.rows)
-            return
-        gpus = "; ".join(f"{k.split(':', 1)[1]} {k.split(':', 1)[0].lower()} {v}" for k, v in d.items()
-                         if k.startswith(("Allocatable:", "Allocated resources:")))
-        said = "; ".join(x for x in (f"taints {d['Taints']}" if d.get("Taints") else "", gpus) if x)
-        self.rows.append({"source_line": d.get("line", 1), "K8S_KIND": "Node", "K8S_NAME": d.get("Name"),
-                          "K8S_TYPE": "Normal", "K8S_REASON": "Described", "priority": 6,
-                          "message": f"Normal Described node/{d.get('Name')}: {said or 'no condition out of order'}"})
-        self.rows_at_start = len(self.rows)
+        self.blocks.close()
 
     def _header(self, line: str, table: str) -> None:
         self.table, self.legacy = table, False
@@ -226,8 +200,7 @@ class _Reader:
         self.columns = [(t.group().replace("LASTSEEN", "LAST SEEN").replace("FIRSTSEEN", "FIRST SEEN"), t.start())
                         for t in titles]
         if table == "describe_events":
-            self._close_container()
-            self.section = "Events"
+            self.blocks.events_table()
 
     def _cut(self, line: str) -> dict[str, str]:
         """A row cut where its table's titles start; the last title takes the rest of the line."""
@@ -246,8 +219,7 @@ class _Reader:
         at = kinds[0]
         self._event_row({"last": cells[1], "over": cells[0], "count": cells[2], "source": cells[3].strip("{} "),
                          "type": cells[at], "reason": cells[at + 1] if at + 1 < len(cells) else None,
-                         "message": " ".join(cells[at + 2:]), "namespace": self.describe.get("Namespace"),
-                         "object": f"{self.describe.get('kind', 'object')}/{self.describe.get('Name', '')}"},
+                         "message": " ".join(cells[at + 2:]), **self.blocks.described("object")},
                         number, line)
         return True
 
@@ -258,8 +230,7 @@ class _Reader:
             if (m := _DESCRIBE_ROW.match(line)) is None:
                 return False
             fields = m.groupdict()
-            kind = self.describe.get("kind", "Pod")
-            fields.update(object=f"{kind}/{self.describe.get('Name', '')}", namespace=self.describe.get("Namespace"))
+            fields.update(self.blocks.described("Pod"))
             self._event_row(fields, number, line)
             return True
         cells = self._cut(line)
@@ -306,117 +277,6 @@ class _Reader:
                        f"age {m['age']}"})
         return True
 
-    def _describe(self, line: str, number: int) -> bool:
-        """A line of a `kubectl describe` block: the object's fields and each container's state."""
-        if self.describe and self.section in ("Allocatable", "Capacity", "Allocated resources") and \
-                (gpu := re.match(r"^\s+(?P<resource>[\w.-]+/gpu)(?::\s+|\s+)(?P<amount>[0-9]+)", line)):
-            self.describe[f"{self.section}:{gpu['resource']}"] = gpu["amount"]
-            return True
-        m = _FIELD.match(line)
-        if m is not None and m["key"] == "Name" and m["value"] and (not self.describe or len(m["indent"]) <= self.base):
-            self._close_describe()
-            self.base = len(m["indent"].expandtabs(8))
-            self.describe, self.table, self.section = {"Name": m["value"], "kind": "Pod", "line": number}, "describe", ""
-            self.rows_at_start = len(self.rows)
-            return True
-        if self.describe and self.section in ("Containers", "Init Containers") and (c := _CONTAINER.match(line)) \
-                and len(line) - len(line.lstrip()) - self.base == 2:
-            self._close_container()
-            self.container = {"name": c["name"], "line": number}
-            return True
-        if self.container is not None and (limit := re.match(r"^\s+memory:\s+(\S+)\s*$", line)):
-            if self.container.get("block") == "Limits":
-                self.container["memory"] = limit[1]
-            return True
-        if m is None:
-            return bool(self.describe) and line[:1] in (" ", "\t")  # a value continued under its key
-        indent, key, value = len(m["indent"].expandtabs(8)) - self.base, m["key"], m["value"]
-        if indent <= 0:
-            self._close_container()
-            if key == "Name":
-                self._close_describe()
-                self.describe, self.table = {"Name": value, "kind": "Pod"}, "describe"
-            elif key in ("Roles", "Taints", "Unschedulable"):
-                self.describe["kind"] = "Node"
-            elif key == "Volume" or key == "StorageClass":
-                self.describe["kind"] = "PersistentVolumeClaim"
-            elif key == "Completions":
-                self.describe["kind"] = "Job"
-            self.describe.setdefault(key, value)
-            self.section = key if not value else ""
-            self.rows_at_start = self.rows_at_start if key != "Name" else len(self.rows)
-            return bool(self.describe)
-        if not self.describe:
-            return False
-        if self.container is not None:
-            self._container_field(key, value, indent)
-        return True
-
-    def _condition(self, f: dict[str, str], number: int) -> None:
-        """A node's condition: Ready not True, or a pressure True, is a Warning of its own."""
-        bad = (f["type"] == "Ready" and f["status"] != "True") or (f["type"] in _PRESSURES and f["status"] == "True")
-        if not bad:
-            return
-        name = self.describe.get("Name", "")
-        reason = "NodeNotReady" if f["type"] == "Ready" else f["type"]
-        self.rows.append({
-            "source_line": number, "K8S_KIND": "Node", "K8S_NAME": name or None, "K8S_TYPE": "Warning",
-            "K8S_REASON": reason, "K8S_STATE": f"{f['type']}={f['status']}", "finished": f["since"], "priority": 4,
-            "message": f"Warning {reason} node/{name}: {f['type']} {f['status']} since {f['since']} ({f['reason']}: "
-                       f"{f['message']})"})
-
-    def _container_field(self, key: str, value: str, indent: int) -> None:
-        c = self.container
-        assert c is not None
-        if key in ("State", "Last State"):
-            c["at"] = key
-            c[key] = value
-        elif key in ("Reason", "Exit Code", "Started", "Finished", "Signal") and c.get("at"):
-            c[f"{c['at']} {key}"] = value
-        elif key == "Restart Count":
-            c["restarts"] = value
-        elif key == "Ready":
-            c["ready"] = value
-        elif key in ("Limits", "Requests"):
-            c["block"] = key
-        elif key == "memory" and c.get("block") == "Limits":
-            c["memory"] = value
-        # a key of the container's own (not of a state block) ends the state block it followed
-        if indent <= 4 and key not in ("State", "Last State", "Reason", "Exit Code", "Started", "Finished", "Signal",
-                                       "Message", "Detail"):
-            c.pop("at", None)
-
-    def _close_container(self) -> None:
-        c, self.container = self.container, None
-        if not c or not c.get("State"):
-            return  # a container not started yet (its pod pending) has no state to tell
-        name, namespace = self.describe.get("Name", "?"), self.describe.get("Namespace")
-        states = []
-        for which in ("State", "Last State"):
-            if not c.get(which):
-                continue
-            parts = [c[f"{which} {k}"] for k in ("Reason",) if c.get(f"{which} {k}")]
-            if c.get(f"{which} Exit Code"):
-                parts.append(f"exit code {c[f'{which} Exit Code']}")
-            for k in ("Started", "Finished"):
-                if c.get(f"{which} {k}"):
-                    parts.append(f"{k.lower()} {c[f'{which} {k}']}")
-            states.append(f"{which} {c[which]}" + (f" ({', '.join(parts)})" if parts else ""))
-        last_reason = c.get("Last State Reason") or c.get("State Reason")
-        exit_code = c.get("Last State Exit Code") or c.get("State Exit Code")
-        finished = c.get("Last State Finished") or c.get("State Finished")
-        bad = (str(c.get("State")) != "Running" or (exit_code not in (None, "0"))) and bool(last_reason or exit_code)
-        where = f"pod/{namespace + '/' if namespace else ''}{name}"
-        extra = [f"restart count {c['restarts']}"] if c.get("restarts") else []
-        extra += [f"memory limit {c['memory']}"] if c.get("memory") else []
-        self.rows.append({
-            "source_line": c["line"], "K8S_KIND": "Pod", "K8S_NAMESPACE": namespace, "K8S_NAME": name,
-            "K8S_CONTAINER": c["name"], "K8S_TYPE": "Warning" if bad else "Normal", "K8S_REASON": last_reason,
-            "K8S_STATE": c.get("State"), "K8S_EXIT_CODE": exit_code, "K8S_RESTARTS": c.get("restarts"),
-            "K8S_MEMORY_LIMIT": c.get("memory"), "K8S_READY": c.get("ready"), "finished": finished,
-            "priority": 3 if bad else 6,
-            "message": f"{'Warning' if bad else 'Normal'} {last_reason or c.get('State')} {where} container "
-                       f"{c['name']}: {'; '.join(states + extra)}"})
 
 
 def parse(path: Path) -> ParseResult:
