@@ -23,7 +23,7 @@ from plotly.offline import get_plotlyjs
 
 from forensics.analyze import Analysis, in_display_zone, is_anomaly
 from forensics.detect import Finding, clock, span
-from forensics.render.metric_panels import GPU_UTIL, idle_gpus_said
+from forensics.render.metric_panels import idle_gpus_sentence
 from forensics.render.text import Redact, code_spans, safe, title_redact
 
 STYLE = """
@@ -153,9 +153,8 @@ def first_screen_notes(analysis: Analysis, redact: Redact | None) -> str:
     """What the first screen says beside its one answer: GPUs DCGM saw idle (an idle GPU beside a
     hang is evidence), and non-fatal device errors, said apart as no fault (never the incident)."""
     out = []
-    if idle := idle_gpus_said(analysis):
-        beside = " beside the hang: nothing ran on them when they were scraped" if analysis.incident_found else ""
-        out.append(f'<p class="gpu-idle">Idle: {safe(idle, redact)} ({GPU_UTIL}, the last sample){beside}.</p>')
+    if idle := idle_gpus_sentence(analysis, lambda said: safe(said, redact)):
+        out.append(f'<p class="gpu-idle">{idle}</p>')
     non_fatal = [f for f in analysis.reported() if f.facts.get("non_fatal")]
     if non_fatal:
         what = "; ".join(f.text for f in non_fatal[:3])

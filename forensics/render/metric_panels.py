@@ -5,7 +5,7 @@ folded into a median."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -89,6 +89,17 @@ def idle_gpus_said(analysis: Analysis) -> str:
         which = (f"GPU{'s' if len(gpus) > 1 else ''} {', '.join(gpus)}" if gpus else "its GPU")
         parts.append(f"{which} on {instance} at {' to '.join(values)} % utilisation")
     return "; ".join(parts)
+
+
+def idle_gpus_sentence(analysis: Analysis, evidence: Callable[[str], str] = str) -> str:
+    """The idle GPUs as the report says them beside its answer, in the page and in the text alike
+    ("Idle: GPU 0 on host:9400 at 0 % utilisation (…, the last sample) beside the hang: …"), ""
+    when none; `evidence` is applied to the part the scrape gave (the page redacts and escapes it)."""
+    idle = idle_gpus_said(analysis)
+    if not idle:
+        return ""
+    beside = " beside the hang: nothing ran on them when they were scraped" if analysis.incident_found else ""
+    return f"Idle: {evidence(idle)} ({GPU_UTIL}, the last sample){beside}."
 
 
 def instance_name() -> pl.Expr:

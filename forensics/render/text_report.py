@@ -11,6 +11,7 @@ from typing import TextIO
 
 from forensics.analyze import Analysis, in_display_zone, no_incident_heading, profile_said
 from forensics.detect import clock, rank_list, span
+from forensics.render.metric_panels import idle_gpus_sentence
 
 COLLECTIVE_STATES_SHOWN = 32  # states of the collectives the text report lists, then a count
 NO_CLOCK = "--:--:--"  # where a finding's time would be printed, for one the evidence gives no time
@@ -43,6 +44,8 @@ def _report_text(analysis: Analysis) -> list[str]:
     lines.append("  " + "   ".join(f"{label} {span(s) if s is not None else '—'}" for label, s in measures))
     for problem in t.contradictions:
         lines.append(f"  CONTRADICTION: {problem}")
+    if idle := idle_gpus_sentence(analysis):  # what the page's first screen says beside its answer
+        lines += ["", idle]
     for track in analysis.tracks:
         when = f"{clock(track.first)}–{clock(track.last)}" if track.first else "no time in the evidence"
         lines += ["", f"## track: {track.name} ({', '.join(track.components) or 'no component'}, {when})"]

@@ -123,3 +123,22 @@ def test_a_busy_gpu_is_said_idle_nowhere(tmp_path: Path) -> None:
     assert "Idle:" not in str(session.answer())
     titles = [a.text for a in session.timeline().fig.layout.annotations]
     assert "GPU utilisation (%)" in titles and not [t for t in titles if "idle" in (t or "")]
+
+
+@pytest.mark.parametrize(("scrape", "idle"), [(IDLE_SCRAPE, True), (BUSY_SCRAPE, False)])
+def test_the_text_report_says_the_idle_gpu_as_the_page_does(tmp_path: Path, scrape: str, idle: bool) -> None:
+    """`forensics analyze` prints what the first screen says beside the hang: the scrape of the idle
+    RTX 4000 Ada (`GPU_UTIL 0`) is said idle beside the MUSA dump's wait; the loaded T4 (91) is not."""
+    from forensics.analyze import analyze
+    from forensics.render.text_report import report_text
+
+    assert ("GPU_UTIL 0" if idle else "GPU_UTIL **91**") in readme_row(CORPUS3, scrape)
+    bundle = corpus_bundle(tmp_path / "bundle", {f"corpus2/pyspy/{MUSA}": "stacks",
+                                                 f"corpus3/metrics/{scrape}": "metrics/gpu-node_9400"})
+    idle_lines = [line for line in report_text(analyze(bundle, tmp_path / "case")).splitlines()
+                  if line.startswith("Idle: ")]
+    if idle:
+        assert len(idle_lines) == 1 and idle_lines[0].startswith("Idle: GPU 0 on "), idle_lines
+        assert "at 0 % utilisation (DCGM_FI_DEV_GPU_UTIL, the last sample) beside the hang" in idle_lines[0]
+    else:
+        assert idle_lines == []
