@@ -124,9 +124,10 @@ def dump_recorder_on_request(role: str, rank: int, control: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     # Without stack traces: symbolising every entry's C++ stack took 1.5 s of CPU per rank here (0.03 s
-    # without), eight ranks at once, while the idle prefill group must keep passing its broadcasts. Under
-    # a loaded test run that work slowed the ranks that were dumping until their peers had waited 12 s
-    # in a broadcast, and the dump showed a wait it had made. The lab's verdicts never read the frames.
+    # without), eight ranks at once, while the idle prefill group must keep passing its broadcasts. In a
+    # loaded CI run the prefill ranks were seen waiting 12 s in a broadcast when dumped, most likely a
+    # wait the dumps' own work made; without the traces it has not recurred under load. The lab's
+    # verdicts never read the frames.
     partial.write_bytes(torch._C._distributed_c10d._dump_fr_trace(includeStackTraces=False))
     partial.rename(out)  # the lab waits for the final name: never a half-written dump
 
