@@ -127,6 +127,29 @@ def test_top_level_branches_are_counted_as_the_regex_grammar_reads_them(pattern:
     assert top_level_branches(pattern) == branches
 
 
+@pytest.mark.parametrize(("pattern", "literal"), [
+    ("abc", True), (r"\(PCI", True), (r"^\[x", True), (r"(?:Warning|Normal)\s+Evicted\b", True),
+    (r"(?m:^Killed$)| Killed  ", True), (r"[Tt]ransfer failed", True), (r"x[\]|]y|z", True),
+    (r"\bFailedScheduling\b|\b[0-9]{1,6}/[0-9]{1,6} nodes", False), (r"(?:a|[0-9])x", False), (r"(?:ab)?c", False),
+    (r"\d+x", False), (r"a?b", False), (r".*x", False), (r"(?P<rid>[0-9]+)", False), ("", False),
+])
+def test_a_pattern_leads_with_a_literal_as_the_regex_grammar_reads_it(pattern: str, literal: bool) -> None:
+    """A search of many alternatives keeps the regex engine's literal search only when each begins
+    with a literal: one that begins with a class, an optional atom or nothing does not."""
+    from forensics.timeline.logs import leads_with_literal
+
+    assert leads_with_literal(pattern) is literal
+
+
+def test_an_alternative_without_a_leading_literal_is_searched_alone() -> None:
+    """Kubernetes' FailedScheduling kind has an alternative that begins with a digit class: it is
+    a search of its own, its literal alternative stays in a run with the others."""
+    from forensics.timeline.logs import _searches
+
+    runs = _searches(["alpha", r"\bFailedScheduling\b|\b[0-9]{1,6}/[0-9]{1,6} nodes are available: ", "beta"])
+    assert runs == [["alpha", r"\bFailedScheduling\b", "beta"], [r"\b[0-9]{1,6}/[0-9]{1,6} nodes are available: "]]
+
+
 @pytest.mark.parametrize("stack", ["sglang", "vllm"])
 def test_searching_the_line_kinds_in_runs_finds_what_each_pattern_finds(stack: str) -> None:
     """The line kinds are searched in several runs (`MOST_BRANCHES`): a line is picked exactly when

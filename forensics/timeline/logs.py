@@ -14,6 +14,7 @@ the 19 patterns of SGLang's batch lines cost about 1 CPU-s, the largest piece of
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import numpy as np
 import polars as pl
@@ -60,9 +61,10 @@ def label_numbers(messages: pl.Series, fields: dict[str, tuple[str, ...]], only:
 MOST_BRANCHES = 48
 
 
-def top_level_branches(pattern: str) -> int:
-    """How many alternatives `pattern` has at its top level (its `|` outside groups and classes)."""
-    branches, depth, in_class, i = 1, 0, False, 0
+def _structure(pattern: str) -> Iterator[tuple[int, str, int]]:
+    """Each `(`, `)` and `|` of `pattern` outside escapes and classes: its index, itself, and the
+    group depth after it."""
+    depth, in_class, i = 0, False, 0
     while i < len(pattern):
         char = pattern[i]
         if char == "\\":
@@ -72,28 +74,83 @@ def top_level_branches(pattern: str) -> int:
             in_class = char != "]"
         elif char == "[":
             in_class = True
-        elif char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        elif char == "|" and depth == 0:
-            branches += 1
+        elif char in "(|)":
+            depth += {"(": 1, ")": -1, "|": 0}[char]
+            yield i, char, depth
         i += 1
-    return branches
+
+
+def _top_level(pattern: str) -> list[str]:
+    """`pattern`'s alternatives at its top level (split at its `|` outside groups and classes)."""
+    cuts = [i for i, char, depth in _structure(pattern) if char == "|" and depth == 0]
+    return [pattern[start + 1:end] for start, end in zip([-1, *cuts], [*cuts, len(pattern)])]
+
+
+def top_level_branches(pattern: str) -> int:
+    """How many alternatives `pattern` has at its top level (its `|` outside groups and classes)."""
+    return len(_top_level(pattern))
+
+
+_ASSERTION = re.compile(r"^(?:\\[bBA]|\^|\(\?-?u:\\b\)|\(\?[a-zA-Z-]+\))+")
+_GROUP_HEAD = re.compile(r"^\((?:\?:|\?P<\w+>|\?[a-zA-Z-]+:)?")
+_CLASS_ESCAPE = set("dDwWsSpPbBAzZ0123456789")
+_FEW_LETTERS = re.compile(r"^\[[A-Za-z]{1,4}\]")  # `[Tt]`: the engine reads it as a few literals
+
+
+def _group_end(branch: str) -> int:
+    """Where the group `branch` opens with closes (the index of its `)`), or -1."""
+    return next((i for i, char, depth in _structure(branch) if char == ")" and depth == 0), -1)
+
+
+def leads_with_literal(pattern: str) -> bool:
+    """Whether every alternative of `pattern` begins with a literal character once its anchors and
+    word boundaries are passed (a group counts when each of its alternatives does and it is not
+    optional). One alternative that begins with a class (`[0-9]`, `\\d`, `.`) in a search of many
+    takes the regex engine's literal search from all of them: 0.28 s for one pattern over a million
+    lines, 0.03 s searched alone (measured on the 1 M reference's lines)."""
+    for branch in _top_level(pattern):
+        branch = _ASSERTION.sub("", branch)
+        if not branch:
+            return False
+        if branch[0] == "(":
+            end = _group_end(branch)
+            head = _GROUP_HEAD.match(branch)
+            if end < 0 or branch[end + 1:end + 2] in ("?", "*") or branch[end + 1:end + 3] == "{0" \
+                    or not leads_with_literal(branch[head.end() if head else 1:end]):
+                return False
+            continue
+        few = _FEW_LETTERS.match(branch)
+        if few:
+            branch = "x" + branch[few.end():]  # a letter for the quantifier check below
+        if branch[0] in "[.$)" or (branch[0] == "\\" and branch[1:2] in _CLASS_ESCAPE):
+            return False
+        after = 2 if branch[0] == "\\" else 1
+        if branch[after:after + 1] in ("?", "*") or branch[after:after + 2] == "{0":
+            return False
+    return True
 
 
 def _searches(patterns: list[str]) -> list[list[str]]:
-    """`patterns` in runs of at most MOST_BRANCHES top-level branches, in order."""
+    """`patterns` in runs of at most MOST_BRANCHES top-level branches. A pattern that does
+    not lead with a literal (`leads_with_literal`) is cut into its alternatives, and each that does
+    not is a search of its own (they are asked only whether any matches, so the cut changes no
+    answer). Case-insensitive patterns (`(?i)…`, whose flag holds for every alternative) are not
+    given here."""
     runs: list[list[str]] = [[]]
+    alone: list[list[str]] = []
     size = 0
     for pattern in patterns:
-        branches = top_level_branches(pattern)
-        if runs[-1] and size + branches > MOST_BRANCHES:
-            runs.append([])
-            size = 0
-        runs[-1].append(pattern)
-        size += branches
-    return runs
+        for part in [pattern] if leads_with_literal(pattern) else _top_level(pattern):
+            if not leads_with_literal(part):
+                alone.append([part])
+                continue
+            branches = top_level_branches(part)
+            if runs[-1] and size + branches > MOST_BRANCHES:
+                runs.append([])
+                size = 0
+            runs[-1].append(part)
+            size += branches
+    return [run for run in runs if run] + alone
 
 
 def _any_of(message: pl.Expr, *pattern_lists: list[str]) -> pl.Expr:
