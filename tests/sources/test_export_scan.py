@@ -124,15 +124,20 @@ VALUES = [b"", b"x", b"twelve bytes", b"thirteen byte", "café ünïcödé 🚀"
 BAD_NAMES = [b"lower", b"1DIGIT", b"A" * 65, b"", b"SP ACE"]
 
 
+# identifiers the scanner codes (`journal_export._CODED_NAMES`), each drawn often so that their
+# values repeat, in runs and out of them
+CODED = [b"_BOOT_ID", b"SYSLOG_IDENTIFIER", b"_SYSTEMD_UNIT", b"UNIT"]
+
+
 def generate(rng: np.random.Generator, entries: int) -> bytes:
-    names = [f"F{i}".encode() for i in range(300)] + [b"_PID", b"MESSAGE", b"__REALTIME_TIMESTAMP"]
+    names = [f"F{i}".encode() for i in range(300)] + [b"_PID", b"MESSAGE", b"__REALTIME_TIMESTAMP"] + CODED * 20
     out = bytearray()
     for i in range(entries):
-        chosen = list(rng.choice(len(names), size=int(rng.integers(1, 12)), replace=False))
+        chosen = list(dict.fromkeys(names[k] for k in rng.choice(len(names), size=int(rng.integers(1, 12)),
+                                                                replace=False)))
         if rng.random() < 0.7:
             chosen.sort()  # mostly the same order, as journald writes them; sometimes shuffled
-        for k in chosen:
-            name = names[k]
+        for name in chosen:
             for _ in range(2 if rng.random() < 0.1 else 1):
                 value = VALUES[int(rng.integers(len(VALUES)))]
                 value = value.encode() if isinstance(value, str) else value
@@ -182,7 +187,7 @@ def test_many_keys_and_a_piece_without_a_closing_blank_line() -> None:
     data = b"\n".join(b"".join(b"K%d=%d\n" % (k, k) for k in range(e * 1000, e * 1000 + 1000)) for e in range(5))
     data += b"\n" + b"K1=again\n"
     buffer = np.frombuffer(data, dtype=np.uint8)
-    assert _export_scan.scan(buffer, len(data), False, True, frozenset(), 80) is None  # not between entries
+    assert _export_scan.scan(buffer, len(data), False, True, frozenset(), frozenset(), 80) is None  # not between entries
     frame = _parse_chunk(buffer, len(data), True, 0, 0)
     assert frame.height == 6 and frame.get_column("K4999").to_list() == [None] * 4 + ["4999", None]
     # the last entry ends the file after a whole line, without its blank line: read, and marked
@@ -205,7 +210,7 @@ def test_count_newlines_and_bounds() -> None:
     with pytest.raises(ValueError, match="length 7 outside the 6-byte piece"):
         _export_scan.count_newlines(data, 7)
     with pytest.raises(ValueError, match="length -1 outside"):
-        _export_scan.scan(data, -1, True, True, frozenset(), 80)
+        _export_scan.scan(data, -1, True, True, frozenset(), frozenset(), 80)
 
 
 @pytest.mark.parametrize("size", [15, 16, 17, 16 * 255, 16 * 255 + 1, 16 * 256 + 7, 100_003])
@@ -217,3 +222,23 @@ def test_count_newlines_counts_as_bytes_count_does(size: int) -> None:
         array = np.frombuffer(data, dtype=np.uint8)
         for length in (size, size - 1, size // 2):
             assert _export_scan.count_newlines(array, length) == data[:length].count(b"\n")
+
+
+@pytest.mark.parametrize("copy", [True, False], ids=["dense", "views"])
+def test_coded_identifiers_keep_every_value_across_many_distinct_values(copy: bool) -> None:
+    """A coded field's dictionary grows past its first table (2,000 distinct boot ids, some long,
+    some not UTF-8), values come back in runs and out of them, repeated within an entry, and
+    absent from some entries: every entry reads as the reference reads it."""
+    rng = np.random.default_rng(7)
+    boots = [b"%032x" % i for i in range(2000)] + [b"short", b"caf\xe9", "ünï".encode()]
+    out = bytearray()
+    for i in range(6000):
+        out += b"__REALTIME_TIMESTAMP=%d\n" % i
+        if rng.random() < 0.9:
+            boot = boots[i // 7 % len(boots)] if rng.random() < 0.5 else boots[int(rng.integers(len(boots)))]
+            out += b"_BOOT_ID=" + boot + b"\n"
+            if rng.random() < 0.01:
+                out += b"_BOOT_ID=" + boots[0] + b"\n"
+        out += b"SYSLOG_IDENTIFIER=" + (b"sglang", b"kernel", b"systemd")[i % 3] + b"\n\n"
+    data = bytes(out)
+    assert comparable(scanned_entries(data, copy)) == comparable(reference_entries(data))

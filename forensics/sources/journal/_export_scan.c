@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <unistd.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -100,6 +101,20 @@ typedef struct {
     Bytes data;                   /* dense: the long values end to end (mapped: see grow_mapped) */
     Vec later;                    /* (entry, value start, value end) of repeated values within an entry */
     Vec bad;                      /* invalid names: (entry, line) of every occurrence */
+    /* Coded keys (identifiers: few distinct values, each written many times) keep each distinct
+       first value once, in a dictionary, and each entry's code into it: 4 bytes an entry instead
+       of a 16-byte view and a copy, no UTF-8 check but of a new value, and polars gets a category
+       without hashing every row's text again. */
+    int coded;
+    Bytes codes;                  /* uint32 code of each entry's first value (zero when absent) */
+    Bytes values;                 /* BinaryView views of the distinct values, in order of first sight */
+    Bytes value_data;             /* their long bytes, end to end */
+    Py_ssize_t n_values;
+    uint64_t *value_hashes;
+    Py_ssize_t value_hashes_cap;
+    int32_t *value_slots;         /* open addressing over the values: code + 1, 0 = empty */
+    Py_ssize_t n_value_slots;
+    int64_t last_code;            /* the code given last: runs of one value are the rule */
 } Key;
 
 typedef struct {
@@ -114,6 +129,8 @@ typedef struct {
     int dense_all;
     const char **dense_names; /* names whose values are copied dense whatever dense_all says */
     Py_ssize_t *dense_lens, n_dense;
+    const char **coded_names; /* names whose values are coded (see Key.coded) */
+    Py_ssize_t *coded_lens, n_coded;
     Key *keys;
     Py_ssize_t n_keys, keys_cap;
     int32_t *slots; /* open addressing: key index + 1, 0 = empty */
@@ -134,6 +151,11 @@ static void scan_free(Scan *S)
         unmap(&S->keys[k].data);
         vec_free(&S->keys[k].later);
         vec_free(&S->keys[k].bad);
+        unmap(&S->keys[k].codes);
+        unmap(&S->keys[k].values);
+        unmap(&S->keys[k].value_data);
+        free(S->keys[k].value_hashes);
+        free(S->keys[k].value_slots);
     }
     free(S->keys);
     free(S->slots);
@@ -162,27 +184,45 @@ static uint64_t hash_bytes(const uint8_t *s, Py_ssize_t n)
     return h;
 }
 
+/* An open-addressing table (code + 1 per slot, 0 = empty) twice the size of *slots, holding the
+ * `count` items whose hashes are `stride` bytes apart from `first_hash`; -1 when out of memory. */
+static int grow_table(int32_t **slots, Py_ssize_t *n_slots, const uint64_t *first_hash, size_t stride,
+                      Py_ssize_t count)
+{
+    Py_ssize_t n = *n_slots ? 2 * *n_slots : 256;
+    int32_t *grown = calloc((size_t)n, sizeof *grown);
+    if (!grown)
+        return -1;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        const uint64_t hash = *(const uint64_t *)((const char *)first_hash + (size_t)k * stride);
+        Py_ssize_t i = (Py_ssize_t)(hash & (uint64_t)(n - 1));
+        while (grown[i])
+            i = (i + 1) & (n - 1);
+        grown[i] = (int32_t)(k + 1);
+    }
+    free(*slots);
+    *slots = grown;
+    *n_slots = n;
+    return 0;
+}
+
 static int grow_slots(Scan *S)
 {
-    Py_ssize_t n = S->n_slots ? 2 * S->n_slots : 256;
-    int32_t *slots = calloc((size_t)n, sizeof *slots);
-    if (!slots)
-        return -1;
-    for (Py_ssize_t k = 0; k < S->n_keys; k++) {
-        Py_ssize_t i = (Py_ssize_t)(S->keys[k].hash & (uint64_t)(n - 1));
-        while (slots[i])
-            i = (i + 1) & (n - 1);
-        slots[i] = (int32_t)(k + 1);
-    }
-    free(S->slots);
-    S->slots = slots;
-    S->n_slots = n;
-    return 0;
+    return grow_table(&S->slots, &S->n_slots, S->keys ? &S->keys[0].hash : NULL, sizeof(Key), S->n_keys);
 }
 
 static int same_name(const Scan *S, const Key *key, Py_ssize_t at, Py_ssize_t len)
 {
     return key->name_len == len && memcmp(S->a + key->name_at, S->a + at, (size_t)len) == 0;
+}
+
+/* Whether `name` (of `len` bytes) is one of `names`. */
+static int named(const char **names, const Py_ssize_t *lens, Py_ssize_t n, const uint8_t *name, Py_ssize_t len)
+{
+    for (Py_ssize_t d = 0; d < n; d++)
+        if (lens[d] == len && memcmp(names[d], name, (size_t)len) == 0)
+            return 1;
+    return 0;
 }
 
 /* The code of the key at [at, at+len), added if new; -1 when out of memory. */
@@ -211,11 +251,11 @@ static Py_ssize_t key_code(Scan *S, Py_ssize_t at, Py_ssize_t len, Py_ssize_t po
     key->name_len = len;
     key->hash = h;
     key->valid = valid_name(S->a + at, len);
-    key->dense = S->dense_all;
-    for (Py_ssize_t d = 0; d < S->n_dense && !key->dense; d++)
-        key->dense = S->dense_lens[d] == len && memcmp(S->dense_names[d], S->a + at, (size_t)len) == 0;
+    key->dense = S->dense_all || named(S->dense_names, S->dense_lens, S->n_dense, S->a + at, len);
+    key->coded = key->valid && named(S->coded_names, S->coded_lens, S->n_coded, S->a + at, len);
     key->utf8 = 1;
     key->last_entry = -1;
+    key->last_code = -1;
     S->slots[i] = (int32_t)(S->n_keys + 1);
     return S->n_keys++;
 }
@@ -261,6 +301,88 @@ static int zero_fill(Bytes *b, Py_ssize_t size, Py_ssize_t first)
     return 0;
 }
 
+/* The bytes of coded `key`'s value `code` (their length in *len). */
+static const uint8_t *value_bytes(const Key *key, Py_ssize_t code, Py_ssize_t *len)
+{
+    const uint8_t *view = key->values.v + 16 * code;
+    uint32_t size, offset;
+    memcpy(&size, view, 4);
+    *len = size;
+    if (size <= 12)
+        return view + 4;
+    memcpy(&offset, view + 12, 4);
+    return key->value_data.v + offset;
+}
+
+static int same_value(const Key *key, Py_ssize_t code, const uint8_t *value, Py_ssize_t len)
+{
+    Py_ssize_t known_len;
+    const uint8_t *known = value_bytes(key, code, &known_len);
+    return known_len == len && memcmp(known, value, (size_t)len) == 0;
+}
+
+/* A value's hash, eight bytes a step (FNV-1a's byte a step cost more than copying the value),
+ * seeded per process so that forged values cannot be made to collide in advance. */
+static uint64_t value_seed;
+
+static uint64_t hash_value(const uint8_t *s, Py_ssize_t n)
+{
+    uint64_t h = value_seed ^ ((uint64_t)n * 0x9E3779B97F4A7C15ULL), word;
+    for (; n >= 8; s += 8, n -= 8) {
+        memcpy(&word, s, 8);
+        h = (h ^ word) * 0xFF51AFD7ED558CCDULL;
+        h ^= h >> 32;
+    }
+    word = 0;
+    memcpy(&word, s, (size_t)n);
+    h = (h ^ word) * 0xC4CEB9FE1A85EC53ULL;
+    return h ^ (h >> 29);
+}
+
+static int grow_value_slots(Key *key)
+{
+    return grow_table(&key->value_slots, &key->n_value_slots, key->value_hashes, sizeof(uint64_t), key->n_values);
+}
+
+/* The code of coded `key`'s value [value, value+len), added to its dictionary if new; -1 when
+ * out of memory (or past 2^31 distinct values, which no piece of 2 GiB holds). */
+static int64_t value_code(Key *key, const uint8_t *value, Py_ssize_t len)
+{
+    if (key->last_code >= 0 && same_value(key, key->last_code, value, len))
+        return key->last_code;
+    const uint64_t h = hash_value(value, len);
+    if (2 * (key->n_values + 1) > key->n_value_slots && grow_value_slots(key) < 0)
+        return -1;
+    Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(key->n_value_slots - 1));
+    while (key->value_slots[i]) {
+        const Py_ssize_t code = key->value_slots[i] - 1;
+        if (key->value_hashes[code] == h && same_value(key, code, value, len))
+            return key->last_code = code;
+        i = (i + 1) & (key->n_value_slots - 1);
+    }
+    const Py_ssize_t code = key->n_values;
+    if (code >= INT32_MAX
+        || make_room((void **)&key->value_hashes, &key->value_hashes_cap, sizeof *key->value_hashes, code) < 0
+        || zero_fill(&key->values, 16 * code + 16, 4096) < 0)
+        return -1;
+    if (key->utf8 && !valid_utf8(value, len))
+        key->utf8 = 0;
+    int64_t offset = 0;
+    if (len > 12) {
+        if (key->value_data.n + len > key->value_data.cap
+            && grow_mapped(&key->value_data, key->value_data.n + len, 4096) < 0)
+            return -1;
+        memcpy(key->value_data.v + key->value_data.n, value, (size_t)len);
+        offset = key->value_data.n;
+        key->value_data.n += len;
+    }
+    put_view(key->values.v + 16 * code, value, len, offset);
+    key->value_hashes[code] = h;
+    key->value_slots[i] = (int32_t)(code + 1);
+    key->n_values++;
+    return key->last_code = code;
+}
+
 static int add_field(Scan *S, Py_ssize_t key_at, Py_ssize_t key_len, Py_ssize_t value_at, Py_ssize_t value_end,
                      int64_t entry, int64_t line, Py_ssize_t position)
 {
@@ -280,13 +402,24 @@ static int add_field(Scan *S, Py_ssize_t key_at, Py_ssize_t key_len, Py_ssize_t 
     key->last_entry = entry;
     const uint8_t *value = S->a + value_at;
     const Py_ssize_t len = value_end - value_at;
-    if (key->utf8 && !valid_utf8(value, len))
-        key->utf8 = 0;
-    /* first guesses: an entry is some hundreds of bytes; 16 of them for its view, 1 bit for presence */
-    if (zero_fill(&key->views, 16 * entry + 16, S->m / 64) < 0 || zero_fill(&key->present, (entry >> 3) + 1, S->m / 1024) < 0)
+    /* first guesses: an entry is some hundreds of bytes; 1 bit of it for presence */
+    if (zero_fill(&key->present, (entry >> 3) + 1, S->m / 1024) < 0)
         return -1;
     key->present.v[entry >> 3] |= (uint8_t)(1u << (entry & 7));
     key->n_present++;
+    if (key->coded) {
+        const int64_t code = value_code(key, value, len);
+        if (code < 0 || zero_fill(&key->codes, 4 * entry + 4, S->m / 256) < 0)
+            return -1;
+        const uint32_t code32 = (uint32_t)code;
+        memcpy(key->codes.v + 4 * entry, &code32, 4);
+        return 0;
+    }
+    if (key->utf8 && !valid_utf8(value, len))
+        key->utf8 = 0;
+    /* 16 bytes of an entry's some hundreds for its view */
+    if (zero_fill(&key->views, 16 * entry + 16, S->m / 64) < 0)
+        return -1;
     int64_t offset = value_at;
     if (key->dense && len > 12) {
         if (key->data.n + len > key->data.cap && grow_mapped(&key->data, key->data.n + len, S->m / 16) < 0)
@@ -592,29 +725,36 @@ static PyObject *take_mapped(Bytes *b, Py_ssize_t size)
 
 static PyObject *key_item(Scan *S, Key *key, Py_ssize_t n_entries)
 {
-    PyObject *views, *validity, *data, *later, *item = NULL;
-    if (key->valid) {
+    PyObject *views, *validity, *data, *codes, *later, *item = NULL;
+    if (key->valid && key->coded) {
+        views = take_mapped(&key->values, 16 * key->n_values);
+        data = take_mapped(&key->value_data, key->value_data.n);
+        codes = take_mapped(&key->codes, 4 * n_entries);
+    } else if (key->valid) {
         views = take_mapped(&key->views, 16 * n_entries);
-        validity = key->n_present < n_entries ? take_mapped(&key->present, (n_entries + 7) / 8) : Py_NewRef(Py_None);
         data = key->dense ? take_mapped(&key->data, key->data.n) : Py_NewRef(Py_None);
+        codes = Py_NewRef(Py_None);
     } else {
         views = Py_NewRef(Py_None);
-        validity = Py_NewRef(Py_None);
         data = Py_NewRef(Py_None);
+        codes = Py_NewRef(Py_None);
     }
+    validity = key->valid && key->n_present < n_entries ? take_mapped(&key->present, (n_entries + 7) / 8)
+                                                          : Py_NewRef(Py_None);
     if (key->later.n) {
         Py_ssize_t n = key->later.n / 3;
         later = Py_BuildValue("(NNN)", vec_bytes(key->later.v, n, 3, 0), vec_bytes(key->later.v, n, 3, 1),
                               vec_bytes(key->later.v, n, 3, 2));
     } else
         later = Py_NewRef(Py_None);
-    if (views && validity && data && later)
-        item = Py_BuildValue("(y#OOOOOO)", (const char *)S->a + key->name_at, key->name_len,
+    if (views && validity && data && codes && later)
+        item = Py_BuildValue("(y#OOOOOOO)", (const char *)S->a + key->name_at, key->name_len,
                              key->valid ? Py_True : Py_False, key->utf8 ? Py_True : Py_False, views, validity,
-                             data, later);
+                             data, later, codes);
     Py_XDECREF(views);
     Py_XDECREF(validity);
     Py_XDECREF(data);
+    Py_XDECREF(codes);
     Py_XDECREF(later);
     return item;
 }
@@ -665,7 +805,7 @@ static int finish_columns(Scan *S, Bytes *excerpts, Py_ssize_t excerpt_bytes)
     const Py_ssize_t n_entries = S->entry_start.n;
     for (Py_ssize_t k = 0; k < S->n_keys; k++) {
         Key *key = &S->keys[k];
-        if (key->valid && (zero_fill(&key->views, 16 * n_entries, 0) < 0
+        if (key->valid && (zero_fill(key->coded ? &key->codes : &key->views, (key->coded ? 4 : 16) * n_entries, 0) < 0
                            || zero_fill(&key->present, (n_entries + 7) / 8, 0) < 0))
             return -1;
     }
@@ -680,15 +820,17 @@ static int finish_columns(Scan *S, Bytes *excerpts, Py_ssize_t excerpt_bytes)
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(piece, length, at_eof, dense_all, dense_names, excerpt_bytes) -> tuple | None\n\n"
+"scan(piece, length, at_eof, dense_all, dense_names, coded_names, excerpt_bytes) -> tuple | None\n\n"
 "Scan the first `length` bytes of `piece` (whole entries of an export). None when the piece does\n"
 "not end between entries (a binary value runs on past it; parse it with the next). Otherwise\n"
 "(n_entries, entry_start, entry_line, excerpt_views, keys, line_problems, bad_keys, closed):\n"
 "entry_start / entry_line are int64 arrays as bytes (byte offset, 0-based line of its first line);\n"
 "excerpt_views the BinaryView views of each entry's first `excerpt_bytes` bytes (into `piece`);\n"
-"keys one (name, valid, utf8, views, validity, data, later) per distinct key in order of first\n"
+"keys one (name, valid, utf8, views, validity, data, later, codes) per distinct key in order of first\n"
 "appearance: views/validity/data are the Arrow BinaryView buffers of its first values (views into\n"
-"`piece` when data is None; validity None when every entry has it; all None for invalid names),\n"
+"`piece` when data is None; validity None when every entry has it; all None for invalid names);\n"
+"for a key named in coded_names, codes is each entry's uint32 code and views/data the buffers of\n"
+"its distinct values in order of first sight (else codes is None),\n"
 "utf8 whether every first value is UTF-8, later the (entries, starts, ends) int64 arrays of\n"
 "repeated values or None; line_problems (kind, entry, line, name, size, left) for lines without\n"
 "'=' that are not binary fields (kind 0), binary fields whose length is cut off (1, the rest of\n"
@@ -697,13 +839,34 @@ PyDoc_STRVAR(scan_doc,
 "last entry is closed by a blank line. A key's long values are copied into its own data when\n"
 "dense_all or its name is in dense_names (a collection of bytes).");
 
+/* The bytes of each name in `collection` (held in *held, so that they stay put while the GIL is
+ * let go) as *names / *lens, *n of them; -1 with an exception set when that fails. */
+static int name_list(PyObject *collection, PyObject **held, const char ***names, Py_ssize_t **lens, Py_ssize_t *n)
+{
+    *held = PySequence_List(collection);
+    if (!*held)
+        return -1;
+    *n = PyList_GET_SIZE(*held);
+    *names = calloc((size_t)*n + 1, sizeof **names);
+    *lens = calloc((size_t)*n + 1, sizeof **lens);
+    if (!*names || !*lens) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t d = 0; d < *n; d++)
+        if (PyBytes_AsStringAndSize(PyList_GET_ITEM(*held, d), (char **)&(*names)[d], &(*lens)[d]) < 0)
+            return -1;
+    return 0;
+}
+
 static PyObject *py_scan(PyObject *self, PyObject *args)
 {
     Py_buffer buffer;
     Py_ssize_t length, excerpt_bytes;
     int at_eof, dense_all;
-    PyObject *dense_names, *names = NULL, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*nppOn", &buffer, &length, &at_eof, &dense_all, &dense_names, &excerpt_bytes))
+    PyObject *dense_names, *coded_names, *names = NULL, *coded = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*nppOOn", &buffer, &length, &at_eof, &dense_all, &dense_names, &coded_names,
+                          &excerpt_bytes))
         return NULL;
     Bytes excerpts = {NULL, 0, 0};
     Scan S;
@@ -716,19 +879,9 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
         PyErr_Format(PyExc_OverflowError, "a %zd-byte piece is too large to scan (limit 2 GiB)", buffer.len);
         goto done;
     }
-    names = PySequence_List(dense_names); /* held, so that the names' bytes stay put while the GIL is let go */
-    if (!names)
+    if (name_list(dense_names, &names, &S.dense_names, &S.dense_lens, &S.n_dense) < 0
+        || name_list(coded_names, &coded, &S.coded_names, &S.coded_lens, &S.n_coded) < 0)
         goto done;
-    S.n_dense = PyList_GET_SIZE(names);
-    S.dense_names = calloc((size_t)S.n_dense + 1, sizeof *S.dense_names);
-    S.dense_lens = calloc((size_t)S.n_dense + 1, sizeof *S.dense_lens);
-    if (!S.dense_names || !S.dense_lens) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t d = 0; d < S.n_dense; d++)
-        if (PyBytes_AsStringAndSize(PyList_GET_ITEM(names, d), (char **)&S.dense_names[d], &S.dense_lens[d]) < 0)
-            goto done;
     S.a = buffer.buf;
     S.m = length;
     S.dense_all = dense_all;
@@ -753,7 +906,10 @@ done:
     unmap(&excerpts);
     free(S.dense_names);
     free(S.dense_lens);
+    free(S.coded_names);
+    free(S.coded_lens);
     Py_XDECREF(names);
+    Py_XDECREF(coded);
     scan_free(&S);
     PyBuffer_Release(&buffer);
     return result;
@@ -795,5 +951,7 @@ PyMODINIT_FUNC PyInit__export_scan(void)
 {
     if (PyType_Ready(&BlockType) < 0)
         return NULL;
+    if (getrandom(&value_seed, sizeof value_seed, GRND_NONBLOCK) != sizeof value_seed)
+        value_seed = (uint64_t)getpid() * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)&value_seed;
     return PyModule_Create(&module);
 }

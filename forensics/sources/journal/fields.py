@@ -34,6 +34,12 @@ from forensics.sources.common.schema import (
 FIELD_NAME = re.compile(rb"[A-Z_][A-Z0-9_]{0,63}")
 DATA_TYPE = "journald:entry"
 _TIME_AND_ADDRESS = ("__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_ID", "__CURSOR")
+# systemd's own messages about a unit carry UNIT/USER_UNIT; everything else its own unit.
+UNIT_FIELDS = ("UNIT", "USER_UNIT", "_SYSTEMD_UNIT", "_SYSTEMD_USER_UNIT")
+#: The journal fields behind the case's category columns (`EVENTS_SCHEMA`): identifiers, few
+#: distinct values each written on many entries. A reader may hand them over as categories.
+CATEGORY_FIELDS = ("_BOOT_ID", *UNIT_FIELDS,
+                   *(field for field, target in CONSUMED_FIELDS.items() if EVENTS_SCHEMA[target] == pl.Categorical))
 
 
 def field_name_problem(name: bytes) -> str | None:
@@ -196,9 +202,8 @@ def assemble_events(fields: pl.DataFrame, *, source_file: str, fmt: str) -> tupl
         "__MONOTONIC_TIMESTAMP": _integer(good, "__MONOTONIC_TIMESTAMP"),
         "_BOOT_ID": _column(good, "_BOOT_ID"),
         "__CURSOR": _column(good, "__CURSOR"),
-        # systemd's own messages about a unit carry UNIT/USER_UNIT; everything else its own unit.
-        "unit": pl.coalesce(_column(good, "UNIT"), _column(good, "USER_UNIT"), _column(good, "_SYSTEMD_UNIT"),
-                            _column(good, "_SYSTEMD_USER_UNIT")),
+        # each a category first: a reader may give some as categories, some as text
+        "unit": pl.coalesce(*(_column(good, name).cast(pl.Categorical) for name in UNIT_FIELDS)),
         "data_type": pl.lit(DATA_TYPE),
         "format": pl.lit(fmt),
         "source_file": pl.lit(source_file),

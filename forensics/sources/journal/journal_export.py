@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from forensics.sources.common.byteviews import SLACK, binary_views, dense_binary
 from forensics.errors import ParseError
-from forensics.sources.journal.fields import FIELD_NAME, assemble_events, field_name_problem
+from forensics.sources.journal.fields import CATEGORY_FIELDS, FIELD_NAME, assemble_events, field_name_problem
 from forensics.sources.common.rawio import Piece, pieces
 from forensics.sources.common.schema import EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD, empty
 from forensics.sources import ParseResult, combine, register
@@ -69,6 +69,8 @@ _LINE_PROBLEMS = {  # the kinds `_export_scan.scan` reports, worded
 }
 MAX_FIELDS = 1024  # as _export_scan.c: journald's ENTRY_FIELD_COUNT_MAX
 _DENSE_NAMES = frozenset(name.encode() for name in DENSE_FIELDS)
+# Identifiers the case holds as categories, coded by the scanner as it meets them (`_coded_column`).
+_CODED_NAMES = frozenset(name.encode() for name in CATEGORY_FIELDS)
 
 
 def _int64(raw: bytes) -> np.ndarray:
@@ -80,7 +82,7 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
     """Parse one chunk (whole entries, the first `m` bytes of `readable`, found at `byte_base` in
     the file, after `line_base` lines) into a field frame (see `forensics.sources.journal.fields`); with `copy`,
     every value is copied out of `readable`, so that its memory can be used again."""
-    scanned = _export_scan.scan(readable, m, at_eof, copy, _DENSE_NAMES, EXCERPT_CHARS)
+    scanned = _export_scan.scan(readable, m, at_eof, copy, _DENSE_NAMES, _CODED_NAMES, EXCERPT_CHARS)
     if scanned is None:
         raise _Overrun
     n_entries, entry_start, entry_line, excerpt_views, keys, line_problems, bad_keys, closed = scanned
@@ -114,14 +116,17 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
 
     columns: dict[str, pl.Series] = {}
     raw_items: list[tuple[np.ndarray, str, pl.Series]] = []
-    for name_bytes, valid, utf8, views, validity, dense, later in keys:
+    for name_bytes, valid, utf8, views, validity, dense, later, codes in keys:
         if not valid:
             continue
         name = name_bytes.decode("ascii")
         kind = pa.string_view() if utf8 else pa.binary_view()
-        data = piece if dense is None else pa.py_buffer(dense)
-        columns[name] = pl.Series(name, pa.Array.from_buffers(
-            kind, n_entries, [None if validity is None else pa.py_buffer(validity), pa.py_buffer(views), data]))
+        present = None if validity is None else pa.py_buffer(validity)
+        if codes is not None:
+            columns[name] = _coded_column(name, kind, views, dense, codes, present, n_entries)
+        else:
+            data = piece if dense is None else pa.py_buffer(dense)
+            columns[name] = pl.Series(name, pa.Array.from_buffers(kind, n_entries, [present, pa.py_buffer(views), data]))
         if later is not None:
             rows, starts, ends = map(_int64, later)
             values = binary_views if dense is None else dense_binary
@@ -151,6 +156,19 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
         frame = (frame.with_row_index("@row").join(raw.rename({"row": "@row"}).with_columns(pl.col("@row").cast(pl.UInt32)),
                                                    on="@row", how="left").drop("@row"))
     return frame
+
+
+def _coded_column(name: str, kind: pa.DataType, values: object, data: object, codes: object,
+                  present: pa.Buffer | None, n_entries: int) -> pl.Series:
+    """A coded key's column (`_export_scan`: each entry's code into its distinct values): a
+    category when every value is UTF-8 (polars maps the few values, not every row), else the
+    values themselves, as Binary, for `assemble_events` to decode."""
+    dictionary = pa.Array.from_buffers(kind, len(memoryview(values)) // 16, [None, pa.py_buffer(values),
+                                                                              pa.py_buffer(data)])
+    indices = pa.Array.from_buffers(pa.uint32(), n_entries, [present, pa.py_buffer(codes)])
+    if kind == pa.string_view():
+        return pl.Series(name, pa.DictionaryArray.from_arrays(indices, dictionary))
+    return pl.Series(name, dictionary).gather(pl.Series(indices))  # a null code gives a null
 
 
 def _read_piece(piece: Piece, line_base: int, source_file: str, fmt: str = NAME
