@@ -4,11 +4,12 @@ Spec: https://systemd.io/JOURNAL_EXPORT_FORMATS/ — entries are runs of `KEY=va
 a blank line; a value that is not printable UTF-8 is written as `KEY\\n`, a 64-bit little-endian
 length, the bytes, and `\\n`. Fields may repeat. Several hosts' exports may be concatenated.
 
-The hot path is vectorised: numpy finds every newline and '=' once, binary fields (rare) are
-walked one by one, keys become zero-copy Binary views that polars codes, and each field's values
-become one column (copied out dense, or views into a memory-mapped file: see DENSE_FIELDS). The
-file is read in pieces of about 16 MB cut at entry boundaries, parsed and assembled two at a time
-while the next piece is decompressed (`forensics.sources.common.rawio.pieces`).
+The hot loop is C (`_export_scan.c`): one pass over a piece finds lines, fields, binary values
+and entries, and each field's values become one Arrow column (copied out dense, or views into a
+memory-mapped file: see DENSE_FIELDS); the identifiers the case holds as categories
+(`fields.CATEGORY_FIELDS`) come as codes into each piece's distinct values, which polars takes as a
+category. The file is read in pieces of about 16 MB cut at entry boundaries, parsed and assembled
+two at a time while the next piece is decompressed (`forensics.sources.common.rawio.pieces`).
 """
 
 from __future__ import annotations
