@@ -36,11 +36,13 @@ def reference_entries(data: bytes) -> list[Entry]:
             problems.append((entry, line, f"more than {MAX_FIELDS} fields: journald writes no such entry "
                                           "(forged or damaged); its fields past that are not kept"))
         return entry["count"] <= MAX_FIELDS
-    pos = 0
+    pos = counted = newlines = 0  # newlines before `counted`, counted as the walk goes on
     while pos < len(data):
         newline = data.find(b"\n", pos)
         end = len(data) if newline < 0 else newline
-        line = data.count(b"\n", 0, pos) + 1
+        newlines += data.count(b"\n", counted, pos)
+        counted = pos
+        line = newlines + 1
         text = data[pos:end]
         pos = end + 1
         if not text:
