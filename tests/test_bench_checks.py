@@ -77,6 +77,7 @@ def test_reference_benches_check_their_answers_on_the_small_reference(bench: str
     assert done.returncode == 0, done.stderr[-3000:]
     if bench == "analyze_reference":
         assert "| forensics analyze, cold, of the bundle's journal export: whole process" in done.stdout
+        assert "CPU-seconds per million entries, the whole analysis: " in done.stdout
         # the ratio over different inputs says so, and the like-for-like pair is printed beside it
         if shutil.which("lnav"):
             assert "DIFFERENT INPUTS" in done.stdout and "like for like, both from the host's .journal" in done.stdout
