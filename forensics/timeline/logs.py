@@ -95,6 +95,7 @@ _ASSERTION = re.compile(r"^(?:\\[bBA]|\^|\(\?-?u:\\b\)|\(\?[a-zA-Z-]+\))+")
 _GROUP_HEAD = re.compile(r"^\((?:\?:|\?P<\w+>|\?[a-zA-Z-]+:)?")
 _CLASS_ESCAPE = set("dDwWsSpPbBAzZ0123456789")
 _FEW_LETTERS = re.compile(r"^\[[A-Za-z]{1,4}\]")  # `[Tt]`: the engine reads it as a few literals
+_WHOLE_FLAGS = re.compile(r"\(\?[a-zA-Z-]+\)")
 
 
 def _group_end(branch: str) -> int:
@@ -114,9 +115,9 @@ def leads_with_literal(pattern: str) -> bool:
             return False
         if branch[0] == "(":
             end = _group_end(branch)
-            head = _GROUP_HEAD.match(branch)
+            head = _GROUP_HEAD.match(branch)  # matches: the branch opens with "("
             if end < 0 or branch[end + 1:end + 2] in ("?", "*") or branch[end + 1:end + 3] == "{0" \
-                    or not leads_with_literal(branch[head.end() if head else 1:end]):
+                    or not leads_with_literal(branch[head.end():end]):
                 return False
             continue
         few = _FEW_LETTERS.match(branch)
@@ -140,7 +141,9 @@ def _searches(patterns: list[str]) -> list[list[str]]:
     alone: list[list[str]] = []
     size = 0
     for pattern in patterns:
-        for part in [pattern] if leads_with_literal(pattern) else _top_level(pattern):
+        # a flag set for the whole pattern (`(?s)…`) would not hold for its alternatives cut apart
+        whole = leads_with_literal(pattern) or _WHOLE_FLAGS.match(pattern)
+        for part in [pattern] if whole else _top_level(pattern):
             if not leads_with_literal(part):
                 alone.append([part])
                 continue

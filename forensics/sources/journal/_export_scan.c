@@ -176,12 +176,23 @@ static int valid_name(const uint8_t *s, Py_ssize_t n)
     return 1;
 }
 
-static uint64_t hash_bytes(const uint8_t *s, Py_ssize_t n)
+/* The hash of a key's name or a coded value, eight bytes a step (FNV-1a's byte a step cost more
+ * than copying the value), seeded per process so that forged names or values cannot be made to
+ * collide in advance. */
+static uint64_t hash_seed;
+
+static uint64_t hash_value(const uint8_t *s, Py_ssize_t n)
 {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (Py_ssize_t i = 0; i < n; i++)
-        h = (h ^ s[i]) * 1099511628211ULL;
-    return h;
+    uint64_t h = hash_seed ^ ((uint64_t)n * 0x9E3779B97F4A7C15ULL), word;
+    for (; n >= 8; s += 8, n -= 8) {
+        memcpy(&word, s, 8);
+        h = (h ^ word) * 0xFF51AFD7ED558CCDULL;
+        h ^= h >> 32;
+    }
+    word = 0;
+    memcpy(&word, s, (size_t)n);
+    h = (h ^ word) * 0xC4CEB9FE1A85EC53ULL;
+    return h ^ (h >> 29);
 }
 
 /* An open-addressing table (code + 1 per slot, 0 = empty) twice the size of *slots, holding the
@@ -233,7 +244,7 @@ static Py_ssize_t key_code(Scan *S, Py_ssize_t at, Py_ssize_t len, Py_ssize_t po
         if (same_name(S, &S->keys[guess], at, len))
             return guess;
     }
-    uint64_t h = hash_bytes(S->a + at, len);
+    uint64_t h = hash_value(S->a + at, len);
     if (2 * (S->n_keys + 1) > S->n_slots && grow_slots(S) < 0)
         return -1;
     Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(S->n_slots - 1));
@@ -319,24 +330,6 @@ static int same_value(const Key *key, Py_ssize_t code, const uint8_t *value, Py_
     Py_ssize_t known_len;
     const uint8_t *known = value_bytes(key, code, &known_len);
     return known_len == len && memcmp(known, value, (size_t)len) == 0;
-}
-
-/* A value's hash, eight bytes a step (FNV-1a's byte a step cost more than copying the value),
- * seeded per process so that forged values cannot be made to collide in advance. */
-static uint64_t value_seed;
-
-static uint64_t hash_value(const uint8_t *s, Py_ssize_t n)
-{
-    uint64_t h = value_seed ^ ((uint64_t)n * 0x9E3779B97F4A7C15ULL), word;
-    for (; n >= 8; s += 8, n -= 8) {
-        memcpy(&word, s, 8);
-        h = (h ^ word) * 0xFF51AFD7ED558CCDULL;
-        h ^= h >> 32;
-    }
-    word = 0;
-    memcpy(&word, s, (size_t)n);
-    h = (h ^ word) * 0xC4CEB9FE1A85EC53ULL;
-    return h ^ (h >> 29);
 }
 
 static int grow_value_slots(Key *key)
@@ -951,7 +944,7 @@ PyMODINIT_FUNC PyInit__export_scan(void)
 {
     if (PyType_Ready(&BlockType) < 0)
         return NULL;
-    if (getrandom(&value_seed, sizeof value_seed, GRND_NONBLOCK) != sizeof value_seed)
-        value_seed = (uint64_t)getpid() * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)&value_seed;
+    if (getrandom(&hash_seed, sizeof hash_seed, GRND_NONBLOCK) != sizeof hash_seed)
+        hash_seed = (uint64_t)getpid() * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)&hash_seed;
     return PyModule_Create(&module);
 }
