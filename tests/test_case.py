@@ -14,6 +14,7 @@ from polars.testing import assert_frame_equal
 
 from forensics import CaseError, ingest, load_case, sources
 from forensics.case import MANIFEST_VERSION
+from forensics.sources.journal.cursor import whole_cursor
 from forensics.sources.common.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, schema_problems
 from tests.conftest import REPO, export_entry, journalctl, to_journal
 
@@ -84,6 +85,54 @@ def test_overlapping_exports_of_one_journal_count_once(tmp_path: Path) -> None:
     assert [e["format"] for e in manifest["inputs"]] == ["journal_export", "journal_json", "journal_native"]
 
 
+def _cursor_bundle(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A bundle of a real journal's export (systemd's own tools wrote both) and an export whose
+    cursors journald did not write; every entry's cursor, in order."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    export = b"".join(export_entry(("__REALTIME_TIMESTAMP", str(1781818487000000 + i)), ("MESSAGE", f"m{i}"))
+                      for i in range(5))
+    journal = to_journal(export, tmp_path)
+    (bundle / "a.export").write_bytes(journalctl(journal, "export"))
+    shown = [json.loads(line)["__CURSOR"] for line in journalctl(journal, "json").splitlines()]
+    boot = "0123456789abcdef0123456789abcdef"
+    odd = [f"s={boot};i=1;b={boot};m=0;t=6548df1f8cbc0;x=049f3e2279b99cdb",  # a zero-padded hash
+           f"s={boot};i=2;b={'f' * 32};m=0;t=6548df1f8cbc0;x=1",  # another boot than its entry's
+           "vector:cursor:42"]  # a collector's own
+    (bundle / "b.export").write_bytes(b"".join(
+        export_entry(("__CURSOR", cursor), ("__REALTIME_TIMESTAMP", "1781818487000000"), ("__MONOTONIC_TIMESTAMP", "0"),
+                     ("_BOOT_ID", boot), ("MESSAGE", f"odd {n}")) for n, cursor in enumerate(odd)))
+    return bundle, shown + odd
+
+
+def test_every_cursor_comes_back_whole_from_the_case(tmp_path: Path) -> None:
+    bundle, cursors = _cursor_bundle(tmp_path)
+    ingest(bundle, tmp_path / "case")
+    events = load_case(tmp_path / "case").events.sort("source_file", "source_offset").collect()
+    assert events.get_column("__CURSOR").to_list() == cursors
+    # journald's own are held as their values, the others as the text they came as
+    stored = pl.read_parquet(tmp_path / "case" / "events").sort("source_file", "source_offset")
+    assert stored.get_column("__CURSOR").to_list() == [None] * 5 + cursors[5:]
+    assert stored.get_column("cursor_seqnum").to_list() == list(range(1, 6)) + [None] * 3
+
+
+def test_a_version_5_case_is_read_with_its_cursors_as_text(tmp_path: Path) -> None:
+    # a case as version 5 wrote it: every cursor text, no cursor values
+    bundle, cursors = _cursor_bundle(tmp_path)
+    case = tmp_path / "case"
+    ingest(bundle, case)
+    whole = load_case(case).events.collect()
+    for part in (case / "events").glob("*/*.parquet"):
+        pl.read_parquet(part).with_columns(whole_cursor()).drop("cursor_seqnum_id", "cursor_seqnum",
+                                                                 "cursor_xor").write_parquet(part)
+    manifest = json.loads((case / "manifest.json").read_text())
+    (case / "manifest.json").write_text(json.dumps(manifest | {"version": 5}))
+    read = load_case(case).events.collect()
+    assert sorted(read.get_column("__CURSOR").to_list()) == sorted(cursors)
+    assert_frame_equal(read.drop("cursor_seqnum_id", "cursor_seqnum", "cursor_xor"),
+                       whole.drop("cursor_seqnum_id", "cursor_seqnum", "cursor_xor"))
+
+
 def test_an_unreadable_journal_is_reported_not_fatal(tmp_path: Path) -> None:
     bundle = tmp_path / "bundle"
     bundle.mkdir()
@@ -121,7 +170,7 @@ def test_load_case_names_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(CaseError, match="no manifest.json"):
         load_case(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({"version": 1}))
-    with pytest.raises(CaseError, match=f"case version 1, this forensics reads {MANIFEST_VERSION}; re-ingest"):
+    with pytest.raises(CaseError, match=f"case version 1, this forensics reads 5 and {MANIFEST_VERSION}; re-ingest"):
         load_case(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({"version": MANIFEST_VERSION}))
     with pytest.raises(CaseError, match="missing the events dataset"):

@@ -17,7 +17,11 @@ from forensics.sources.common.schema import SCHEMAS
 from forensics.case.places import Place, location
 from forensics.case.store import scan_frame
 
-MANIFEST_VERSION = 5  # 4: frames partitioned by host; 5: events' identifiers stored as categories
+# 4: frames partitioned by host; 5: events' identifiers stored as categories; 6: journald's cursors
+# held as their values (`forensics.sources.journal.cursor`)
+MANIFEST_VERSION = 6
+# versions this forensics reads: a version 5 case has every cursor as text, which is read as it is
+READABLE_VERSIONS = (5, 6)
 FRAMES = (*SCHEMAS, "quarantine")
 CASE_MARKER = ".forensics-case"  # in every case folder: the only folders a new case may replace
 
@@ -100,9 +104,9 @@ def load_case(path: str | Place, backend: str = "polars") -> Case | dict[str, An
         raise CaseError(f"{path}: not a case (no manifest.json); "
                         f"create one with `forensics ingest BUNDLE --case {path}`")
     manifest = json.loads(manifest_path.read_text())
-    if manifest.get("version") != MANIFEST_VERSION:
+    if manifest.get("version") not in READABLE_VERSIONS:
         raise CaseError(f"{manifest_path}: case version {manifest.get('version')}, this forensics reads "
-                        f"{MANIFEST_VERSION}; re-ingest the bundle")
+                        f"{' and '.join(map(str, READABLE_VERSIONS))}; re-ingest the bundle")
     frames = {}
     extras = manifest.get("layout", {}).get("extra_columns", {})
     for name in FRAMES:

@@ -31,6 +31,7 @@ import polars as pl
 
 from forensics.case.places import Place, is_remote, location, place_text
 from forensics.sources.common.schema import SCHEMAS
+from forensics.sources.journal.cursor import cursor_identity, has_cursor, whole_cursor
 
 
 PARTITION = "host"
@@ -137,7 +138,14 @@ def scan_frame(folder: Place, name: str, extras: list[str] | None = None) -> pl.
     stored = {k: v for k, v in schema.items() if k != PARTITION}
     scan = _scan(folder / name / "*" / PARTS, hive_partitioning=True, hive_schema={PARTITION: pl.String},
                            schema=stored, missing_columns="insert")
-    return scan.select(pl.col(PARTITION).cast(schema[PARTITION]) if c == PARTITION else pl.col(c) for c in schema)
+    return _whole(name, scan.select(pl.col(PARTITION).cast(schema[PARTITION]) if c == PARTITION else pl.col(c)
+                                    for c in schema))
+
+
+def _whole(name: str, scan: pl.LazyFrame) -> pl.LazyFrame:
+    """A frame as read from the case, its values whole: `events`' `__CURSOR` written back where the
+    case holds it as values (`forensics.sources.journal.cursor`; done only if the column is read)."""
+    return scan.with_columns(whole_cursor()) if name == "events" else scan
 
 
 def scan_partition(folder: Place, name: str, host: str | None, extras: list[str] | None = None) -> pl.LazyFrame:
@@ -145,8 +153,8 @@ def scan_partition(folder: Place, name: str, host: str | None, extras: list[str]
     schema = columns_of(name, extras or [])
     stored = {k: v for k, v in schema.items() if k != PARTITION}
     scan = _scan(folder / name / partition_name(host) / PARTS, schema=stored, missing_columns="insert")
-    return scan.select(pl.lit(host, schema[PARTITION]).alias(PARTITION) if c == PARTITION else pl.col(c)
-                       for c in schema)
+    return _whole(name, scan.select(pl.lit(host, schema[PARTITION]).alias(PARTITION) if c == PARTITION else pl.col(c)
+                                    for c in schema))
 
 
 def _with_columns(rows: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
@@ -192,11 +200,10 @@ def repeated_records(scan: pl.LazyFrame, columns: Mapping[str, pl.DataType]) -> 
     one input with different cursors are kept (journald logs identical lines)."""
     found = []
     if "__CURSOR" in columns:
-        # the same cursor and the same entry: a cursor a collector reused for another entry (Vector's
-        # test journal has one) is no repeat
-        cursor = pl.col("__CURSOR")
-        found.append(_repeat_rows(scan, cursor, cursor.is_not_null()
-                                  & ~pl.struct(cursor, "ts", "message").is_first_distinct()))
+        # the same cursor (compared as the case holds it: text or values) and the same entry: a
+        # cursor a collector reused for another entry (Vector's test journal has one) is no repeat
+        cursor = cursor_identity()
+        found.append(_repeat_rows(scan, cursor, has_cursor() & ~pl.struct(cursor, "ts", "message").is_first_distinct()))
     inputs = scan.select(pl.col("source_file").n_unique()).collect().item()
     if inputs > 1 and set(RECORD_IDENTITY) <= set(columns):
         identity = pl.struct(*RECORD_IDENTITY)

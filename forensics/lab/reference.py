@@ -142,9 +142,10 @@ class Journal:
         for seqnum, (when, body) in enumerate(sorted(self.entries, key=lambda e: e[0]), start=1):
             realtime = int((when + host.skew).timestamp() * 1_000_000)
             monotonic = realtime - boot_us
-            digest = hashlib.blake2b(f"{host.seqnum_id}{seqnum}".encode(), digest_size=8).hexdigest()
+            digest = int.from_bytes(hashlib.blake2b(f"{host.seqnum_id}{seqnum}".encode(), digest_size=8).digest())
+            # as journald writes it (sd_journal_get_cursor): every number in %llx, no leading zeros
             cursor = (f"s={host.seqnum_id};i={seqnum:x};b={host.boot_id};m={monotonic:x};t={realtime:x};"
-                      f"x={digest}")
+                      f"x={digest:x}")
             batch.append(export_fields([("__CURSOR", cursor.encode()), ("__REALTIME_TIMESTAMP", str(realtime).encode()),
                                         ("__MONOTONIC_TIMESTAMP", str(monotonic).encode()), *fixed]))
             batch.append(body)

@@ -100,9 +100,10 @@ def entries(count: int, *, hosts: int = 1, seed: int = 0, start: datetime = REFE
         when = datetime.fromtimestamp(realtime / 1_000_000, tz=UTC)
         message, priority = _message(rng, role, tp, when, n)
         pid = plan.pids[unit] + (tp if role != "router" else 0)
-        cursor_hash = hashlib.blake2b(f"{plan.seqnum_id}{seqnums[h]}".encode(), digest_size=8).hexdigest()
+        cursor_hash = int.from_bytes(hashlib.blake2b(f"{plan.seqnum_id}{seqnums[h]}".encode(), digest_size=8).digest())
+        # as journald writes it (sd_journal_get_cursor): every number in %llx, no leading zeros
         cursor = (f"s={plan.seqnum_id};i={seqnums[h]:x};b={plan.boot_id};m={monotonic:x};"
-                  f"t={realtime:x};x={cursor_hash}")
+                  f"t={realtime:x};x={cursor_hash:x}")
         yield [
             ("__CURSOR", cursor.encode()),
             ("__REALTIME_TIMESTAMP", str(realtime).encode()),

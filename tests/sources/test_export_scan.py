@@ -9,11 +9,14 @@ file the slow obvious way.
 
 from __future__ import annotations
 
+import re
 import struct
 
 import numpy as np
+import polars as pl
 import pytest
 
+from forensics.sources.journal.cursor import JOURNALD_CURSOR, PARSED, cursor_text
 from forensics.sources.journal.fields import field_name_problem
 from forensics.sources.journal import _export_scan
 from forensics.sources.journal.journal_export import MAX_FIELDS, _parse_chunk
@@ -102,6 +105,9 @@ def reference_entries(data: bytes) -> list[Entry]:
 def scanned_entries(data: bytes, copy: bool) -> list[Entry]:
     buffer = np.frombuffer(data + bytes(16), dtype=np.uint8)
     frame = _parse_chunk(buffer, len(data), True, 0, 0, copy)
+    if PARSED[0] in frame.columns:  # a cursor held as its values: written back, as the case's readers do
+        frame = frame.with_columns(pl.coalesce(pl.col("__CURSOR"), cursor_text(*map(pl.col, PARSED)))
+                                   .alias("__CURSOR")).drop(PARSED)
     out = []
     for row in frame.iter_rows(named=True):
         fields: dict[bytes, list[bytes]] = {}
@@ -129,10 +135,30 @@ BAD_NAMES = [b"lower", b"1DIGIT", b"A" * 65, b"", b"SP ACE"]
 # identifiers the scanner codes (`journal_export._CODED_NAMES`), each drawn often so that their
 # values repeat, in runs and out of them
 CODED = [b"_BOOT_ID", b"SYSLOG_IDENTIFIER", b"_SYSTEMD_UNIT", b"UNIT"]
+# cursors: journald's form (sd_journal_get_cursor, the first from a real journal's export: systemd's
+# test/test-journals), which the scanner holds as values, and near misses that must stay text
+ID = "a8bd5c2fa5a0480d97fbef1c0d2b0e7a"
+CURSORS = [
+    f"s={ID};i=1;b=d1b2e2c3d4e5f60718293a4b5c6d7e8f;m=5a1b;t=5f6e7d8c9bab0;x=1f2e3d4c5b6a7988",
+    f"s={ID};i=0;b={ID};m=0;t=0;x=0",
+    f"s={ID};i=ffffffffffffffff;b={ID};m=ffffffffffffffff;t=1;x=fedcba9876543210",
+    f"s={ID};i=01;b={ID};m=0;t=0;x=0",  # a leading zero
+    f"s={ID};i=1;b={ID};m=0;t=0;x=049f3e2279b99cdb",  # a zero-padded hash
+    f"s={ID.upper()};i=1;b={ID};m=0;t=0;x=0",  # upper case
+    f"s={ID};i=1;b={ID};m=0;t=0;x=10000000000000000",  # 17 digits
+    f"s={ID};i=1;b={ID};m=0;t=0",  # cut short
+    f"s={ID};i=1;b={ID};m=0;t=0;x=0;",  # one more separator
+    f"s={ID[:31]};i=1;b={ID};m=0;t=0;x=0",  # a short id
+    f"i=1;s={ID};b={ID};m=0;t=0;x=0",  # another order
+    f"s={ID};i=;b={ID};m=0;t=0;x=0",  # an empty number
+    f"s={ID};i=1;b={ID};m=0;t=0;x=0 ",  # a trailing space
+    "s=;i=;b=;m=;t=;x=", "", "not a cursor", "s=caf\xe9",
+]
 
 
 def generate(rng: np.random.Generator, entries: int) -> bytes:
-    names = [f"F{i}".encode() for i in range(300)] + [b"_PID", b"MESSAGE", b"__REALTIME_TIMESTAMP"] + CODED * 20
+    names = ([f"F{i}".encode() for i in range(300)] + [b"_PID", b"MESSAGE", b"__REALTIME_TIMESTAMP"] + CODED * 20
+             + [b"__CURSOR"] * 20)
     out = bytearray()
     for i in range(entries):
         chosen = list(dict.fromkeys(names[k] for k in rng.choice(len(names), size=int(rng.integers(1, 12)),
@@ -141,7 +167,8 @@ def generate(rng: np.random.Generator, entries: int) -> bytes:
             chosen.sort()  # mostly the same order, as journald writes them; sometimes shuffled
         for name in chosen:
             for _ in range(2 if rng.random() < 0.1 else 1):
-                value = VALUES[int(rng.integers(len(VALUES)))]
+                drawn = CURSORS if name == b"__CURSOR" and rng.random() < 0.8 else VALUES
+                value = drawn[int(rng.integers(len(drawn)))]
                 value = value.encode() if isinstance(value, str) else value
                 if rng.random() < 0.15:
                     value = value + b"\n\n" + value  # only a binary field can hold a newline
@@ -189,7 +216,7 @@ def test_many_keys_and_a_piece_without_a_closing_blank_line() -> None:
     data = b"\n".join(b"".join(b"K%d=%d\n" % (k, k) for k in range(e * 1000, e * 1000 + 1000)) for e in range(5))
     data += b"\n" + b"K1=again\n"
     buffer = np.frombuffer(data, dtype=np.uint8)
-    assert _export_scan.scan(buffer, len(data), False, True, frozenset(), frozenset(), 80) is None  # not between entries
+    assert _export_scan.scan(buffer, len(data), False, True, frozenset(), frozenset(), b"__CURSOR", 80) is None  # not between entries
     frame = _parse_chunk(buffer, len(data), True, 0, 0)
     assert frame.height == 6 and frame.get_column("K4999").to_list() == [None] * 4 + ["4999", None]
     # the last entry ends the file after a whole line, without its blank line: read, and marked
@@ -212,7 +239,7 @@ def test_count_newlines_and_bounds() -> None:
     with pytest.raises(ValueError, match="length 7 outside the 6-byte piece"):
         _export_scan.count_newlines(data, 7)
     with pytest.raises(ValueError, match="length -1 outside"):
-        _export_scan.scan(data, -1, True, True, frozenset(), frozenset(), 80)
+        _export_scan.scan(data, -1, True, True, frozenset(), frozenset(), b"__CURSOR", 80)
 
 
 @pytest.mark.parametrize("size", [15, 16, 17, 16 * 255, 16 * 255 + 1, 16 * 256 + 7, 100_003])
@@ -244,3 +271,15 @@ def test_coded_identifiers_keep_every_value_across_many_distinct_values(copy: bo
         out += b"SYSLOG_IDENTIFIER=" + (b"sglang", b"kernel", b"systemd")[i % 3] + b"\n\n"
     data = bytes(out)
     assert comparable(scanned_entries(data, copy)) == comparable(reference_entries(data))
+
+
+def test_the_scanner_holds_a_cursor_as_values_exactly_when_it_is_in_journalds_form() -> None:
+    # the scanner's rule (C) and the rule for cursors readers give as text (a regular expression) agree
+    data = b"".join(b"__CURSOR=" + cursor.encode() + b"\n\n" for cursor in CURSORS)
+    frame = _parse_chunk(np.frombuffer(data + bytes(16), dtype=np.uint8), len(data), True, 0, 0)
+    held = frame.get_column(PARSED[0]).is_not_null().to_list()
+    assert held == [bool(re.fullmatch(JOURNALD_CURSOR.strip("^$"), c)) for c in CURSORS]
+    assert held[:3] == [True] * 3 and not any(held[3:])
+    # and what is held is written back byte for byte; the rest is kept as it came
+    written = frame.select(pl.coalesce(pl.col("__CURSOR"), cursor_text(*map(pl.col, PARSED)))).to_series()
+    assert written.to_list() == CURSORS

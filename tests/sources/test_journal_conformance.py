@@ -20,6 +20,7 @@ from polars.testing import assert_frame_equal
 
 from forensics import sources
 from forensics.errors import ParseError
+from forensics.sources.journal.cursor import whole_cursor
 from forensics.lab.synth import entries, write_export_entry
 from tests.conftest import export_entry, journalctl, to_journal
 
@@ -118,8 +119,11 @@ def test_a_journal_directory_reads_like_its_file(journal: Path, tmp_path: Path) 
 
 
 def test_field_values_match_what_journalctl_shows(journal: Path, exported: dict[str, Path]) -> None:
-    rows = _events(exported["export"]).head(6).to_dicts()
+    events = _events(exported["export"]).head(6)
+    rows = events.with_columns(whole_cursor()).to_dicts()
     shown = [json.loads(line) for line in journalctl(journal, "json").splitlines()[:6]]
+    # journald's cursors are held as their values (none kept as text) and written back as journalctl shows them
+    assert events.get_column("__CURSOR").null_count() == 6 and events.get_column("cursor_seqnum").null_count() == 0
     assert [r["__CURSOR"] for r in rows] == [s["__CURSOR"] for s in shown]
     first, binary, dsml, custom, systemd, empty = rows
     assert first["message"] == "key = value = more"

@@ -28,7 +28,12 @@ EVENTS_SCHEMA: Mapping[str, pl.DataType] = {
     "__REALTIME_TIMESTAMP": pl.Int64(),
     "__MONOTONIC_TIMESTAMP": pl.Int64(),
     "_BOOT_ID": pl.Categorical(),
+    # journald's cursor: text only where its values below cannot give it back exactly
+    # (`forensics.sources.journal.cursor`; the case's readers give it whole)
     "__CURSOR": pl.String(),
+    "cursor_seqnum_id": pl.Categorical(),
+    "cursor_seqnum": pl.UInt64(),
+    "cursor_xor": pl.UInt64(),
     "host": pl.String(),
     "unit": pl.Categorical(),
     "identifier": pl.Categorical(),
@@ -50,9 +55,11 @@ EVENTS_SCHEMA: Mapping[str, pl.DataType] = {
 
 
 def as_events(frame: pl.DataFrame) -> pl.DataFrame:
-    """`frame`'s canonical columns in EVENTS_SCHEMA's types (a reader's text identifiers made
-    categories), its other columns as they are."""
-    return frame.with_columns(pl.col(name).cast(dtype) for name, dtype in EVENTS_SCHEMA.items())
+    """`frame`'s canonical columns in EVENTS_SCHEMA's types and order (a reader's text identifiers
+    made categories, those it has no value for null), then its other columns as they are."""
+    return frame.select(*(pl.col(name).cast(dtype) if name in frame.columns else pl.lit(None, dtype).alias(name)
+                          for name, dtype in EVENTS_SCHEMA.items()),
+                        *(name for name in frame.columns if name not in EVENTS_SCHEMA))
 
 
 #: Journal fields that become a canonical column (and so are not kept twice).

@@ -115,6 +115,13 @@ typedef struct {
     int32_t *value_slots;         /* open addressing over the values: code + 1, 0 = empty */
     Py_ssize_t n_value_slots;
     int64_t last_code;            /* the code given last: runs of one value are the rule */
+    /* The cursor key (journald's `s=;i=;b=;m=;t=;x=`, see parse_cursor) keeps a cursor in its
+       six values, not its 100-odd bytes: the two ids coded into the dictionary above, the four
+       numbers as uint64; only a value not in journald's exact form stays text (views above). */
+    int cursor;
+    Bytes ids[2];                 /* uint32 codes of s= and b= */
+    Bytes numbers[4];             /* uint64 i=, m=, t=, x= */
+    Bytes parsed;                 /* bitmap: the entry's cursor is held in its values */
 } Key;
 
 typedef struct {
@@ -131,6 +138,8 @@ typedef struct {
     Py_ssize_t *dense_lens, n_dense;
     const char **coded_names; /* names whose values are coded (see Key.coded) */
     Py_ssize_t *coded_lens, n_coded;
+    const char *cursor_name;  /* the key held as a cursor's values (see Key.cursor) */
+    Py_ssize_t cursor_len;
     Key *keys;
     Py_ssize_t n_keys, keys_cap;
     int32_t *slots; /* open addressing: key index + 1, 0 = empty */
@@ -156,6 +165,11 @@ static void scan_free(Scan *S)
         unmap(&S->keys[k].value_data);
         free(S->keys[k].value_hashes);
         free(S->keys[k].value_slots);
+        for (int j = 0; j < 2; j++)
+            unmap(&S->keys[k].ids[j]);
+        for (int j = 0; j < 4; j++)
+            unmap(&S->keys[k].numbers[j]);
+        unmap(&S->keys[k].parsed);
     }
     free(S->keys);
     free(S->slots);
@@ -264,6 +278,7 @@ static Py_ssize_t key_code(Scan *S, Py_ssize_t at, Py_ssize_t len, Py_ssize_t po
     key->valid = valid_name(S->a + at, len);
     key->dense = S->dense_all || named(S->dense_names, S->dense_lens, S->n_dense, S->a + at, len);
     key->coded = key->valid && named(S->coded_names, S->coded_lens, S->n_coded, S->a + at, len);
+    key->cursor = key->valid && !key->coded && S->cursor_len == len && memcmp(S->cursor_name, S->a + at, (size_t)len) == 0;
     key->utf8 = 1;
     key->last_entry = -1;
     key->last_code = -1;
@@ -376,6 +391,95 @@ static int64_t value_code(Key *key, const uint8_t *value, Py_ssize_t len)
     return key->last_code = code;
 }
 
+/* A lowercase hex digit's value, or -1. */
+static int hex_digit(uint8_t c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* `tag=` and 32 lowercase hex digits at *p (an sd_id128 as sd_id128_to_string writes it); *p moved past. */
+static int cursor_id(const uint8_t **p, const uint8_t *end, uint8_t tag)
+{
+    const uint8_t *s = *p;
+    if (end - s < 34 || s[0] != tag || s[1] != '=')
+        return 0;
+    for (int i = 2; i < 34; i++)
+        if (hex_digit(s[i]) < 0)
+            return 0;
+    *p = s + 34;
+    return 1;
+}
+
+/* `tag=` and a number as printf's %llx writes it (lowercase, no leading zero, at most 16 digits). */
+static int cursor_number(const uint8_t **p, const uint8_t *end, uint8_t tag, uint64_t *out)
+{
+    const uint8_t *s = *p;
+    if (end - s < 3 || s[0] != tag || s[1] != '=')
+        return 0;
+    s += 2;
+    const uint8_t *first = s;
+    uint64_t value = 0;
+    int digit;
+    while (s < end && (digit = hex_digit(*s)) >= 0) {
+        if (s - first == 16)
+            return 0;
+        value = value << 4 | (uint64_t)digit;
+        s++;
+    }
+    if (s == first || (*first == '0' && s - first > 1))
+        return 0;
+    *out = value;
+    *p = s;
+    return 1;
+}
+
+/* Whether `value` is a cursor exactly as journald writes one (sd_journal_get_cursor:
+ * "s=%s;i=%llx;b=%s;m=%llx;t=%llx;x=%llx"): then its ids' places and its four numbers, from which
+ * the same bytes are written back (anything else, even a cursor in another spelling, stays text). */
+static int parse_cursor(const uint8_t *value, Py_ssize_t len, const uint8_t **s_id, const uint8_t **b_id,
+                        uint64_t numbers[4])
+{
+    const uint8_t *p = value, *end = value + len;
+    *s_id = p + 2;
+    if (!cursor_id(&p, end, 's') || p == end || *p++ != ';' || !cursor_number(&p, end, 'i', &numbers[0])
+        || p == end || *p++ != ';')
+        return 0;
+    *b_id = p + 2;
+    return cursor_id(&p, end, 'b') && p < end && *p++ == ';' && cursor_number(&p, end, 'm', &numbers[1])
+           && p < end && *p++ == ';' && cursor_number(&p, end, 't', &numbers[2]) && p < end && *p++ == ';'
+           && cursor_number(&p, end, 'x', &numbers[3]) && p == end;
+}
+
+/* Entry `entry`'s cursor (`value`) into the cursor key's values, if journald wrote it: 1 when held
+ * so, 0 when it stays text, -1 when out of memory. */
+static int add_cursor(Scan *S, Key *key, const uint8_t *value, Py_ssize_t len, int64_t entry)
+{
+    const uint8_t *ids[2];
+    uint64_t numbers[4];
+    if (!parse_cursor(value, len, &ids[0], &ids[1], numbers))
+        return 0;
+    if (zero_fill(&key->parsed, (entry >> 3) + 1, S->m / 1024) < 0)
+        return -1;
+    key->parsed.v[entry >> 3] |= (uint8_t)(1u << (entry & 7));
+    for (int j = 0; j < 2; j++) {
+        const int64_t code = value_code(key, ids[j], 32);
+        if (code < 0 || zero_fill(&key->ids[j], 4 * entry + 4, S->m / 256) < 0)
+            return -1;
+        const uint32_t code32 = (uint32_t)code;
+        memcpy(key->ids[j].v + 4 * entry, &code32, 4);
+    }
+    for (int j = 0; j < 4; j++) {
+        if (zero_fill(&key->numbers[j], 8 * entry + 8, S->m / 128) < 0)
+            return -1;
+        memcpy(key->numbers[j].v + 8 * entry, &numbers[j], 8);
+    }
+    return 1;
+}
+
 static int add_field(Scan *S, Py_ssize_t key_at, Py_ssize_t key_len, Py_ssize_t value_at, Py_ssize_t value_end,
                      int64_t entry, int64_t line, Py_ssize_t position)
 {
@@ -395,6 +499,11 @@ static int add_field(Scan *S, Py_ssize_t key_at, Py_ssize_t key_len, Py_ssize_t 
     key->last_entry = entry;
     const uint8_t *value = S->a + value_at;
     const Py_ssize_t len = value_end - value_at;
+    if (key->cursor) {
+        const int held = add_cursor(S, key, value, len, entry);
+        if (held)
+            return held < 0 ? -1 : 0;
+    }
     /* first guesses: an entry is some hundreds of bytes; 1 bit of it for presence */
     if (zero_fill(&key->present, (entry >> 3) + 1, S->m / 1024) < 0)
         return -1;
@@ -716,9 +825,38 @@ static PyObject *take_mapped(Bytes *b, Py_ssize_t size)
     return (PyObject *)block;
 }
 
+/* The cursor key's values: (id views, id data, s codes, b codes, i, m, t, x, parsed bitmap); None
+ * for any other key. */
+static PyObject *cursor_item(Key *key, Py_ssize_t n_entries)
+{
+    if (!key->cursor)
+        return Py_NewRef(Py_None);
+    PyObject *parts[9];
+    parts[0] = take_mapped(&key->values, 16 * key->n_values);
+    parts[1] = take_mapped(&key->value_data, key->value_data.n);
+    for (int j = 0; j < 2; j++)
+        parts[2 + j] = take_mapped(&key->ids[j], 4 * n_entries);
+    for (int j = 0; j < 4; j++)
+        parts[4 + j] = take_mapped(&key->numbers[j], 8 * n_entries);
+    parts[8] = take_mapped(&key->parsed, (n_entries + 7) / 8);
+    PyObject *item = NULL;
+    int whole = 1;
+    for (int j = 0; j < 9; j++)
+        whole &= parts[j] != NULL;
+    if (whole)
+        item = PyTuple_New(9);
+    for (int j = 0; j < 9; j++) {
+        if (item)
+            PyTuple_SET_ITEM(item, j, parts[j]);
+        else
+            Py_XDECREF(parts[j]);
+    }
+    return item;
+}
+
 static PyObject *key_item(Scan *S, Key *key, Py_ssize_t n_entries)
 {
-    PyObject *views, *validity, *data, *codes, *later, *item = NULL;
+    PyObject *views, *validity, *data, *codes, *later, *cursor, *item = NULL;
     if (key->valid && key->coded) {
         views = take_mapped(&key->values, 16 * key->n_values);
         data = take_mapped(&key->value_data, key->value_data.n);
@@ -740,10 +878,12 @@ static PyObject *key_item(Scan *S, Key *key, Py_ssize_t n_entries)
                               vec_bytes(key->later.v, n, 3, 2));
     } else
         later = Py_NewRef(Py_None);
-    if (views && validity && data && codes && later)
-        item = Py_BuildValue("(y#OOOOOOO)", (const char *)S->a + key->name_at, key->name_len,
+    cursor = cursor_item(key, n_entries);
+    if (views && validity && data && codes && later && cursor)
+        item = Py_BuildValue("(y#OOOOOOOO)", (const char *)S->a + key->name_at, key->name_len,
                              key->valid ? Py_True : Py_False, key->utf8 ? Py_True : Py_False, views, validity,
-                             data, later, codes);
+                             data, later, codes, cursor);
+    Py_XDECREF(cursor);
     Py_XDECREF(views);
     Py_XDECREF(validity);
     Py_XDECREF(data);
@@ -801,6 +941,15 @@ static int finish_columns(Scan *S, Bytes *excerpts, Py_ssize_t excerpt_bytes)
         if (key->valid && (zero_fill(key->coded ? &key->codes : &key->views, (key->coded ? 4 : 16) * n_entries, 0) < 0
                            || zero_fill(&key->present, (n_entries + 7) / 8, 0) < 0))
             return -1;
+        if (key->cursor) {
+            int failed = zero_fill(&key->parsed, (n_entries + 7) / 8, 0) < 0;
+            for (int j = 0; j < 2; j++)
+                failed |= zero_fill(&key->ids[j], 4 * n_entries, 0) < 0;
+            for (int j = 0; j < 4; j++)
+                failed |= zero_fill(&key->numbers[j], 8 * n_entries, 0) < 0;
+            if (failed)
+                return -1;
+        }
     }
     if (zero_fill(excerpts, 16 * n_entries, 0) < 0)
         return -1;
@@ -813,17 +962,19 @@ static int finish_columns(Scan *S, Bytes *excerpts, Py_ssize_t excerpt_bytes)
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(piece, length, at_eof, dense_all, dense_names, coded_names, excerpt_bytes) -> tuple | None\n\n"
+"scan(piece, length, at_eof, dense_all, dense_names, coded_names, cursor_name, excerpt_bytes) -> tuple | None\n\n"
 "Scan the first `length` bytes of `piece` (whole entries of an export). None when the piece does\n"
 "not end between entries (a binary value runs on past it; parse it with the next). Otherwise\n"
 "(n_entries, entry_start, entry_line, excerpt_views, keys, line_problems, bad_keys, closed):\n"
 "entry_start / entry_line are int64 arrays as bytes (byte offset, 0-based line of its first line);\n"
 "excerpt_views the BinaryView views of each entry's first `excerpt_bytes` bytes (into `piece`);\n"
-"keys one (name, valid, utf8, views, validity, data, later, codes) per distinct key in order of first\n"
+"keys one (name, valid, utf8, views, validity, data, later, codes, cursor) per distinct key in order of first\n"
 "appearance: views/validity/data are the Arrow BinaryView buffers of its first values (views into\n"
 "`piece` when data is None; validity None when every entry has it; all None for invalid names);\n"
 "for a key named in coded_names, codes is each entry's uint32 code and views/data the buffers of\n"
-"its distinct values in order of first sight (else codes is None),\n"
+"its distinct values in order of first sight (else codes is None); for the key named cursor_name,\n"
+"cursor is (id views, id data, s codes, b codes, i, m, t, x, parsed) - the values of every cursor in\n"
+"journald's exact form (`parsed`, a bitmap), whose entries have no view - else None;\n"
 "utf8 whether every first value is UTF-8, later the (entries, starts, ends) int64 arrays of\n"
 "repeated values or None; line_problems (kind, entry, line, name, size, left) for lines without\n"
 "'=' that are not binary fields (kind 0), binary fields whose length is cut off (1, the rest of\n"
@@ -858,8 +1009,10 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
     Py_ssize_t length, excerpt_bytes;
     int at_eof, dense_all;
     PyObject *dense_names, *coded_names, *names = NULL, *coded = NULL, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*nppOOn", &buffer, &length, &at_eof, &dense_all, &dense_names, &coded_names,
-                          &excerpt_bytes))
+    const char *cursor_name;
+    Py_ssize_t cursor_len;
+    if (!PyArg_ParseTuple(args, "y*nppOOy#n", &buffer, &length, &at_eof, &dense_all, &dense_names, &coded_names,
+                          &cursor_name, &cursor_len, &excerpt_bytes))
         return NULL;
     Bytes excerpts = {NULL, 0, 0};
     Scan S;
@@ -878,6 +1031,8 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
     S.a = buffer.buf;
     S.m = length;
     S.dense_all = dense_all;
+    S.cursor_name = cursor_name;
+    S.cursor_len = cursor_len;
     int status;
     Py_BEGIN_ALLOW_THREADS
     status = scan(&S, at_eof);

@@ -22,6 +22,7 @@ import re
 
 import polars as pl
 
+from forensics.sources.journal.cursor import PARSED, cursor_columns, parsed_cursor_columns
 from forensics.sources.common.schema import (
     CONSUMED_FIELDS,
     EVENTS_SCHEMA,
@@ -172,6 +173,19 @@ def _problems(fields: pl.DataFrame) -> pl.Expr:
     return pl.coalesce(_column(fields, "@problem"), located)
 
 
+def _cursor(good: pl.DataFrame) -> dict[str, pl.Series]:
+    """The good rows' cursors as the case holds them (`forensics.sources.journal.cursor`): parsed by
+    the scanner, or here from the text a reader gave."""
+    if PARSED[0] not in good.columns:
+        good = good.with_columns(parsed_cursor_columns(_column(good, "__CURSOR").cast(pl.String)))
+    # with_columns, not select: a column the frame lacks is a literal null as long as the frame
+    entry = good.with_columns(_column(good, "__CURSOR").cast(pl.String).alias("@text"),
+                              _column(good, "_BOOT_ID").alias("@boot"),
+                              _integer(good, "__MONOTONIC_TIMESTAMP").alias("@m"),
+                              _integer(good, "__REALTIME_TIMESTAMP").alias("@t"))
+    return cursor_columns(good, *(entry.get_column(name) for name in ("@text", "@boot", "@m", "@t")))
+
+
 def assemble_events(fields: pl.DataFrame, *, source_file: str, fmt: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split a field frame into canonical `events` rows and `quarantine` rows."""
     if fields.height == 0:
@@ -201,7 +215,6 @@ def assemble_events(fields: pl.DataFrame, *, source_file: str, fmt: str) -> tupl
         "__REALTIME_TIMESTAMP": _integer(good, "__REALTIME_TIMESTAMP"),
         "__MONOTONIC_TIMESTAMP": _integer(good, "__MONOTONIC_TIMESTAMP"),
         "_BOOT_ID": _column(good, "_BOOT_ID"),
-        "__CURSOR": _column(good, "__CURSOR"),
         # each a category first: a reader may give some as categories, some as text
         "unit": pl.coalesce(*(_column(good, name).cast(pl.Categorical) for name in UNIT_FIELDS)),
         "data_type": pl.lit(DATA_TYPE),
@@ -214,6 +227,7 @@ def assemble_events(fields: pl.DataFrame, *, source_file: str, fmt: str) -> tupl
             pl.element().sort_by(pl.element().struct.field("name"), maintain_order=True))
         if "@raw" in good.columns else pl.lit(None, dtype=pl.List(RAW_FIELD)),
     }
+    canonical.update(_cursor(good))
     for field, target in CONSUMED_FIELDS.items():
         if target == "pid":
             canonical[target] = _integer(good, field)

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from forensics.sources.common.byteviews import SLACK, binary_views, dense_binary
 from forensics.errors import ParseError
+from forensics.sources.journal.cursor import PARSED
 from forensics.sources.journal.fields import CATEGORY_FIELDS, FIELD_NAME, assemble_events, field_name_problem
 from forensics.sources.common.rawio import Piece, pieces
 from forensics.sources.common.schema import EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD, empty
@@ -83,7 +84,7 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
     """Parse one chunk (whole entries, the first `m` bytes of `readable`, found at `byte_base` in
     the file, after `line_base` lines) into a field frame (see `forensics.sources.journal.fields`); with `copy`,
     every value is copied out of `readable`, so that its memory can be used again."""
-    scanned = _export_scan.scan(readable, m, at_eof, copy, _DENSE_NAMES, _CODED_NAMES, EXCERPT_CHARS)
+    scanned = _export_scan.scan(readable, m, at_eof, copy, _DENSE_NAMES, _CODED_NAMES, b"__CURSOR", EXCERPT_CHARS)
     if scanned is None:
         raise _Overrun
     n_entries, entry_start, entry_line, excerpt_views, keys, line_problems, bad_keys, closed = scanned
@@ -117,10 +118,12 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
 
     columns: dict[str, pl.Series] = {}
     raw_items: list[tuple[np.ndarray, str, pl.Series]] = []
-    for name_bytes, valid, utf8, views, validity, dense, later, codes in keys:
+    for name_bytes, valid, utf8, views, validity, dense, later, codes, cursor in keys:
         if not valid:
             continue
         name = name_bytes.decode("ascii")
+        if cursor is not None:
+            columns.update(_cursor_values(cursor, n_entries))
         kind = pa.string_view() if utf8 else pa.binary_view()
         present = None if validity is None else pa.py_buffer(validity)
         if codes is not None:
@@ -133,11 +136,9 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
             values = binary_views if dense is None else dense_binary
             raw_items.append((rows, name, values(readable, starts, ends)))
 
-    located = None
-    if first_problem:
-        located = [None] * n_entries
-        for entry, (line, why) in first_problem.items():
-            located[entry] = f"line {line + 1 + line_base}: {why}"
+    located: list[str | None] = [None] * n_entries if first_problem else []
+    for entry, (line, why) in first_problem.items():
+        located[entry] = f"line {line + 1 + line_base}: {why}"
     excerpts = pa.Array.from_buffers(pa.binary_view(), n_entries, [None, pa.py_buffer(excerpt_views), piece])
     frame = pl.DataFrame(columns, height=n_entries) if columns else pl.DataFrame(height=n_entries)
     frame = frame.with_columns(
@@ -170,6 +171,22 @@ def _coded_column(name: str, kind: pa.DataType, values: object, data: object, co
     if kind == pa.string_view():
         return pl.Series(name, pa.DictionaryArray.from_arrays(indices, dictionary))
     return pl.Series(name, dictionary).gather(pl.Series(indices))  # a null code gives a null
+
+
+def _cursor_values(cursor: tuple, n_entries: int) -> dict[str, pl.Series]:
+    """The scanner's parsed cursors (`_export_scan.scan`'s `cursor`) as a field frame's
+    `forensics.sources.journal.cursor.PARSED` columns."""
+    id_views, id_data, *codes_and_numbers, parsed = cursor
+    ids = pa.Array.from_buffers(pa.string_view(), len(memoryview(id_views)) // 16,
+                                [None, pa.py_buffer(id_views), pa.py_buffer(id_data)])
+    present = pa.py_buffer(parsed)
+    values = [pl.Series(pa.DictionaryArray.from_arrays(
+        pa.Array.from_buffers(pa.uint32(), n_entries, [present, pa.py_buffer(codes)]), ids))
+        for codes in codes_and_numbers[:2]]
+    values += [pl.Series(pa.Array.from_buffers(pa.uint64(), n_entries, [present, pa.py_buffer(numbers)]))
+               for numbers in codes_and_numbers[2:]]
+    s, b, i, m, t, x = values
+    return {name: value.alias(name) for name, value in zip(PARSED, (s, i, b, m, t, x))}
 
 
 def _read_piece(piece: Piece, line_base: int, source_file: str, fmt: str = NAME
