@@ -32,8 +32,12 @@ JOURNALD_CURSOR = f"^s={_ID};i={_NUMBER};b={_ID};m={_NUMBER};t={_NUMBER};x={_NUM
 
 @functools.cache
 def _quads() -> pl.Series:
-    """The four hex digits of each 16-bit number (made when first needed: not at import)."""
-    return pl.Series([f"{n:04x}" for n in range(1 << 16)])
+    """The four hex digits of each 16-bit number, in order (made when first needed, in polars: a
+    list of 65,536 strings made in Python cost 35 ms)."""
+    digits = pl.Series(list("0123456789abcdef"))
+    number = pl.int_range(1 << 16, dtype=pl.UInt32)
+    return pl.select(pl.concat_str([pl.lit(digits).gather(number // (1 << 4 * k) % 16) for k in (3, 2, 1, 0)])
+                     ).to_series()
 
 
 def hex_text(number: pl.Expr) -> pl.Expr:
