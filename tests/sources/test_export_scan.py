@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 from forensics.sources.journal.cursor import JOURNALD_CURSOR, PARSED, cursor_text
-from forensics.sources.journal.fields import field_name_problem
+from forensics.sources.journal.fields import SCANNED_INTEGERS, field_name_problem
 from forensics.sources.journal import _export_scan
 from forensics.sources.journal.journal_export import MAX_FIELDS, _parse_chunk
 
@@ -108,6 +108,12 @@ def scanned_entries(data: bytes, copy: bool) -> list[Entry]:
     if PARSED[0] in frame.columns:  # a cursor held as its values: written back, as the case's readers do
         frame = frame.with_columns(pl.coalesce(pl.col("__CURSOR"), cursor_text(*map(pl.col, PARSED)))
                                    .alias("__CURSOR")).drop(PARSED)
+    for name in SCANNED_INTEGERS:  # a plainly written number held as one: written back
+        if f"@int {name}" in frame.columns:
+            number = pl.col(f"@int {name}").cast(pl.String)
+            if frame.schema[name] != pl.String:  # some value is not UTF-8: the column stays bytes
+                number = number.cast(pl.Binary)
+            frame = frame.with_columns(pl.coalesce(name, number).alias(name)).drop(f"@int {name}")
     out = []
     for row in frame.iter_rows(named=True):
         fields: dict[bytes, list[bytes]] = {}
@@ -154,11 +160,15 @@ CURSORS = [
     f"s={ID};i=1;b={ID};m=0;t=0;x=0 ",  # a trailing space
     "s=;i=;b=;m=;t=;x=", "", "not a cursor", "s=caf\xe9",
 ]
+# integers the scanner reads (`fields.SCANNED_INTEGERS`): plain decimals below 10^18, which it holds
+# as numbers, and other spellings it must leave as text
+INTEGERS = ["0", "6", "1781818487000000", "999999999999999999", "1000000000000000000", "007", "-1", "+5",
+            " 12", "12 ", "1e3", "0x10", "", "\u0661\u0662"]
 
 
 def generate(rng: np.random.Generator, entries: int) -> bytes:
     names = ([f"F{i}".encode() for i in range(300)] + [b"_PID", b"MESSAGE", b"__REALTIME_TIMESTAMP"] + CODED * 20
-             + [b"__CURSOR"] * 20)
+             + [b"__CURSOR"] * 20 + [name.encode() for name in SCANNED_INTEGERS] * 10)
     out = bytearray()
     for i in range(entries):
         chosen = list(dict.fromkeys(names[k] for k in rng.choice(len(names), size=int(rng.integers(1, 12)),
@@ -167,7 +177,8 @@ def generate(rng: np.random.Generator, entries: int) -> bytes:
             chosen.sort()  # mostly the same order, as journald writes them; sometimes shuffled
         for name in chosen:
             for _ in range(2 if rng.random() < 0.1 else 1):
-                drawn = CURSORS if name == b"__CURSOR" and rng.random() < 0.8 else VALUES
+                drawn = CURSORS if name == b"__CURSOR" else INTEGERS if name.decode() in SCANNED_INTEGERS else VALUES
+                drawn = drawn if rng.random() < 0.8 else VALUES
                 value = drawn[int(rng.integers(len(drawn)))]
                 value = value.encode() if isinstance(value, str) else value
                 if rng.random() < 0.15:
@@ -216,7 +227,7 @@ def test_many_keys_and_a_piece_without_a_closing_blank_line() -> None:
     data = b"\n".join(b"".join(b"K%d=%d\n" % (k, k) for k in range(e * 1000, e * 1000 + 1000)) for e in range(5))
     data += b"\n" + b"K1=again\n"
     buffer = np.frombuffer(data, dtype=np.uint8)
-    assert _export_scan.scan(buffer, len(data), False, True, frozenset(), frozenset(), b"__CURSOR", 80) is None  # not between entries
+    assert _export_scan.scan(buffer, len(data), False, True, frozenset(), frozenset(), b"__CURSOR", frozenset(), 80) is None  # not between entries
     frame = _parse_chunk(buffer, len(data), True, 0, 0)
     assert frame.height == 6 and frame.get_column("K4999").to_list() == [None] * 4 + ["4999", None]
     # the last entry ends the file after a whole line, without its blank line: read, and marked
@@ -239,7 +250,7 @@ def test_count_newlines_and_bounds() -> None:
     with pytest.raises(ValueError, match="length 7 outside the 6-byte piece"):
         _export_scan.count_newlines(data, 7)
     with pytest.raises(ValueError, match="length -1 outside"):
-        _export_scan.scan(data, -1, True, True, frozenset(), frozenset(), b"__CURSOR", 80)
+        _export_scan.scan(data, -1, True, True, frozenset(), frozenset(), b"__CURSOR", frozenset(), 80)
 
 
 @pytest.mark.parametrize("size", [15, 16, 17, 16 * 255, 16 * 255 + 1, 16 * 256 + 7, 100_003])
@@ -283,3 +294,12 @@ def test_the_scanner_holds_a_cursor_as_values_exactly_when_it_is_in_journalds_fo
     # and what is held is written back byte for byte; the rest is kept as it came
     written = frame.select(pl.coalesce(pl.col("__CURSOR"), cursor_text(*map(pl.col, PARSED)))).to_series()
     assert written.to_list() == CURSORS
+
+
+def test_the_scanner_holds_an_integer_as_a_number_exactly_when_it_is_plainly_written() -> None:
+    data = b"".join(b"_PID=" + value.encode() + b"\n\n" for value in INTEGERS)
+    frame = _parse_chunk(np.frombuffer(data + bytes(16), dtype=np.uint8), len(data), True, 0, 0)
+    numbers = frame.get_column("@int _PID").to_list()
+    assert numbers == [0, 6, 1781818487000000, 999999999999999999] + [None] * (len(INTEGERS) - 4)
+    # what it did not read stays as it came, for the journal's rules to judge
+    assert frame.get_column("_PID").to_list() == [None] * 4 + INTEGERS[4:]

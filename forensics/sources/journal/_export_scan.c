@@ -120,8 +120,11 @@ typedef struct {
        numbers as uint64; only a value not in journald's exact form stays text (views above). */
     int cursor;
     Bytes ids[2];                 /* uint32 codes of s= and b= */
-    Bytes numbers[4];             /* uint64 i=, m=, t=, x= */
-    Bytes parsed;                 /* bitmap: the entry's cursor is held in its values */
+    Bytes numbers[4];             /* uint64 i=, m=, t=, x= (an integer key: its int64 value in numbers[0]) */
+    Bytes parsed;                 /* bitmap: the entry's value is held in numbers (and ids) */
+    /* An integer key (a clock, a pid, a priority) keeps a value written as a plain decimal number
+       as that number, not text; any other spelling stays text (views above), for Python to judge. */
+    int integer;
 } Key;
 
 typedef struct {
@@ -140,6 +143,8 @@ typedef struct {
     Py_ssize_t *coded_lens, n_coded;
     const char *cursor_name;  /* the key held as a cursor's values (see Key.cursor) */
     Py_ssize_t cursor_len;
+    const char **int_names;   /* keys held as integers (see Key.integer) */
+    Py_ssize_t *int_lens, n_int;
     Key *keys;
     Py_ssize_t n_keys, keys_cap;
     int32_t *slots; /* open addressing: key index + 1, 0 = empty */
@@ -279,6 +284,7 @@ static Py_ssize_t key_code(Scan *S, Py_ssize_t at, Py_ssize_t len, Py_ssize_t po
     key->dense = S->dense_all || named(S->dense_names, S->dense_lens, S->n_dense, S->a + at, len);
     key->coded = key->valid && named(S->coded_names, S->coded_lens, S->n_coded, S->a + at, len);
     key->cursor = key->valid && !key->coded && S->cursor_len == len && memcmp(S->cursor_name, S->a + at, (size_t)len) == 0;
+    key->integer = key->valid && !key->coded && !key->cursor && named(S->int_names, S->int_lens, S->n_int, S->a + at, len);
     key->utf8 = 1;
     key->last_entry = -1;
     key->last_code = -1;
@@ -480,6 +486,35 @@ static int add_cursor(Scan *S, Key *key, const uint8_t *value, Py_ssize_t len, i
     return 1;
 }
 
+/* A value written as `%lld` writes a number from 0 to 10^18 - 1 ("0", or no leading zero, no sign,
+ * at most 18 digits): its number, which is written back as the same bytes; -1 for anything else. */
+static int64_t plain_decimal(const uint8_t *value, Py_ssize_t len)
+{
+    if (len < 1 || len > 18 || (value[0] == '0' && len > 1))
+        return -1;
+    int64_t number = 0;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (value[i] < '0' || value[i] > '9')
+            return -1;
+        number = number * 10 + (value[i] - '0');
+    }
+    return number;
+}
+
+/* Entry `entry`'s value of integer `key` held as its number if plainly written: 1 when held so, 0
+ * when it stays text, -1 when out of memory. */
+static int add_integer(Scan *S, Key *key, const uint8_t *value, Py_ssize_t len, int64_t entry)
+{
+    const int64_t number = plain_decimal(value, len);
+    if (number < 0)
+        return 0;
+    if (zero_fill(&key->parsed, (entry >> 3) + 1, S->m / 1024) < 0 || zero_fill(&key->numbers[0], 8 * entry + 8, S->m / 128) < 0)
+        return -1;
+    key->parsed.v[entry >> 3] |= (uint8_t)(1u << (entry & 7));
+    memcpy(key->numbers[0].v + 8 * entry, &number, 8);
+    return 1;
+}
+
 static int add_field(Scan *S, Py_ssize_t key_at, Py_ssize_t key_len, Py_ssize_t value_at, Py_ssize_t value_end,
                      int64_t entry, int64_t line, Py_ssize_t position)
 {
@@ -499,8 +534,8 @@ static int add_field(Scan *S, Py_ssize_t key_at, Py_ssize_t key_len, Py_ssize_t 
     key->last_entry = entry;
     const uint8_t *value = S->a + value_at;
     const Py_ssize_t len = value_end - value_at;
-    if (key->cursor) {
-        const int held = add_cursor(S, key, value, len, entry);
+    if (key->cursor || key->integer) {
+        const int held = key->cursor ? add_cursor(S, key, value, len, entry) : add_integer(S, key, value, len, entry);
         if (held)
             return held < 0 ? -1 : 0;
     }
@@ -825,10 +860,13 @@ static PyObject *take_mapped(Bytes *b, Py_ssize_t size)
     return (PyObject *)block;
 }
 
-/* The cursor key's values: (id views, id data, s codes, b codes, i, m, t, x, parsed bitmap); None
- * for any other key. */
+/* The cursor key's values: (id views, id data, s codes, b codes, i, m, t, x, parsed bitmap); an
+ * integer key's: (int64 numbers, parsed bitmap); None for any other key. */
 static PyObject *cursor_item(Key *key, Py_ssize_t n_entries)
 {
+    if (key->integer)
+        return Py_BuildValue("(NN)", take_mapped(&key->numbers[0], 8 * n_entries),
+                             take_mapped(&key->parsed, (n_entries + 7) / 8));
     if (!key->cursor)
         return Py_NewRef(Py_None);
     PyObject *parts[9];
@@ -941,6 +979,9 @@ static int finish_columns(Scan *S, Bytes *excerpts, Py_ssize_t excerpt_bytes)
         if (key->valid && (zero_fill(key->coded ? &key->codes : &key->views, (key->coded ? 4 : 16) * n_entries, 0) < 0
                            || zero_fill(&key->present, (n_entries + 7) / 8, 0) < 0))
             return -1;
+        if (key->integer && (zero_fill(&key->parsed, (n_entries + 7) / 8, 0) < 0
+                             || zero_fill(&key->numbers[0], 8 * n_entries, 0) < 0))
+            return -1;
         if (key->cursor) {
             int failed = zero_fill(&key->parsed, (n_entries + 7) / 8, 0) < 0;
             for (int j = 0; j < 2; j++)
@@ -962,7 +1003,8 @@ static int finish_columns(Scan *S, Bytes *excerpts, Py_ssize_t excerpt_bytes)
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(piece, length, at_eof, dense_all, dense_names, coded_names, cursor_name, excerpt_bytes) -> tuple | None\n\n"
+"scan(piece, length, at_eof, dense_all, dense_names, coded_names, cursor_name, int_names, excerpt_bytes)\n"
+"-> tuple | None\n\n"
 "Scan the first `length` bytes of `piece` (whole entries of an export). None when the piece does\n"
 "not end between entries (a binary value runs on past it; parse it with the next). Otherwise\n"
 "(n_entries, entry_start, entry_line, excerpt_views, keys, line_problems, bad_keys, closed):\n"
@@ -974,7 +1016,9 @@ PyDoc_STRVAR(scan_doc,
 "for a key named in coded_names, codes is each entry's uint32 code and views/data the buffers of\n"
 "its distinct values in order of first sight (else codes is None); for the key named cursor_name,\n"
 "cursor is (id views, id data, s codes, b codes, i, m, t, x, parsed) - the values of every cursor in\n"
-"journald's exact form (`parsed`, a bitmap), whose entries have no view - else None;\n"
+"journald's exact form (`parsed`, a bitmap), whose entries have no view; for a key in int_names,\n"
+"(numbers, parsed): the int64 value of each entry whose value is a plain decimal number below 10^18\n"
+"(no sign, no leading zero), which has no view; else None;\n"
 "utf8 whether every first value is UTF-8, later the (entries, starts, ends) int64 arrays of\n"
 "repeated values or None; line_problems (kind, entry, line, name, size, left) for lines without\n"
 "'=' that are not binary fields (kind 0), binary fields whose length is cut off (1, the rest of\n"
@@ -1009,10 +1053,11 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
     Py_ssize_t length, excerpt_bytes;
     int at_eof, dense_all;
     PyObject *dense_names, *coded_names, *names = NULL, *coded = NULL, *result = NULL;
+    PyObject *int_names, *integers = NULL;
     const char *cursor_name;
     Py_ssize_t cursor_len;
-    if (!PyArg_ParseTuple(args, "y*nppOOy#n", &buffer, &length, &at_eof, &dense_all, &dense_names, &coded_names,
-                          &cursor_name, &cursor_len, &excerpt_bytes))
+    if (!PyArg_ParseTuple(args, "y*nppOOy#On", &buffer, &length, &at_eof, &dense_all, &dense_names, &coded_names,
+                          &cursor_name, &cursor_len, &int_names, &excerpt_bytes))
         return NULL;
     Bytes excerpts = {NULL, 0, 0};
     Scan S;
@@ -1026,7 +1071,8 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
         goto done;
     }
     if (name_list(dense_names, &names, &S.dense_names, &S.dense_lens, &S.n_dense) < 0
-        || name_list(coded_names, &coded, &S.coded_names, &S.coded_lens, &S.n_coded) < 0)
+        || name_list(coded_names, &coded, &S.coded_names, &S.coded_lens, &S.n_coded) < 0
+        || name_list(int_names, &integers, &S.int_names, &S.int_lens, &S.n_int) < 0)
         goto done;
     S.a = buffer.buf;
     S.m = length;
@@ -1056,8 +1102,11 @@ done:
     free(S.dense_lens);
     free(S.coded_names);
     free(S.coded_lens);
+    free(S.int_names);
+    free(S.int_lens);
     Py_XDECREF(names);
     Py_XDECREF(coded);
+    Py_XDECREF(integers);
     scan_free(&S);
     PyBuffer_Release(&buffer);
     return result;

@@ -90,20 +90,25 @@ def parsed_cursor_columns(text: pl.Expr) -> list[pl.Expr]:
 def cursor_columns(fields: pl.DataFrame, text: pl.Series, boot: pl.Series, monotonic: pl.Series,
                    realtime: pl.Series) -> dict[str, pl.Series]:
     """`__CURSOR`, SEQNUM_ID, SEQNUM and XOR of a field frame's good rows (`fields`, with the
-    `PARSED` columns) whose cursor text (where not parsed), boot id and clocks are given: the
-    values where they and the entry's own give the cursor back exactly, else the text."""
+    `PARSED` columns) whose cursor text, boot id and clocks are given: the values where they and
+    the entry's own give the cursor back exactly, else the text (the scanner gives none where it
+    parsed the cursor; a reader's text is given whole)."""
     s, i, b, m, t, x = (fields.get_column(name) for name in PARSED)
-    rebuilt_from_own = (s.is_not_null() & (m == monotonic.cast(pl.UInt64, strict=False))
-                        & (t == realtime.cast(pl.UInt64, strict=False))
-                        & (b.cast(pl.String) == boot.cast(pl.String))).fill_null(False)
+    parsed = s.is_not_null()
+    # categories compared as categories (one dictionary for all): no text made for a million rows
+    held = (parsed & (m == monotonic.cast(pl.UInt64, strict=False)) & (t == realtime.cast(pl.UInt64, strict=False))
+            & (b == boot.cast(pl.Categorical))).fill_null(False)
+    if (held == parsed).all() and not (parsed & text.is_not_null()).any():
+        # the rule (every parsed cursor is its entry's, the text given only where not parsed): as they are
+        return {"__CURSOR": text.cast(pl.String), SEQNUM_ID: s.cast(pl.Categorical), SEQNUM: i, XOR: x}
     # a cursor parsed whose boot or clocks are not its entry's: written back as the text it was
-    differs = s.is_not_null() & ~rebuilt_from_own
+    differs = parsed & ~held
     if differs.any():
         rows = differs.arg_true()
         written = pl.DataFrame([c.gather(rows) for c in (s, i, b, m, t, x)]).select(
             cursor_text(*(pl.col(name) for name in PARSED))).to_series()
         text = text.cast(pl.String).scatter(rows, written)
-    frame = pl.DataFrame({"held": rebuilt_from_own, "s": s, "i": i, "x": x, "text": text.cast(pl.String)})
+    frame = pl.DataFrame({"held": held, "s": s, "i": i, "x": x, "text": text.cast(pl.String)})
     out = frame.select(
         pl.when(~pl.col("held")).then(pl.col("text")).alias("__CURSOR"),
         pl.when(pl.col("held")).then(pl.col("s").cast(pl.Categorical)).alias(SEQNUM_ID),

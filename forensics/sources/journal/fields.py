@@ -121,6 +121,9 @@ def _column(fields: pl.DataFrame, name: str) -> pl.Expr:
 # no journal was written then, and such times overflow date arithmetic downstream.
 LATEST_REALTIME_US = 7_258_118_400_000_000
 INTEGER_FIELDS = ("__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_PID", "PRIORITY", "_SOURCE_REALTIME_TIMESTAMP")
+#: The integer fields whose text the case does not keep (they become `events`' numbers): a reader may
+#: hand a plainly written value over as its number in `@int <name>`, the text column holding the rest.
+SCANNED_INTEGERS = ("__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_PID", "PRIORITY")
 
 
 def _entry_time(fields: pl.DataFrame) -> pl.Expr:
@@ -134,7 +137,10 @@ def _with_integers(fields: pl.DataFrame) -> pl.DataFrame:
     in an `@int <name>` column, once for both the checks and the events. Surrounding white space is
     allowed; only the few values a plain cast refuses are stripped and read again."""
     present = [name for name in INTEGER_FIELDS if name in fields.columns]
-    fields = fields.with_columns(pl.col(name).cast(pl.Int64, strict=False).alias(f"@int {name}") for name in present)
+    fields = fields.with_columns(
+        pl.coalesce(f"@int {name}", pl.col(name).cast(pl.Int64, strict=False)).alias(f"@int {name}")
+        if f"@int {name}" in fields.columns else pl.col(name).cast(pl.Int64, strict=False).alias(f"@int {name}")
+        for name in present)
     refused = fields.select(pl.col(name).is_not_null() & pl.col(f"@int {name}").is_null() for name in present)
     for name, mask in zip(present, refused.get_columns()):
         if mask.any():
@@ -163,8 +169,10 @@ def _problems(fields: pl.DataFrame) -> pl.Expr:
                    pl.format("entry time {} is outside 1970–2199 (a damaged or forged record)",
                              realtime.cast(pl.String))))
     priority = _integer(fields, "PRIORITY")
-    checks.append((_column(fields, "PRIORITY").is_not_null() & (priority.is_null() | ~priority.is_between(0, 7)),
-                   pl.format("PRIORITY {} is not 0-7", _column(fields, "PRIORITY").str.slice(0, 40))))
+    # a plainly written number has no text (the scanner gave it as a number), and is written back the same
+    written = pl.coalesce(_column(fields, "PRIORITY").str.slice(0, 40), priority.cast(pl.String))
+    checks.append((written.is_not_null() & (priority.is_null() | ~priority.is_between(0, 7)),
+                   pl.format("PRIORITY {} is not 0-7", written)))
     found: pl.Expr = pl.lit(None, dtype=pl.String)
     for condition, reason in reversed(checks):  # the first check that fails wins
         found = pl.when(condition).then(reason).otherwise(found)

@@ -28,7 +28,7 @@ import pyarrow as pa
 from forensics.sources.common.byteviews import SLACK, binary_views, dense_binary
 from forensics.errors import ParseError
 from forensics.sources.journal.cursor import PARSED
-from forensics.sources.journal.fields import CATEGORY_FIELDS, FIELD_NAME, assemble_events, field_name_problem
+from forensics.sources.journal.fields import CATEGORY_FIELDS, FIELD_NAME, SCANNED_INTEGERS, assemble_events, field_name_problem
 from forensics.sources.common.rawio import Piece, pieces
 from forensics.sources.common.schema import EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD, empty
 from forensics.sources import ParseResult, combine, register
@@ -73,6 +73,8 @@ MAX_FIELDS = 1024  # as _export_scan.c: journald's ENTRY_FIELD_COUNT_MAX
 _DENSE_NAMES = frozenset(name.encode() for name in DENSE_FIELDS)
 # Identifiers the case holds as categories, coded by the scanner as it meets them (`_coded_column`).
 _CODED_NAMES = frozenset(name.encode() for name in CATEGORY_FIELDS)
+# Integers the case holds as numbers only (not their text), read by the scanner where plainly written.
+_INTEGER_NAMES = frozenset(name.encode() for name in SCANNED_INTEGERS)
 
 
 def _int64(raw: bytes) -> np.ndarray:
@@ -84,7 +86,8 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
     """Parse one chunk (whole entries, the first `m` bytes of `readable`, found at `byte_base` in
     the file, after `line_base` lines) into a field frame (see `forensics.sources.journal.fields`); with `copy`,
     every value is copied out of `readable`, so that its memory can be used again."""
-    scanned = _export_scan.scan(readable, m, at_eof, copy, _DENSE_NAMES, _CODED_NAMES, b"__CURSOR", EXCERPT_CHARS)
+    scanned = _export_scan.scan(readable, m, at_eof, copy, _DENSE_NAMES, _CODED_NAMES, b"__CURSOR", _INTEGER_NAMES,
+                                EXCERPT_CHARS)
     if scanned is None:
         raise _Overrun
     n_entries, entry_start, entry_line, excerpt_views, keys, line_problems, bad_keys, closed = scanned
@@ -118,12 +121,16 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
 
     columns: dict[str, pl.Series] = {}
     raw_items: list[tuple[np.ndarray, str, pl.Series]] = []
-    for name_bytes, valid, utf8, views, validity, dense, later, codes, cursor in keys:
+    for name_bytes, valid, utf8, views, validity, dense, later, codes, held in keys:
         if not valid:
             continue
         name = name_bytes.decode("ascii")
-        if cursor is not None:
-            columns.update(_cursor_values(cursor, n_entries))
+        if held is not None and name_bytes in _INTEGER_NAMES:  # the plain numbers; the text holds the rest
+            numbers, parsed = held
+            columns[f"@int {name}"] = pl.Series(f"@int {name}", pa.Array.from_buffers(
+                pa.int64(), n_entries, [pa.py_buffer(parsed), pa.py_buffer(numbers)]))
+        elif held is not None:
+            columns.update(_cursor_values(held, n_entries))
         kind = pa.string_view() if utf8 else pa.binary_view()
         present = None if validity is None else pa.py_buffer(validity)
         if codes is not None:
