@@ -122,6 +122,7 @@ typedef struct {
     Bytes ids[2];                 /* uint32 codes of s= and b= */
     Bytes numbers[4];             /* uint64 i=, m=, t=, x= (an integer key: its int64 value in numbers[0]) */
     Bytes parsed;                 /* bitmap: the entry's value is held in numbers (and ids) */
+    int64_t last_id[2];           /* the codes s= and b= were given last */
     /* An integer key (a clock, a pid, a priority) keeps a value written as a plain decimal number
        as that number, not text; any other spelling stays text (views above), for Python to judge. */
     int integer;
@@ -287,7 +288,7 @@ static Py_ssize_t key_code(Scan *S, Py_ssize_t at, Py_ssize_t len, Py_ssize_t po
     key->integer = key->valid && !key->coded && !key->cursor && named(S->int_names, S->int_lens, S->n_int, S->a + at, len);
     key->utf8 = 1;
     key->last_entry = -1;
-    key->last_code = -1;
+    key->last_code = key->last_id[0] = key->last_id[1] = -1;
     S->slots[i] = (int32_t)(S->n_keys + 1);
     return S->n_keys++;
 }
@@ -397,14 +398,13 @@ static int64_t value_code(Key *key, const uint8_t *value, Py_ssize_t len)
     return key->last_code = code;
 }
 
-/* A lowercase hex digit's value, or -1. */
+/* Each byte's value as a lowercase hex digit, or -1 (filled in at module load): a cursor's hundred
+ * digits are looked up, not compared in ranges. */
+static int8_t hex_values[256];
+
 static int hex_digit(uint8_t c)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
+    return hex_values[c];
 }
 
 /* `tag=` and 32 lowercase hex digits at *p (an sd_id128 as sd_id128_to_string writes it); *p moved past. */
@@ -472,7 +472,10 @@ static int add_cursor(Scan *S, Key *key, const uint8_t *value, Py_ssize_t len, i
         return -1;
     key->parsed.v[entry >> 3] |= (uint8_t)(1u << (entry & 7));
     for (int j = 0; j < 2; j++) {
+        /* s= and b= share one dictionary: each is first compared with its own last value */
+        key->last_code = key->last_id[j];
         const int64_t code = value_code(key, ids[j], 32);
+        key->last_id[j] = code;
         if (code < 0 || zero_fill(&key->ids[j], 4 * entry + 4, S->m / 256) < 0)
             return -1;
         const uint32_t code32 = (uint32_t)code;
@@ -1148,6 +1151,9 @@ PyMODINIT_FUNC PyInit__export_scan(void)
 {
     if (PyType_Ready(&BlockType) < 0)
         return NULL;
+    memset(hex_values, -1, sizeof hex_values);
+    for (int d = 0; d < 16; d++)
+        hex_values[(uint8_t)"0123456789abcdef"[d]] = (int8_t)d;
     if (getrandom(&hash_seed, sizeof hash_seed, GRND_NONBLOCK) != sizeof hash_seed)
         hash_seed = (uint64_t)getpid() * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)&hash_seed;
     return PyModule_Create(&module);
