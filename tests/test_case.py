@@ -96,13 +96,16 @@ def _cursor_bundle(tmp_path: Path) -> tuple[Path, list[str]]:
     (bundle / "a.export").write_bytes(journalctl(journal, "export"))
     shown = [json.loads(line)["__CURSOR"] for line in journalctl(journal, "json").splitlines()]
     boot = "0123456789abcdef0123456789abcdef"
-    odd = [f"s={boot};i=1;b={boot};m=0;t=6548df1f8cbc0;x=049f3e2279b99cdb",  # a zero-padded hash
-           f"s={boot};i=2;b={'f' * 32};m=0;t=6548df1f8cbc0;x=1",  # another boot than its entry's
-           "vector:cursor:42"]  # a collector's own
+    odd = [(f"s={boot};i=1;b={boot};m=0;t=6548df1f8cbc0;x=049f3e2279b99cdb", "0"),  # a zero-padded hash
+           (f"s={boot};i=2;b={'f' * 32};m=0;t=6548df1f8cbc0;x=1", "0"),  # another boot than its entry's
+           (f"s={boot};i=3;b={boot};m=1;t=6548df1f8cbc0;x=1", "0"),  # another monotonic time
+           (f"s={boot};i=4;b={boot};m=0;t=6548df1f8cbc0;x=1", " 0"),  # its entry's, written with a space
+           ("vector:cursor:42", "0")]  # a collector's own
     (bundle / "b.export").write_bytes(b"".join(
-        export_entry(("__CURSOR", cursor), ("__REALTIME_TIMESTAMP", "1781818487000000"), ("__MONOTONIC_TIMESTAMP", "0"),
-                     ("_BOOT_ID", boot), ("MESSAGE", f"odd {n}")) for n, cursor in enumerate(odd)))
-    return bundle, shown + odd
+        export_entry(("__CURSOR", cursor), ("__REALTIME_TIMESTAMP", "1781818487000000"),
+                     ("__MONOTONIC_TIMESTAMP", monotonic), ("_BOOT_ID", boot), ("MESSAGE", f"odd {n}"))
+        for n, (cursor, monotonic) in enumerate(odd)))
+    return bundle, shown + [cursor for cursor, _ in odd]
 
 
 def test_every_cursor_comes_back_whole_from_the_case(tmp_path: Path) -> None:
@@ -113,7 +116,7 @@ def test_every_cursor_comes_back_whole_from_the_case(tmp_path: Path) -> None:
     # journald's own are held as their values, the others as the text they came as
     stored = pl.read_parquet(tmp_path / "case" / "events").sort("source_file", "source_offset")
     assert stored.get_column("__CURSOR").to_list() == [None] * 5 + cursors[5:]
-    assert stored.get_column("cursor_seqnum").to_list() == list(range(1, 6)) + [None] * 3
+    assert stored.get_column("cursor_seqnum").to_list() == list(range(1, 6)) + [None] * 5
 
 
 def test_a_version_5_case_is_read_with_its_cursors_as_text(tmp_path: Path) -> None:

@@ -123,6 +123,7 @@ typedef struct {
     Bytes numbers[4];             /* uint64 i=, m=, t=, x= (an integer key: its int64 value in numbers[0]) */
     Bytes parsed;                 /* bitmap: the entry's value is held in numbers (and ids) */
     int64_t last_id[2];           /* the codes s= and b= were given last */
+    Bytes own;                    /* bitmap: the parsed cursor's b=, m=, t= are its entry's own fields */
     /* An integer key (a clock, a pid, a priority) keeps a value written as a plain decimal number
        as that number, not text; any other spelling stays text (views above), for Python to judge. */
     int integer;
@@ -176,6 +177,7 @@ static void scan_free(Scan *S)
         for (int j = 0; j < 4; j++)
             unmap(&S->keys[k].numbers[j]);
         unmap(&S->keys[k].parsed);
+        unmap(&S->keys[k].own);
     }
     free(S->keys);
     free(S->slots);
@@ -863,7 +865,8 @@ static PyObject *take_mapped(Bytes *b, Py_ssize_t size)
     return (PyObject *)block;
 }
 
-/* The cursor key's values: (id views, id data, s codes, b codes, i, m, t, x, parsed bitmap); an
+/* The cursor key's values: (id views, id data, s codes, b codes, i, m, t, x, parsed bitmap, own
+ * bitmap: see mark_own_cursors); an
  * integer key's: (int64 numbers, parsed bitmap); None for any other key. */
 static PyObject *cursor_item(Key *key, Py_ssize_t n_entries)
 {
@@ -872,7 +875,7 @@ static PyObject *cursor_item(Key *key, Py_ssize_t n_entries)
                              take_mapped(&key->parsed, (n_entries + 7) / 8));
     if (!key->cursor)
         return Py_NewRef(Py_None);
-    PyObject *parts[9];
+    PyObject *parts[10];
     parts[0] = take_mapped(&key->values, 16 * key->n_values);
     parts[1] = take_mapped(&key->value_data, key->value_data.n);
     for (int j = 0; j < 2; j++)
@@ -880,13 +883,14 @@ static PyObject *cursor_item(Key *key, Py_ssize_t n_entries)
     for (int j = 0; j < 4; j++)
         parts[4 + j] = take_mapped(&key->numbers[j], 8 * n_entries);
     parts[8] = take_mapped(&key->parsed, (n_entries + 7) / 8);
+    parts[9] = take_mapped(&key->own, (n_entries + 7) / 8);
     PyObject *item = NULL;
     int whole = 1;
-    for (int j = 0; j < 9; j++)
+    for (int j = 0; j < 10; j++)
         whole &= parts[j] != NULL;
     if (whole)
-        item = PyTuple_New(9);
-    for (int j = 0; j < 9; j++) {
+        item = PyTuple_New(10);
+    for (int j = 0; j < 10; j++) {
         if (item)
             PyTuple_SET_ITEM(item, j, parts[j]);
         else
@@ -974,6 +978,57 @@ fail:
 }
 
 /* Every column as long as the piece has entries, and the entries' excerpts. */
+/* The valid key named `name`, or NULL. */
+static Key *key_named(Scan *S, const char *name)
+{
+    const Py_ssize_t len = (Py_ssize_t)strlen(name);
+    for (Py_ssize_t k = 0; k < S->n_keys; k++)
+        if (S->keys[k].valid && S->keys[k].name_len == len && memcmp(S->a + S->keys[k].name_at, name, (size_t)len) == 0)
+            return &S->keys[k];
+    return NULL;
+}
+
+static int bit(const Bytes *bitmap, Py_ssize_t i)
+{
+    return (bitmap->v[i >> 3] >> (i & 7)) & 1;
+}
+
+/* Mark the cursors whose b=, m= and t= are their entry's own `_BOOT_ID`, `__MONOTONIC_TIMESTAMP`
+ * and `__REALTIME_TIMESTAMP` (as journald writes them): those the entry's fields give back. */
+static int mark_own_cursors(Scan *S, Key *cursor, Py_ssize_t n_entries)
+{
+    if (zero_fill(&cursor->own, (n_entries + 7) / 8, 0) < 0)
+        return -1;
+    Key *boot = key_named(S, "_BOOT_ID"), *monotonic = key_named(S, "__MONOTONIC_TIMESTAMP"),
+        *realtime = key_named(S, "__REALTIME_TIMESTAMP");
+    if (!boot || !boot->coded || !monotonic || !monotonic->integer || !realtime || !realtime->integer)
+        return 0;
+    int64_t last_b = -1, last_boot = -1;
+    for (Py_ssize_t e = 0; e < n_entries; e++) {
+        if (!bit(&cursor->parsed, e) || !bit(&monotonic->parsed, e) || !bit(&realtime->parsed, e)
+            || !bit(&boot->present, e))
+            continue;
+        uint64_t m, t;
+        memcpy(&m, cursor->numbers[1].v + 8 * e, 8);
+        memcpy(&t, cursor->numbers[2].v + 8 * e, 8);
+        if (m != *(const uint64_t *)(monotonic->numbers[0].v + 8 * e) || t != *(const uint64_t *)(realtime->numbers[0].v + 8 * e))
+            continue;
+        uint32_t b_code, boot_code;
+        memcpy(&b_code, cursor->ids[1].v + 4 * e, 4);
+        memcpy(&boot_code, boot->codes.v + 4 * e, 4);
+        if (b_code != last_b || boot_code != last_boot) { /* a pair of ids seen last is the same pair */
+            Py_ssize_t b_len, boot_len;
+            const uint8_t *b_id = value_bytes(cursor, b_code, &b_len), *boot_id = value_bytes(boot, boot_code, &boot_len);
+            if (b_len != boot_len || memcmp(b_id, boot_id, (size_t)b_len) != 0)
+                continue;
+            last_b = b_code;
+            last_boot = boot_code;
+        }
+        cursor->own.v[e >> 3] |= (uint8_t)(1u << (e & 7));
+    }
+    return 0;
+}
+
 static int finish_columns(Scan *S, Bytes *excerpts, Py_ssize_t excerpt_bytes)
 {
     const Py_ssize_t n_entries = S->entry_start.n;
@@ -995,6 +1050,9 @@ static int finish_columns(Scan *S, Bytes *excerpts, Py_ssize_t excerpt_bytes)
                 return -1;
         }
     }
+    for (Py_ssize_t k = 0; k < S->n_keys; k++)
+        if (S->keys[k].cursor && mark_own_cursors(S, &S->keys[k], n_entries) < 0)
+            return -1;
     if (zero_fill(excerpts, 16 * n_entries, 0) < 0)
         return -1;
     for (Py_ssize_t i = 0; i < n_entries; i++) {
@@ -1018,8 +1076,9 @@ PyDoc_STRVAR(scan_doc,
 "`piece` when data is None; validity None when every entry has it; all None for invalid names);\n"
 "for a key named in coded_names, codes is each entry's uint32 code and views/data the buffers of\n"
 "its distinct values in order of first sight (else codes is None); for the key named cursor_name,\n"
-"cursor is (id views, id data, s codes, b codes, i, m, t, x, parsed) - the values of every cursor in\n"
-"journald's exact form (`parsed`, a bitmap), whose entries have no view; for a key in int_names,\n"
+"cursor is (id views, id data, s codes, b codes, i, m, t, x, parsed, own) - the values of every cursor\n"
+"in journald's exact form (`parsed`, a bitmap), whose entries have no view, and `own` (a bitmap) those\n"
+"whose b=, m=, t= equal the entry's plainly written _BOOT_ID and clocks; for a key in int_names,\n"
 "(numbers, parsed): the int64 value of each entry whose value is a plain decimal number below 10^18\n"
 "(no sign, no leading zero), which has no view; else None;\n"
 "utf8 whether every first value is UTF-8, later the (entries, starts, ends) int64 arrays of\n"

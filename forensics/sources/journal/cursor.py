@@ -25,6 +25,9 @@ SEQNUM_ID, SEQNUM, XOR = "cursor_seqnum_id", "cursor_seqnum", "cursor_xor"
 #: A field frame's parsed cursor (`forensics.sources.journal.fields`): the six values, null where
 #: the cursor is not in journald's form.
 PARSED = ("@cursor s", "@cursor i", "@cursor b", "@cursor m", "@cursor t", "@cursor x")
+#: A field frame's mark of the parsed cursors whose boot id and clocks are the entry's own, where the
+#: reader knows it (the scanner); else `cursor_columns` compares them.
+OWN = "@cursor own"
 _NUMBER = "(0|[1-9a-f][0-9a-f]{0,15})"  # %llx of a 64-bit number
 _ID = "([0-9a-f]{32})"  # sd_id128_to_string
 JOURNALD_CURSOR = f"^s={_ID};i={_NUMBER};b={_ID};m={_NUMBER};t={_NUMBER};x={_NUMBER}$"
@@ -95,9 +98,11 @@ def cursor_columns(fields: pl.DataFrame, text: pl.Series, boot: pl.Series, monot
     parsed the cursor; a reader's text is given whole)."""
     s, i, b, m, t, x = (fields.get_column(name) for name in PARSED)
     parsed = s.is_not_null()
-    # categories compared as categories (one dictionary for all): no text made for a million rows
-    held = (parsed & (m == monotonic.cast(pl.UInt64, strict=False)) & (t == realtime.cast(pl.UInt64, strict=False))
-            & (b == boot.cast(pl.Categorical))).fill_null(False)
+    if OWN in fields.columns:  # the scanner compared them with the entry's plainly written fields
+        held = fields.get_column(OWN)
+    else:  # categories compared as categories (one dictionary for all): no text made for a million rows
+        held = (parsed & (m == monotonic.cast(pl.UInt64, strict=False))
+                & (t == realtime.cast(pl.UInt64, strict=False)) & (b == boot.cast(pl.Categorical))).fill_null(False)
     if (held == parsed).all() and not (parsed & text.is_not_null()).any():
         # the rule (every parsed cursor is its entry's, the text given only where not parsed): as they are
         return {"__CURSOR": text.cast(pl.String), SEQNUM_ID: s.cast(pl.Categorical), SEQNUM: i, XOR: x}

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from forensics.sources.common.byteviews import SLACK, binary_views, dense_binary
 from forensics.errors import ParseError
-from forensics.sources.journal.cursor import PARSED
+from forensics.sources.journal.cursor import OWN, PARSED
 from forensics.sources.journal.fields import CATEGORY_FIELDS, FIELD_NAME, SCANNED_INTEGERS, assemble_events, field_name_problem
 from forensics.sources.common.rawio import Piece, pieces
 from forensics.sources.common.schema import EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD, empty
@@ -183,7 +183,7 @@ def _coded_column(name: str, kind: pa.DataType, values: object, data: object, co
 def _cursor_values(cursor: tuple, n_entries: int) -> dict[str, pl.Series]:
     """The scanner's parsed cursors (`_export_scan.scan`'s `cursor`) as a field frame's
     `forensics.sources.journal.cursor.PARSED` columns."""
-    id_views, id_data, *codes_and_numbers, parsed = cursor
+    id_views, id_data, *codes_and_numbers, parsed, own = cursor
     ids = pa.Array.from_buffers(pa.string_view(), len(memoryview(id_views)) // 16,
                                 [None, pa.py_buffer(id_views), pa.py_buffer(id_data)])
     present = pa.py_buffer(parsed)
@@ -193,7 +193,8 @@ def _cursor_values(cursor: tuple, n_entries: int) -> dict[str, pl.Series]:
     values += [pl.Series(pa.Array.from_buffers(pa.uint64(), n_entries, [present, pa.py_buffer(numbers)]))
                for numbers in codes_and_numbers[2:]]
     s, b, i, m, t, x = values
-    return {name: value.alias(name) for name, value in zip(PARSED, (s, i, b, m, t, x))}
+    held = pl.Series(OWN, pa.Array.from_buffers(pa.bool_(), n_entries, [None, pa.py_buffer(own)]))
+    return {OWN: held, **{name: value.alias(name) for name, value in zip(PARSED, (s, i, b, m, t, x))}}
 
 
 def _read_piece(piece: Piece, line_base: int, source_file: str, fmt: str = NAME
