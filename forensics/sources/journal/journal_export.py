@@ -81,19 +81,12 @@ def _int64(raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.int64)
 
 
-def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, line_base: int,
-                 copy: bool = True) -> pl.DataFrame:
-    """Parse one chunk (whole entries, the first `m` bytes of `readable`, found at `byte_base` in
-    the file, after `line_base` lines) into a field frame (see `forensics.sources.journal.fields`); with `copy`,
-    every value is copied out of `readable`, so that its memory can be used again."""
-    scanned = _export_scan.scan(readable, m, at_eof, copy, _DENSE_NAMES, _CODED_NAMES, b"__CURSOR", _INTEGER_NAMES,
-                                EXCERPT_CHARS)
-    if scanned is None:
-        raise _Overrun
-    n_entries, entry_start, entry_line, excerpt_views, keys, line_problems, bad_keys, closed = scanned
-    entry_start, entry_line = _int64(entry_start), _int64(entry_line)
-    piece = pa.py_buffer(readable)
-
+def _first_problems(readable: np.ndarray, m: int, at_eof: bool, scanned: tuple
+                    ) -> tuple[dict[int, tuple[int, str]], bool]:
+    """Each damaged entry's first problem (its line and the reason, worded) of a piece
+    `_export_scan.scan` read, and whether its last entry ends the file after a whole field line
+    without its blank line (read, and noted)."""
+    n_entries, _, entry_line, _, keys, line_problems, bad_keys, closed = scanned
     # An entry's first problem (by line) is the one reported.
     problems = sorted([(entry, line, _LINE_PROBLEMS[kind](name, size, left))
                        for kind, entry, line, name, size, left in line_problems]
@@ -115,9 +108,26 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
     # journal-remote drops it as "premature EOF") and the input's notes say so.
     unclosed = at_eof and n_entries and not closed and n_entries - 1 not in first_problem
     if unclosed and (m == 0 or readable[m - 1] != ord("\n")):
-        first_problem[n_entries - 1] = (int(entry_line[-1]),
+        first_problem[n_entries - 1] = (int(_int64(entry_line)[-1]),
                                         "entry at end of file is not closed by a blank line (file truncated?)")
         unclosed = False
+    return first_problem, bool(unclosed)
+
+
+def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, line_base: int,
+                 copy: bool = True) -> pl.DataFrame:
+    """Parse one chunk (whole entries, the first `m` bytes of `readable`, found at `byte_base` in
+    the file, after `line_base` lines) into a field frame (see `forensics.sources.journal.fields`); with `copy`,
+    every value is copied out of `readable`, so that its memory can be used again."""
+    scanned = _export_scan.scan(readable, m, at_eof, copy, _DENSE_NAMES, _CODED_NAMES, b"__CURSOR", _INTEGER_NAMES,
+                                EXCERPT_CHARS)
+    if scanned is None:
+        raise _Overrun
+    n_entries, entry_start, entry_line, excerpt_views, keys, line_problems, bad_keys, closed = scanned
+    entry_start, entry_line = _int64(entry_start), _int64(entry_line)
+    piece = pa.py_buffer(readable)
+
+    first_problem, unclosed = _first_problems(readable, m, at_eof, scanned)
 
     columns: dict[str, pl.Series] = {}
     raw_items: list[tuple[np.ndarray, str, pl.Series]] = []
