@@ -119,6 +119,22 @@ def test_every_cursor_comes_back_whole_from_the_case(tmp_path: Path) -> None:
     assert stored.get_column("cursor_seqnum").to_list() == list(range(1, 6)) + [None] * 5
 
 
+def test_one_cursor_held_two_ways_is_one_record(tmp_path: Path) -> None:
+    # the same entry twice: once as journald wrote it (its cursor held as values), once with its
+    # monotonic time spelled with a space (its cursor kept as text): one cursor, one record
+    boot = "0123456789abcdef0123456789abcdef"
+    cursor = f"s={boot};i=7;b={boot};m=0;t=6548df1f8cbc0;x=2a"
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "a.export").write_bytes(b"".join(
+        export_entry(("__CURSOR", cursor), ("__REALTIME_TIMESTAMP", "1781818487000000"),
+                     ("__MONOTONIC_TIMESTAMP", monotonic), ("_BOOT_ID", boot), ("MESSAGE", "once"))
+        for monotonic in ("0", " 0")))
+    manifest = ingest(bundle, tmp_path / "case")
+    assert manifest["totals"]["duplicates"] == 1 and manifest["totals"]["events"] == 1
+    assert load_case(tmp_path / "case").events.collect().get_column("__CURSOR").to_list() == [cursor]
+
+
 def test_a_version_5_case_is_read_with_its_cursors_as_text(tmp_path: Path) -> None:
     # a case as version 5 wrote it: every cursor text, no cursor values
     bundle, cursors = _cursor_bundle(tmp_path)

@@ -65,6 +65,18 @@ def test_polars_pandas_and_duckdb_read_each_frame_as_it_lies(reference_case: Pat
         assert sorted(by_duckdb.get_column("ts").dt.epoch("us")) == sorted(ours.get_column("ts").dt.epoch("us"))
 
 
+# docs/scale.md: journald's cursors written back in SQL, as `load_case` gives them
+CURSOR_SQL = """SELECT coalesce(__CURSOR, printf('s=%s;i=%x;b=%s;m=%x;t=%x;x=%x', cursor_seqnum_id, cursor_seqnum,
+                _BOOT_ID, __MONOTONIC_TIMESTAMP, __REALTIME_TIMESTAMP, cursor_xor)) AS cursor
+FROM read_parquet('{folder}/*/*.parquet', hive_partitioning = true)"""
+
+
+def test_duckdb_writes_back_every_cursor_as_forensics_gives_it(reference_case: Path) -> None:
+    ours = load_case(reference_case).events.select("__CURSOR").collect().get_column("__CURSOR")
+    theirs = duckdb.sql(CURSOR_SQL.format(folder=reference_case / "events")).pl().get_column("cursor")
+    assert ours.null_count() == 0 and sorted(theirs.to_list()) == sorted(ours.to_list())
+
+
 def test_host_names_from_the_evidence_never_become_paths(tmp_path: Path) -> None:
     hosts = ["../../escape", "a/b", "%41", "nul\\l", ".."]
     bundle = tmp_path / "bundle"

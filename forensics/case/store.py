@@ -31,7 +31,7 @@ import polars as pl
 
 from forensics.case.places import Place, is_remote, location, place_text
 from forensics.sources.common.schema import SCHEMAS
-from forensics.sources.journal.cursor import cursor_identity, has_cursor, whole_cursor
+from forensics.sources.journal.cursor import SEQNUM, SEQNUM_ID, XOR, cursor_identity, has_cursor, whole_cursor
 
 
 PARTITION = "host"
@@ -172,6 +172,10 @@ def partition_rows(rows: pl.DataFrame, name: str, host: str | None, extras: list
     schema = columns_of(name, extras or [])
     wanted = schema if columns is None else {c: schema[c] for c in columns}
     stored = _with_columns(rows, {c: kind for c, kind in wanted.items() if c != PARTITION})
+    if name == "events" and "__CURSOR" in wanted:  # whole, as the file's reader gives it
+        sources = ("__CURSOR", SEQNUM_ID, SEQNUM, XOR, "_BOOT_ID", "__MONOTONIC_TIMESTAMP", "__REALTIME_TIMESTAMP")
+        whole = _with_columns(rows, {c: schema[c] for c in sources}).select(whole_cursor()).to_series()
+        stored = stored.with_columns(whole)
     return pl.DataFrame([pl.repeat(host, rows.height, dtype=kind, eager=True).alias(c) if c == PARTITION
                          else stored.get_column(c) for c, kind in wanted.items()], height=rows.height)
 
@@ -202,7 +206,7 @@ def repeated_records(scan: pl.LazyFrame, columns: Mapping[str, pl.DataType]) -> 
     if "__CURSOR" in columns:
         # the same cursor (compared as the case holds it: text or values) and the same entry: a
         # cursor a collector reused for another entry (Vector's test journal has one) is no repeat
-        cursor = cursor_identity()
+        cursor = cursor_identity(texts=scan.select(pl.col("__CURSOR").is_not_null().any()).collect().item())
         found.append(_repeat_rows(scan, cursor, has_cursor() & ~pl.struct(cursor, "ts", "message").is_first_distinct()))
     inputs = scan.select(pl.col("source_file").n_unique()).collect().item()
     if inputs > 1 and set(RECORD_IDENTITY) <= set(columns):

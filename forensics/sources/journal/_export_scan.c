@@ -452,12 +452,14 @@ static int parse_cursor(const uint8_t *value, Py_ssize_t len, const uint8_t **s_
                         uint64_t numbers[4])
 {
     const uint8_t *p = value, *end = value + len;
-    *s_id = p + 2;
-    if (!cursor_id(&p, end, 's') || p == end || *p++ != ';' || !cursor_number(&p, end, 'i', &numbers[0])
-        || p == end || *p++ != ';')
+    if (!cursor_id(&p, end, 's'))
         return 0;
-    *b_id = p + 2;
-    return cursor_id(&p, end, 'b') && p < end && *p++ == ';' && cursor_number(&p, end, 'm', &numbers[1])
+    *s_id = p - 32;
+    if (p == end || *p++ != ';' || !cursor_number(&p, end, 'i', &numbers[0]) || p == end || *p++ != ';'
+        || !cursor_id(&p, end, 'b'))
+        return 0;
+    *b_id = p - 32;
+    return p < end && *p++ == ';' && cursor_number(&p, end, 'm', &numbers[1])
            && p < end && *p++ == ';' && cursor_number(&p, end, 't', &numbers[2]) && p < end && *p++ == ';'
            && cursor_number(&p, end, 'x', &numbers[3]) && p == end;
 }

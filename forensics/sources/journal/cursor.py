@@ -7,8 +7,9 @@ boot id and clocks are the entry's own `_BOOT_ID`, `__MONOTONIC_TIMESTAMP` and
 its three other values (`cursor_seqnum_id` a category, `cursor_seqnum` and `cursor_xor` unsigned
 64-bit) and written back byte for byte when asked for (`whole_cursor`). Any other cursor — another
 spelling, one whose boot or clocks differ from its entry's, a collector's own — stays text in
-`__CURSOR`. In a case written so, `__CURSOR` is null wherever the values hold the cursor; the
-case's readers (`forensics.case.store.scan_frame`) give it whole.
+`__CURSOR`. In a case written so, and in the `events` rows a journal reader hands over, `__CURSOR`
+is null wherever the values hold the cursor; the case's readers (`forensics.case.store`) give it
+whole, and `whole_cursor()` writes it back anywhere else (docs/scale.md has it in SQL).
 
 The export reader's scanner parses cursors as it meets them (`_export_scan.c`: `@cursor *` columns
 of the field frame); readers that hand over cursors as text (JSON, the `.journal` reader) have them
@@ -66,12 +67,32 @@ def whole_cursor() -> pl.Expr:
                                                        pl.col("__REALTIME_TIMESTAMP"), pl.col(XOR))).alias("__CURSOR")
 
 
-def cursor_identity() -> pl.Expr:
-    """What makes two `events` rows' cursors the same, without writing either as text: the kept
-    text, or the values with the entry's boot id and clocks (which the values leave out)."""
+def cursor_identity(texts: bool = True) -> pl.Expr:
+    """What makes two `events` rows' cursors the same, whichever way each is held: journald's six
+    values (from the row's cursor values and its own boot id and clocks, or read from its text), or
+    the text of a cursor not in journald's form. Equal exactly when the cursors' texts are equal.
+    Without `texts` (no row keeps its cursor as text) only the values are compared."""
+    own = (pl.col("_BOOT_ID").cast(pl.Categorical), pl.col("__MONOTONIC_TIMESTAMP"), pl.col("__REALTIME_TIMESTAMP"))
+    if not texts:
+        return pl.struct(pl.col(SEQNUM_ID), pl.col(SEQNUM), pl.col(XOR), *own)
     held = pl.col(SEQNUM_ID).is_not_null()
-    own = pl.when(held).then(pl.struct("_BOOT_ID", "__MONOTONIC_TIMESTAMP", "__REALTIME_TIMESTAMP"))
-    return pl.struct(pl.col("__CURSOR"), pl.col(SEQNUM_ID), pl.col(SEQNUM), pl.col(XOR), own.alias("_own"))
+    read = pl.col("__CURSOR").str.extract_groups(JOURNALD_CURSOR)
+
+    def number(n: int) -> pl.Expr:
+        return read.struct.field(str(n)).str.to_integer(base=16, dtype=pl.UInt64, strict=False)
+
+    def either(from_values: pl.Expr, from_text: pl.Expr, name: str) -> pl.Expr:
+        return pl.when(held).then(from_values).otherwise(from_text).alias(name)
+
+    # ids compared as categories (one dictionary in a process): no text made for every row
+    return pl.struct(
+        either(pl.col(SEQNUM_ID), read.struct.field("1").cast(pl.Categorical), "s"),
+        either(pl.col(SEQNUM), number(2), "i"),
+        either(pl.col("_BOOT_ID").cast(pl.Categorical), read.struct.field("3").cast(pl.Categorical), "b"),
+        either(pl.col("__MONOTONIC_TIMESTAMP").cast(pl.UInt64, strict=False), number(4), "m"),
+        either(pl.col("__REALTIME_TIMESTAMP").cast(pl.UInt64, strict=False), number(5), "t"),
+        either(pl.col(XOR), number(6), "x"),
+        pl.when(held | read.struct.field("1").is_not_null()).then(None).otherwise(pl.col("__CURSOR")).alias("text"))
 
 
 def has_cursor() -> pl.Expr:
