@@ -908,6 +908,11 @@ static PyObject *key_item(Scan *S, Key *key, Py_ssize_t n_entries)
         views = take_mapped(&key->values, 16 * key->n_values);
         data = take_mapped(&key->value_data, key->value_data.n);
         codes = take_mapped(&key->codes, 4 * n_entries);
+    } else if (key->valid && (key->cursor || key->integer) && key->n_present == 0) {
+        views = Py_NewRef(Py_None); /* no text at all (see finish_columns) */
+        /* an empty buffer, not None, for a dense key: its repeated values are then copied too */
+        data = key->dense ? take_mapped(&key->data, key->data.n) : Py_NewRef(Py_None);
+        codes = Py_NewRef(Py_None);
     } else if (key->valid) {
         views = take_mapped(&key->views, 16 * n_entries);
         data = key->dense ? take_mapped(&key->data, key->data.n) : Py_NewRef(Py_None);
@@ -917,7 +922,7 @@ static PyObject *key_item(Scan *S, Key *key, Py_ssize_t n_entries)
         data = Py_NewRef(Py_None);
         codes = Py_NewRef(Py_None);
     }
-    validity = key->valid && key->n_present < n_entries ? take_mapped(&key->present, (n_entries + 7) / 8)
+    validity = key->valid && key->n_present < n_entries && views != Py_None ? take_mapped(&key->present, (n_entries + 7) / 8)
                                                           : Py_NewRef(Py_None);
     if (key->later.n) {
         Py_ssize_t n = key->later.n / 3;
@@ -1036,8 +1041,11 @@ static int finish_columns(Scan *S, Bytes *excerpts, Py_ssize_t excerpt_bytes)
     const Py_ssize_t n_entries = S->entry_start.n;
     for (Py_ssize_t k = 0; k < S->n_keys; k++) {
         Key *key = &S->keys[k];
-        if (key->valid && (zero_fill(key->coded ? &key->codes : &key->views, (key->coded ? 4 : 16) * n_entries, 0) < 0
-                           || zero_fill(&key->present, (n_entries + 7) / 8, 0) < 0))
+        /* a cursor or integer key every value of which is held as values has no text: no views */
+        const int no_text = (key->cursor || key->integer) && key->n_present == 0;
+        if (key->valid && !no_text
+            && (zero_fill(key->coded ? &key->codes : &key->views, (key->coded ? 4 : 16) * n_entries, 0) < 0
+                || zero_fill(&key->present, (n_entries + 7) / 8, 0) < 0))
             return -1;
         if (key->integer && (zero_fill(&key->parsed, (n_entries + 7) / 8, 0) < 0
                              || zero_fill(&key->numbers[0], 8 * n_entries, 0) < 0))
@@ -1075,7 +1083,8 @@ PyDoc_STRVAR(scan_doc,
 "excerpt_views the BinaryView views of each entry's first `excerpt_bytes` bytes (into `piece`);\n"
 "keys one (name, valid, utf8, views, validity, data, later, codes, cursor) per distinct key in order of first\n"
 "appearance: views/validity/data are the Arrow BinaryView buffers of its first values (views into\n"
-"`piece` when data is None; validity None when every entry has it; all None for invalid names);\n"
+"`piece` when data is None; validity None when every entry has it; all None for invalid names, and\n"
+"views None for a cursor or integer key none of whose values stayed text);\n"
 "for a key named in coded_names, codes is each entry's uint32 code and views/data the buffers of\n"
 "its distinct values in order of first sight (else codes is None); for the key named cursor_name,\n"
 "cursor is (id views, id data, s codes, b codes, i, m, t, x, parsed, own) - the values of every cursor\n"

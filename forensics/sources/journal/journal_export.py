@@ -143,7 +143,9 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
             columns.update(_cursor_values(held, n_entries))
         kind = pa.string_view() if utf8 else pa.binary_view()
         present = None if validity is None else pa.py_buffer(validity)
-        if codes is not None:
+        if views is None:  # every value held as values or numbers: no text
+            columns[name] = pl.repeat(None, n_entries, dtype=pl.String, eager=True).alias(name)
+        elif codes is not None:
             columns[name] = _coded_column(name, kind, views, dense, codes, present, n_entries)
         else:
             data = piece if dense is None else pa.py_buffer(dense)
