@@ -69,12 +69,17 @@ def test_reingest_is_idempotent(tmp_path: Path) -> None:
     assert not (tmp_path / "case.partial").exists()
 
 
-def test_overlapping_exports_of_one_journal_count_once(tmp_path: Path) -> None:
+def _bundle_and_journal(tmp_path: Path, entries: int) -> tuple[Path, Path]:
+    """An empty bundle folder, and a real journal of `entries` entries that systemd's tools wrote."""
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     export = b"".join(export_entry(("__REALTIME_TIMESTAMP", str(1781818487000000 + i)), ("MESSAGE", f"m{i}"))
-                      for i in range(10))
-    journal = to_journal(export, tmp_path)
+                      for i in range(entries))
+    return bundle, to_journal(export, tmp_path)
+
+
+def test_overlapping_exports_of_one_journal_count_once(tmp_path: Path) -> None:
+    bundle, journal = _bundle_and_journal(tmp_path, 10)
     (bundle / "all.export").write_bytes(journalctl(journal, "export"))
     (bundle / "all.json").write_bytes(journalctl(journal, "json"))
     (bundle / "var-log-journal").mkdir()
@@ -88,11 +93,7 @@ def test_overlapping_exports_of_one_journal_count_once(tmp_path: Path) -> None:
 def _cursor_bundle(tmp_path: Path) -> tuple[Path, list[str]]:
     """A bundle of a real journal's export (systemd's own tools wrote both) and an export whose
     cursors journald did not write; every entry's cursor, in order."""
-    bundle = tmp_path / "bundle"
-    bundle.mkdir()
-    export = b"".join(export_entry(("__REALTIME_TIMESTAMP", str(1781818487000000 + i)), ("MESSAGE", f"m{i}"))
-                      for i in range(5))
-    journal = to_journal(export, tmp_path)
+    bundle, journal = _bundle_and_journal(tmp_path, 5)
     (bundle / "a.export").write_bytes(journalctl(journal, "export"))
     shown = [json.loads(line)["__CURSOR"] for line in journalctl(journal, "json").splitlines()]
     boot = "0123456789abcdef0123456789abcdef"

@@ -31,7 +31,7 @@ import polars as pl
 
 from forensics.case.places import Place, is_remote, location, place_text
 from forensics.sources.common.schema import SCHEMAS
-from forensics.sources.journal.cursor import SEQNUM, SEQNUM_ID, XOR, cursor_identity, has_cursor, whole_cursor
+from forensics.sources.journal.cursor import WHOLE_FROM, cursor_identity, has_cursor, whole_cursor
 
 
 PARTITION = "host"
@@ -173,8 +173,7 @@ def partition_rows(rows: pl.DataFrame, name: str, host: str | None, extras: list
     wanted = schema if columns is None else {c: schema[c] for c in columns}
     stored = _with_columns(rows, {c: kind for c, kind in wanted.items() if c != PARTITION})
     if name == "events" and "__CURSOR" in wanted:  # whole, as the file's reader gives it
-        sources = ("__CURSOR", SEQNUM_ID, SEQNUM, XOR, "_BOOT_ID", "__MONOTONIC_TIMESTAMP", "__REALTIME_TIMESTAMP")
-        whole = _with_columns(rows, {c: schema[c] for c in sources}).select(whole_cursor()).to_series()
+        whole = _with_columns(rows, {c: schema[c] for c in WHOLE_FROM}).select(whole_cursor()).to_series()
         stored = stored.with_columns(whole)
     return pl.DataFrame([pl.repeat(host, rows.height, dtype=kind, eager=True).alias(c) if c == PARTITION
                          else stored.get_column(c) for c, kind in wanted.items()], height=rows.height)

@@ -23,6 +23,8 @@ import functools
 import polars as pl
 
 SEQNUM_ID, SEQNUM, XOR = "cursor_seqnum_id", "cursor_seqnum", "cursor_xor"
+#: The `events` columns `whole_cursor` writes a cursor back from.
+WHOLE_FROM = ("__CURSOR", SEQNUM_ID, SEQNUM, XOR, "_BOOT_ID", "__MONOTONIC_TIMESTAMP", "__REALTIME_TIMESTAMP")
 #: A field frame's parsed cursor (`forensics.sources.journal.fields`): the six values, null where
 #: the cursor is not in journald's form.
 PARSED = ("@cursor s", "@cursor i", "@cursor b", "@cursor m", "@cursor t", "@cursor x")
@@ -88,9 +90,9 @@ def cursor_identity(texts: bool = True) -> pl.Expr:
     return pl.struct(
         either(pl.col(SEQNUM_ID), read.struct.field("1").cast(pl.Categorical), "s"),
         either(pl.col(SEQNUM), number(2), "i"),
-        either(pl.col("_BOOT_ID").cast(pl.Categorical), read.struct.field("3").cast(pl.Categorical), "b"),
-        either(pl.col("__MONOTONIC_TIMESTAMP").cast(pl.UInt64, strict=False), number(4), "m"),
-        either(pl.col("__REALTIME_TIMESTAMP").cast(pl.UInt64, strict=False), number(5), "t"),
+        either(own[0], read.struct.field("3").cast(pl.Categorical), "b"),
+        either(own[1].cast(pl.UInt64, strict=False), number(4), "m"),
+        either(own[2].cast(pl.UInt64, strict=False), number(5), "t"),
         either(pl.col(XOR), number(6), "x"),
         pl.when(held | read.struct.field("1").is_not_null()).then(None).otherwise(pl.col("__CURSOR")).alias("text"))
 
