@@ -9,5 +9,5 @@ FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 
 setup(ext_modules=[
     Extension("forensics.sources.journal._export_scan", sources=["forensics/sources/journal/_export_scan.c"], extra_compile_args=FLAGS),
-    Extension("forensics.timeline._label_numbers", sources=["forensics/timeline/_label_numbers.c"], extra_compile_args=FLAGS),
+    Extension("forensics.timeline._lines", sources=["forensics/timeline/_lines.c"], extra_compile_args=FLAGS),
 ])

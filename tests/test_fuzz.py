@@ -24,13 +24,13 @@ from tests.conftest import export_entry
 REPO = Path(__file__).resolve().parents[1]
 CRASHES = REPO / "tests" / "fuzz" / "crashes"
 # Inputs run per target: a budget of work, the same on any machine. A 40 s campaign with every
-# imported module instrumented got through ~2,000 (export_scan) and ~7,000 (label_numbers); with
+# imported module instrumented got through ~2,000 (export_scan) and ~7,000 (label_numbers, in the `lines` target now); with
 # only forensics' own modules instrumented (`tests/fuzz/harness.py`) each input runs 2.5x and 20x
 # faster, so these budgets try more inputs than that campaign did, in ~20 s and ~8 s.
-RUNS = {"export_scan": 2_500, "label_numbers": 20_000}
+RUNS = {"export_scan": 2_500, "lines": 20_000}
 SECONDS = int(os.environ.get("FORENSICS_FUZZ_SECONDS", "0"))  # > 0: run for this long instead
 SOURCES = {"_export_scan": REPO / "forensics" / "sources" / "journal" / "_export_scan.c",
-           "_label_numbers": REPO / "forensics" / "timeline" / "_label_numbers.c"}
+           "_lines": REPO / "forensics" / "timeline" / "_lines.c"}
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def _run(target: str, build: Path, args: list[str]) -> subprocess.CompletedProce
                           timeout=SECONDS * 4 + 600)
 
 
-@pytest.mark.parametrize("target", ["export_scan", "label_numbers"])
+@pytest.mark.parametrize("target", ["export_scan", "lines"])
 def test_the_extension_survives_fuzzing_under_sanitizers(target: str, sanitized: Path, tmp_path: Path) -> None:
     kept = sorted(p for p in (CRASHES / target).iterdir() if p.name != ".gitkeep")
     if kept:  # every input that ever failed, first

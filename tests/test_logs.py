@@ -9,7 +9,7 @@ import re
 import polars as pl
 import pytest
 
-from forensics.timeline.logs import label_numbers, read_lines
+from forensics.timeline.logs import distinct_messages, label_numbers, read_lines
 from forensics.profiles import load_profile, matches_nothing
 
 FIELDS = {"running": ("#running-req",), "usage": ("token usage", "full token usage"), "swa": ("swa token usage",),
@@ -95,6 +95,45 @@ def test_read_lines_puts_the_numbers_on_progress_lines_only() -> None:
     read_back = read_lines(frame)
     assert read_back.get_column("running_req").to_list() == [12.0, None]
     assert read_back.get_column("queue_req").to_list() == [3.0, None]
+
+
+def test_distinct_messages_are_each_line_once_in_order_of_first_appearance() -> None:
+    """A null line reads as the empty one; every row maps back to a line equal to its own."""
+    messages = pl.Series("message", ["a", "b", "a", None, "", "b", "a long line of more than twelve bytes",
+                                     "a long line of more than twelve bytes"])
+    distinct, place = distinct_messages(messages)
+    assert distinct.to_list() == ["a", "b", "", "a long line of more than twelve bytes"]
+    assert place is not None and place.to_list() == [0, 1, 0, 2, 2, 1, 3, 3]
+    # a slice reads its own rows; a column with no line twice has nothing to map back
+    distinct, place = distinct_messages(messages.slice(4, 3))
+    assert distinct.to_list() == ["", "b", "a long line of more than twelve bytes"] and place is None
+
+
+def test_distinct_messages_across_chunks_and_lines_equal_but_for_one_byte() -> None:
+    """Lines that differ in one byte anywhere (first, middle, last, or only in length) are
+    different lines, also when they come in different chunks of the column."""
+    base = "x" * 40
+    variants = [base, "y" + base[1:], base[:20] + "y" + base[21:], base[:-1] + "y", base + "x", base[:-1]]
+    chunks = [pl.Series("message", variants), pl.Series("message", list(reversed(variants)))]
+    messages = pl.concat(chunks, rechunk=False)
+    assert messages.n_chunks() == 2
+    distinct, place = distinct_messages(messages)
+    assert distinct.to_list() == variants
+    assert place is not None and distinct.gather(place).to_list() == messages.to_list()
+
+
+def test_reading_each_distinct_line_once_reads_as_reading_every_line() -> None:
+    """`read_lines` over a column whose lines repeat gives, row for row, what reading each row
+    alone gives (a frame of one row has no line twice)."""
+    profile = load_profile("sglang")
+    lines = [s.line for s in profile.logs.samples] + ["", "plain line",
+                                                      "INFO:     10.0.0.1:4 - \"GET /health HTTP/1.1\" 200 OK"]
+    rows = random.Random(7).choices(lines, k=200) + [None]
+    frame = pl.DataFrame({"message": rows}, schema={"message": pl.String})
+    together = read_lines(frame, profile)
+    alone = pl.concat([read_lines(frame.slice(i, 1), profile) for i in range(frame.height)], how="vertical_relaxed")
+    assert distinct_messages(frame.get_column("message"))[1] is not None  # the lines do repeat
+    assert together.equals(alone.select(together.columns))
 
 
 def test_an_empty_or_missing_line_is_no_line_of_a_kind_the_stack_never_writes() -> None:

@@ -430,7 +430,7 @@ def _labels(path: Path, name: str, value: Any) -> tuple[str, ...]:
     return tuple(labels)
 
 
-MAX_FIELD_LABELS = 256  # what forensics/timeline/_label_numbers.c reads in one pass
+MAX_FIELD_LABELS = 256  # what forensics/timeline/_lines.c reads in one pass
 
 
 def _fields(path: Path, fields: dict[str, Any]) -> dict[str, tuple[str, ...]]:

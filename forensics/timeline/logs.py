@@ -8,21 +8,27 @@ and each `[logs.fields]` entry one numeric column.
 
 A progress line's numbers are all written `label: number`, so they are read in one pass over each
 line (`label_numbers`, in C) rather than one regular expression per field: at 1 M journal entries
-the 19 patterns of SGLang's batch lines cost about 1 CPU-s, the largest piece of an analysis.
+the 19 patterns of SGLang's batch lines cost about 1 CPU-s, the largest piece of an analysis. The
+patterns read each distinct line once (`distinct_messages`, in C too): real logs repeat lines word
+for word.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Iterator
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
-from forensics.timeline import _label_numbers
+from forensics.timeline import _lines
 from forensics.profiles import LogRules, Profile, load_profile, matches_nothing
 
 RANKS = ("dp", "tp", "pp", "ep")
+# the seed of `distinct_lines`' hash, new in every process: lines cannot be written ahead to share hashes
+_HASH_SEED = secrets.randbits(64)
 _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 
 
@@ -34,6 +40,14 @@ def _spread(frame: pl.DataFrame, rows: pl.Series, computed: pl.DataFrame) -> lis
             for name, column in computed.to_dict().items()]
 
 
+def _string_buffers(messages: pl.Series) -> tuple[pa.Array, object, object, list[object]]:
+    """`messages` as one Arrow StringView array and its buffers (validity, views, data), as the C
+    readers of `_lines.c` take them."""
+    array = messages.cast(pl.String).rechunk().to_arrow(compat_level=pl.CompatLevel.newest())
+    validity, views, *data = array.buffers()
+    return array, validity, views, data
+
+
 def label_numbers(messages: pl.Series, fields: dict[str, tuple[str, ...]], only: pl.Series | None = None
                   ) -> pl.DataFrame:
     """One Float64 column per field: the number after the field's label in each message (null
@@ -42,13 +56,12 @@ def label_numbers(messages: pl.Series, fields: dict[str, tuple[str, ...]], only:
     optional "-", digits and at most one "."; the first occurrence in a message wins."""
     if messages.is_empty():
         return pl.DataFrame(schema={name: pl.Float64 for name in fields})
-    array = messages.cast(pl.String).rechunk().to_arrow(compat_level=pl.CompatLevel.newest())
-    validity, views, *data = array.buffers()
+    array, validity, views, data = _string_buffers(messages)
     if only is not None:  # the lines not asked for are skipped as the scanner skips nulls: by the validity bits
         asked = (only.fill_null(False) & messages.is_not_null()).to_numpy()
         validity = np.packbits(np.concatenate([np.zeros(array.offset, bool), asked]), bitorder="little").tobytes()
     labels = [(label.encode(), column) for column, name in enumerate(fields) for label in fields[name]]
-    numbers = _label_numbers.label_numbers(views, validity, data, array.offset, len(array), labels, len(fields))
+    numbers = _lines.label_numbers(views, validity, data, array.offset, len(array), labels, len(fields))
     block = np.frombuffer(numbers, np.float64).reshape(len(fields), len(array))
     return pl.DataFrame([pl.Series(name, block[i], nan_to_null=True) for i, name in enumerate(fields)],
                         schema={name: pl.Float64 for name in fields})
@@ -175,16 +188,60 @@ def _any_of(message: pl.Expr, *pattern_lists: list[str]) -> pl.Expr:
     return pl.any_horizontal(found) if found else pl.lit(False)
 
 
+def distinct_messages(messages: pl.Series) -> tuple[pl.Series, pl.Series | None]:
+    """The distinct values of `messages` (nulls read as "") in order of first appearance, and each
+    row's place among them (None when every row is distinct already: nothing to map back). Real
+    logs repeat their lines word for word (a router's "Sending concurrent requests…", health checks'
+    access lines, a warning in a loop): each distinct line is read once. Exact: lines are the same
+    when their bytes are (`_lines.distinct_lines`)."""
+    text = messages.cast(pl.String).fill_null("")
+    if text.is_empty():
+        return text, None
+    array, validity, views, data = _string_buffers(messages)
+    found = _lines.distinct_lines(views, validity, data, array.offset, len(array), _HASH_SEED)
+    if found is None:  # lines crafted to share hashes: each read as its own
+        return text, None
+    place, first = found
+    first = pl.Series(np.frombuffer(first, np.bool_))
+    distinct = text.filter(first)  # in order of appearance (a filter keeps the text where it is)
+    if distinct.len() == text.len():
+        return text, None
+    return distinct, pl.Series(np.frombuffer(place, np.uint32))
+
+
 def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = None) -> pl.DataFrame:
     """`events` with the profile's reading of each message: stamp, tag, ranks, progress kind, one
     column per field of a progress line, HTTP method / path / status of access lines, health_ok,
     ready, event kind / track, and the request id a router sent (`rid_sent`) or an engine
     received (`rid_received`).
 
-    Patterns that rarely match (line kinds, access lines, a progress line's fields) run only on
-    the lines a cheap first pass picks out."""
+    Each distinct message is read once (`distinct_messages`); patterns that rarely match (line
+    kinds, access lines) run only on the lines a cheap first pass picks out, and a progress line's
+    fields only on progress lines."""
     rules: LogRules = (profile or load_profile()).logs
-    message = pl.col("message").fill_null("")
+    # Eager, not a lazy query: the streaming engine hands back columns in many chunks, and the
+    # first single-chunk column added afterwards made polars copy the whole frame into one.
+    frame = events.collect() if isinstance(events, pl.LazyFrame) else events
+    distinct, place = distinct_messages(frame.get_column("message"))
+    read = _read_distinct(distinct.alias("message").to_frame(), rules)
+    if place is not None:
+        read = read.select(pl.all().gather(place))
+    frame = frame.with_columns(read.drop("message"))
+    # read in place, the other lines masked: no copy of the progress lines out and back
+    numbers = label_numbers(frame.get_column("message"), rules.fields, frame.get_column("progress").is_not_null())
+    # A handful of distinct tags (TP0 … TP7): ranks are read from those, then mapped onto every row.
+    tags = frame.select(pl.col("tag").unique().drop_nulls()).with_columns(
+        pl.col("tag").str.extract(rf"\b{r.upper()}(\d+)\b", 1).cast(pl.Int32).alias(f"line_{r}") for r in RANKS)
+    ranks = [pl.col("tag").replace_strict(tags.get_column("tag"), tags.get_column(f"line_{r}"), default=None,
+                                          return_dtype=pl.Int32).alias(f"line_{r}") for r in RANKS]
+    return frame.with_columns(numbers).with_columns(*ranks)
+
+
+def _read_distinct(messages: pl.DataFrame, rules: LogRules) -> pl.DataFrame:
+    """What a message says by itself, read once per distinct message (`messages`, one column):
+    stamp, tag, progress kind, access line's parts, health_ok, ready, event kind and track, the
+    request ids."""
+    message = pl.col("message")
     prefix = message.str.extract_groups(rules.prefix)
     kind = message.str.extract(rules.progress.replace("(?P<kind>", "("), 1) if "(?P<kind>" in rules.progress \
         else pl.when(message.str.contains(rules.progress)).then(pl.lit("progress"))
@@ -192,11 +249,8 @@ def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = No
     rare = [e.pattern for e in rules.events if e.layer is None] + [rules.health_ok, rules.ready,
                                                                    rules.request_sent, rules.request_received]
     layered = [e.pattern for e in rules.events if e.layer is not None]
-    # Eager, not a lazy query: the streaming engine hands back columns in many chunks, and the
-    # first single-chunk column added afterwards made polars copy the whole frame into one.
     # The prefix's struct unnested, not two field expressions: those ran the pattern twice.
-    frame = (events.collect() if isinstance(events, pl.LazyFrame) else events).with_columns(
-        prefix.alias("_prefix"), kind.alias("progress")).unnest("_prefix")
+    frame = messages.with_columns(prefix.alias("_prefix"), kind.alias("progress")).unnest("_prefix")
     frame = frame.drop(set(re.compile(rules.prefix).groupindex) - {"stamp", "tag"})  # the profile's own groups
     event_kind = pl.lit(None, pl.String)
     event_track = pl.lit(None, pl.String)
@@ -204,30 +258,21 @@ def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = No
         hit = message.str.contains(event.pattern)
         event_kind = pl.when(hit).then(pl.lit(event.kind)).otherwise(event_kind)
         event_track = pl.when(hit).then(pl.lit(event.track)).otherwise(event_track)
-    picked = frame.select(_any_of(message, rare, layered).alias("rare"),
-                          message.str.contains(" HTTP/", literal=True).alias("access"),
-                          pl.col("progress").is_not_null().alias("progress"))
+    picked = messages.select(_any_of(message, rare, layered).alias("rare"),
+                             message.str.contains(" HTTP/", literal=True).alias("access"))
     columns: list[pl.Series] = []
-    messages = frame.get_column("message").to_frame()  # the subsets below gather this column only
     rows = picked.get_column("rare").arg_true()
     notable = messages[rows].select(message.str.contains(rules.health_ok).alias("health_ok"),
-                                 message.str.contains(rules.ready).alias("ready"),
-                                 event_kind.alias("event"), event_track.alias("track"),
-                                 message.str.extract_groups(rules.request_sent).struct.field("rid").alias("rid_sent"),
-                                 message.str.extract_groups(rules.request_received).struct.field("rid")
-                                 .alias("rid_received"))
+                                    message.str.contains(rules.ready).alias("ready"),
+                                    event_kind.alias("event"), event_track.alias("track"),
+                                    message.str.extract_groups(rules.request_sent).struct.field("rid").alias("rid_sent"),
+                                    message.str.extract_groups(rules.request_received).struct.field("rid")
+                                    .alias("rid_received"))
     columns += _spread(frame, rows, notable)
     rows = picked.get_column("access").arg_true()
     access = messages[rows].select(message.str.extract_groups(rules.access).alias("a")).select(
         pl.col("a").struct.field("method").alias("http_method"), pl.col("a").struct.field("path").alias("http_path"),
         pl.col("a").struct.field("status").cast(pl.Int16, strict=False).alias("http_status"))
     columns += _spread(frame, rows, access)
-    # read in place, the other lines masked: no copy of the progress lines out and back
-    columns += label_numbers(frame.get_column("message"), rules.fields, picked.get_column("progress")).get_columns()
-    # A handful of distinct tags (TP0 … TP7): ranks are read from those, then mapped onto every row.
-    tags = frame.select(pl.col("tag").unique().drop_nulls()).with_columns(
-        pl.col("tag").str.extract(rf"\b{r.upper()}(\d+)\b", 1).cast(pl.Int32).alias(f"line_{r}") for r in RANKS)
-    ranks = [pl.col("tag").replace_strict(tags.get_column("tag"), tags.get_column(f"line_{r}"), default=None,
-                                          return_dtype=pl.Int32).alias(f"line_{r}") for r in RANKS]
-    return frame.with_columns(columns).with_columns(
-        pl.col("health_ok").fill_null(False), pl.col("ready").fill_null(False), *ranks)
+    return frame.with_columns(columns).with_columns(pl.col("health_ok").fill_null(False),
+                                                    pl.col("ready").fill_null(False))

@@ -5,8 +5,9 @@ this module with the sanitizer runtime preloaded).
 - `export_scan`: any bytes as a journal export, parsed by the C scanner, must give exactly what the
   line-by-line reference parser of `tests/sources/test_export_scan.py` gives (a differential oracle:
   a wrong answer is a failure, not only a crash), with values copied and as views.
-- `label_numbers`: any text as progress lines must read without a memory error, one number or null
-  per field and line, and the same numbers for a line alone as within the column.
+- `lines`: any text as log lines must read without a memory error: one number or null per field
+  and line, and the same numbers for a line alone as within the column (`label_numbers`); each
+  line mapped to a distinct line equal to it, the distinct lines each once (`distinct_messages`).
 
     python -m tests.fuzz.harness TARGET ASAN_BUILD_DIR [libFuzzer flags] CORPUS_DIR...
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 
 def load_sanitized(build: Path) -> None:
     """Put the sanitizer builds of both extensions in place of the ordinary ones."""
-    for name in ("forensics.sources.journal._export_scan", "forensics.timeline._label_numbers"):
+    for name in ("forensics.sources.journal._export_scan", "forensics.timeline._lines"):
         path = next(build.glob(name.rsplit(".", 1)[1] + "*.so"))
         loader = importlib.machinery.ExtensionFileLoader(name, str(path))
         spec = importlib.util.spec_from_file_location(name, path, loader=loader)
@@ -44,9 +45,10 @@ FIELDS = {"running": ("#running-req",), "usage": ("token usage", "full token usa
           "gen": ("gen throughput (token/s)",), "x": ("x",)}
 
 
-def label_numbers(data: bytes) -> None:
+def lines(data: bytes) -> None:
     import polars as pl
 
+    from forensics.timeline.logs import distinct_messages
     from forensics.timeline.logs import label_numbers as read
 
     lines = data.decode("utf-8", "replace").split("\n")
@@ -58,9 +60,13 @@ def label_numbers(data: bytes) -> None:
         alone = read(column.slice(i, 1), FIELDS).row(0)
         if alone != numbers.row(i) and not any(a != a for a in alone):  # NaN is never equal to itself
             raise AssertionError(f"line {i} reads differently alone on {data!r}")
+    distinct, place = distinct_messages(column)
+    mapped = column.fill_null("") if place is None else distinct.gather(place)
+    if mapped.to_list() != column.fill_null("").to_list() or distinct.n_unique() != distinct.len():
+        raise AssertionError(f"distinct lines wrong on {data!r}")
 
 
-TARGETS = {"export_scan": export_scan, "label_numbers": label_numbers}
+TARGETS = {"export_scan": export_scan, "lines": lines}
 
 
 def main() -> None:
