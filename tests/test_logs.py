@@ -136,6 +136,20 @@ def test_reading_each_distinct_line_once_reads_as_reading_every_line() -> None:
     assert together.equals(alone.select(together.columns))
 
 
+def test_a_progress_line_is_read_for_its_numbers_only_never_as_another_kind() -> None:
+    """A lean timeline keeps no progress line as a notable one (`host_read._notable`): the full
+    reading gives a progress line no other kind either, whatever words it carries."""
+    profile = load_profile("sglang")
+    odd = ("[2026-06-18 21:34:47 TP0] Decode batch. #running-req: 12, CUDA out of memory, "
+           "\"GET /health HTTP/1.1\" 200")
+    read_back = read_lines(pl.DataFrame({"message": [odd, "CUDA out of memory. Tried to allocate 2.00 GiB"]}), profile)
+    assert read_back.get_column("progress").to_list() == ["Decode", None]
+    assert read_back.get_column("running_req").to_list() == [12.0, None]
+    assert read_back.get_column("event").to_list()[0] is None and read_back.get_column("event").to_list()[1]
+    assert read_back.get_column("http_status").to_list() == [None, None]
+    assert read_back.get_column("health_ok").to_list() == [False, False]
+
+
 def test_an_empty_or_missing_line_is_no_line_of_a_kind_the_stack_never_writes() -> None:
     """SGLang's profile has no request-sent line (`(?P<rid>$^)`): `$^` matches an empty string, so
     an empty message was read as a request sent with id "" (and, in the combined search of line

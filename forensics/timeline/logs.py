@@ -215,9 +215,9 @@ def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = No
     ready, event kind / track, and the request id a router sent (`rid_sent`) or an engine
     received (`rid_received`).
 
-    Each distinct message is read once (`distinct_messages`); patterns that rarely match (line
-    kinds, access lines) run only on the lines a cheap first pass picks out, and a progress line's
-    fields only on progress lines."""
+    Each distinct message is read once (`distinct_messages`). A progress line is read for its
+    fields only; the other lines are searched for the line kinds, and the patterns that rarely
+    match (line kinds, access lines) run only on the lines a cheap first pass picks out."""
     rules: LogRules = (profile or load_profile()).logs
     # Eager, not a lazy query: the streaming engine hands back columns in many chunks, and the
     # first single-chunk column added afterwards made polars copy the whole frame into one.
@@ -258,10 +258,13 @@ def _read_distinct(messages: pl.DataFrame, rules: LogRules) -> pl.DataFrame:
         hit = message.str.contains(event.pattern)
         event_kind = pl.when(hit).then(pl.lit(event.kind)).otherwise(event_kind)
         event_track = pl.when(hit).then(pl.lit(event.track)).otherwise(event_track)
-    picked = messages.select(_any_of(message, rare, layered).alias("rare"),
-                             message.str.contains(" HTTP/", literal=True).alias("access"))
+    # A progress line is read for its numbers only, never as another kind (a lean timeline keeps
+    # no progress line as notable either): the other kinds are searched among the rest.
+    others = frame.get_column("progress").is_null().arg_true()
+    picked = messages[others].select(_any_of(message, rare, layered).alias("rare"),
+                                     message.str.contains(" HTTP/", literal=True).alias("access"))
     columns: list[pl.Series] = []
-    rows = picked.get_column("rare").arg_true()
+    rows = others.gather(picked.get_column("rare").arg_true())
     notable = messages[rows].select(message.str.contains(rules.health_ok).alias("health_ok"),
                                     message.str.contains(rules.ready).alias("ready"),
                                     event_kind.alias("event"), event_track.alias("track"),
@@ -269,7 +272,7 @@ def _read_distinct(messages: pl.DataFrame, rules: LogRules) -> pl.DataFrame:
                                     message.str.extract_groups(rules.request_received).struct.field("rid")
                                     .alias("rid_received"))
     columns += _spread(frame, rows, notable)
-    rows = picked.get_column("access").arg_true()
+    rows = others.gather(picked.get_column("access").arg_true())
     access = messages[rows].select(message.str.extract_groups(rules.access).alias("a")).select(
         pl.col("a").struct.field("method").alias("http_method"), pl.col("a").struct.field("path").alias("http_path"),
         pl.col("a").struct.field("status").cast(pl.Int16, strict=False).alias("http_status"))
