@@ -228,7 +228,9 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
                 waiting.append(rows)
             refusals += [q for q in (part.quarantine.with_columns(pl.lit(relative).alias("source_file")), refused)
                          if q.height]
-            damage, notes = damage or part.damage, notes + part.notes
+            # each file of a folder read apart may have its own damage: every one is said
+            damage = "; ".join(filter(None, (damage, part.damage))) or None
+            notes = notes + part.notes
             if sum(w.height for w in waiting) >= PART_ROWS:
                 write()
         write()

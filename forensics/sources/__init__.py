@@ -66,7 +66,7 @@ def combine(parts: list[ParseResult]) -> ParseResult:
     counted = [p.parsed_records for p in parts]
     return ParseResult(frame, joined, pl.concat(quarantine), records=sum(p.records for p in parts),
                        parsed_records=None if all(c is None for c in counted) else sum(p.parsed for p in parts),
-                       damage=next((p.damage for p in parts if p.damage), None),
+                       damage="; ".join(p.damage for p in parts if p.damage) or None,
                        notes=[note for p in parts for note in p.notes])
 
 

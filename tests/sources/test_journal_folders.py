@@ -6,6 +6,7 @@ only machine-id named folders, so the reader names every journal file instead: e
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -43,3 +44,89 @@ def test_every_entry_of_a_folder_per_host_is_read(journal_folder: Path, monkeypa
     assert journal_native.sniff(b"", journal_folder)
     result = journal_native.parse(journal_folder)
     assert result.rows.height == expected and result.records == expected
+
+
+@pytest.fixture(scope="module")
+def rotated_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One host's journal as journald keeps it after rotations: several files, each made by
+    systemd-journal-remote from a part of one export (its entries in time order)."""
+    root = tmp_path_factory.mktemp("rotated")
+    export = write_export(root / "whole.export", 900, seed=3).read_bytes()
+    entries = [e + b"\n\n" for e in export.split(b"\n\n") if e.strip()]
+    folder = root / "journal"
+    folder.mkdir()
+    for n, start in enumerate(range(0, len(entries), 300)):
+        made = to_journal(b"".join(entries[start:start + 300]), folder, name=f"system@{n:016x}")
+        (made.parent / f"system@{n:016x}.export").unlink()
+    # the newest first by name, as journald's active `system.journal` sorts before `system@…`
+    (folder / f"system@{2:016x}.journal").rename(folder / "system.journal")
+    return folder
+
+
+def _cursors(result) -> list[str]:
+    from forensics.sources.journal.cursor import whole_cursor
+
+    return result.rows.select(whole_cursor()).to_series().to_list()
+
+
+@pytest.mark.parametrize("at_once", [1, 2, 3])
+def test_a_folder_s_files_read_apart_give_journalctl_s_entries_in_time_order(
+        rotated_folder: Path, monkeypatch: pytest.MonkeyPatch, at_once: int) -> None:
+    """Each file by a journalctl of its own, `at_once` at a time: the entries journalctl prints when
+    it merges the three files itself, in the same order (the files ordered by their headers'
+    first entries, not by name)."""
+    monkeypatch.setattr(journal_native, "FILES_AT_ONCE", at_once)
+    files = [f"--file={p}" for p in sorted(rotated_folder.glob("*.journal"))]
+    merged = subprocess.run(["journalctl", *files, "-o", "json", "--no-pager", "-q", "--output-fields=__CURSOR"],
+                            check=True, capture_output=True).stdout
+    expected = [json.loads(line)["__CURSOR"] for line in merged.splitlines()]
+    assert len(expected) == 900
+    result = journal_native.parse(rotated_folder)
+    assert result.damage is None and result.records == 900
+    assert _cursors(result) == expected
+
+
+def test_a_file_systemd_cannot_open_leaves_the_folder_s_other_files_read(rotated_folder: Path, tmp_path: Path) -> None:
+    """journalctl given every file refuses them all when one cannot be opened; read apart, the
+    others are read and the broken one is the input's damage, named."""
+    folder = tmp_path / "journal"
+    shutil.copytree(rotated_folder, folder)
+    broken = folder / "broken.journal"
+    broken.write_bytes(b"LPKSHHRH" + b"\0" * 100)
+    files = [f"--file={p}" for p in sorted(folder.glob("*.journal"))]
+    together = subprocess.run(["journalctl", *files, "-o", "export", "--no-pager", "-q"], capture_output=True)
+    assert together.returncode != 0 and not together.stdout  # what one journalctl for all of them does
+    result = journal_native.parse(folder)
+    assert result.records == result.rows.height == 900
+    assert result.damage is not None and result.damage.startswith(f"{broken}: systemd cannot open it as a journal")
+
+
+def test_streams_in_turn_keep_their_order_raise_where_they_fail_and_stop_the_rest() -> None:
+    import threading
+
+    from forensics.sources import ParseResult
+    from forensics.sources.common.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, empty
+
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def parts(index: int, count: int, fail: bool = False):
+        def stream():
+            with lock:
+                started.append(index)
+            for n in range(count):
+                yield ParseResult("events", empty(EVENTS_SCHEMA), empty(QUARANTINE_SCHEMA), records=index * 100 + n)
+            if fail:
+                raise ValueError(f"stream {index} broke")
+        return stream
+
+    got = [p.records for p in journal_native.streams_in_turn([parts(0, 3), parts(1, 2), parts(2, 1)], 2)]
+    assert got == [0, 1, 2, 100, 101, 200]
+    started.clear()
+    seen = []
+    with pytest.raises(ValueError, match="stream 1 broke"):
+        for part in journal_native.streams_in_turn([parts(0, 1), parts(1, 1, fail=True)] + [parts(i, 1) for i in
+                                                                                          range(2, 40)], 2):
+            seen.append(part.records)
+    assert seen == [0, 100]
+    assert len(started) < 40  # the streams after the failure were not all read
