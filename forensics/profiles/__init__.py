@@ -140,7 +140,7 @@ class LogRules:
 
     main_track: str
     prefix: str
-    progress: str
+    progress: str  # a line it matches is read for its fields only, never as another kind of line
     request_sent: str
     request_received: str
     access: str
