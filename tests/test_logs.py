@@ -122,6 +122,15 @@ def test_distinct_messages_across_chunks_and_lines_equal_but_for_one_byte() -> N
     assert place is not None and distinct.gather(place).to_list() == messages.to_list()
 
 
+def test_lines_that_differ_only_in_their_last_bytes_are_told_apart_by_the_hash() -> None:
+    """Every bit of a line reaches the hash table's slot: lines alike but for their last bytes do
+    not pile into the same slots (which would make the pass give up and read every row)."""
+    for length in (8, 24, 40):
+        lines = [f"{'a' * (length - 3)}{i:03d}" for i in range(1000)] * 5
+        distinct, place = distinct_messages(pl.Series("message", lines))
+        assert place is not None and distinct.len() == 1000
+
+
 def test_reading_each_distinct_line_once_reads_as_reading_every_line() -> None:
     """`read_lines` over a column whose lines repeat gives, row for row, what reading each row
     alone gives (a frame of one row has no line twice)."""

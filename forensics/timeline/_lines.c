@@ -172,7 +172,8 @@ static int open_column(Column *column, PyObject *views_obj, PyObject *validity_o
         PyErr_SetString(PyExc_TypeError, "data buffers must be a list");
         goto failed;
     }
-    if ((offset + n_rows) * 16 > column->views.len || n_rows < 0 || offset < 0
+    /* compared by division: no product of absurd arguments can overflow */
+    if (n_rows < 0 || offset < 0 || offset > column->views.len / 16 || n_rows > column->views.len / 16 - offset
         || (column->validity.buf && (offset + n_rows + 7) / 8 > column->validity.len)) {
         PyErr_SetString(PyExc_ValueError, "views or validity shorter than the rows");
         goto failed;
@@ -228,8 +229,8 @@ static PyObject *label_numbers(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "labels must be a list");
         return NULL;
     }
-    if (n_columns < 0) {
-        PyErr_SetString(PyExc_ValueError, "n_columns must not be negative");
+    if (n_columns < 0 || n_columns > MAX_LABELS) {
+        PyErr_Format(PyExc_ValueError, "n_columns must be between 0 and %d", MAX_LABELS);
         return NULL;
     }
     Column column;
@@ -325,8 +326,14 @@ static uint64_t line_hash(const unsigned char *line, int32_t length, uint64_t se
     memcpy(rest, line + at, (size_t)(length - at));
     one = (one ^ rest[0]) * 0xff51afd7ed558ccdULL;
     two = (two ^ rest[1]) * 0xc4ceb9fe1a85ec53ULL;
-    uint64_t hash = (one ^ (two >> 33) ^ (two << 31)) * 0x9E3779B97F4A7C15ULL;
-    return hash ^ (hash >> 32);
+    /* a full finalizer (MurmurHash3's fmix64): every bit of both lanes reaches the slot's low bits,
+     * so lines that differ only in their last bytes spread like any others */
+    uint64_t hash = one ^ (two >> 33) ^ (two << 31);
+    hash ^= hash >> 33;
+    hash *= 0xff51afd7ed558ccdULL;
+    hash ^= hash >> 33;
+    hash *= 0xc4ceb9fe1a85ec53ULL;
+    return hash ^ (hash >> 33);
 }
 
 typedef struct {

@@ -122,6 +122,13 @@ def test_streams_in_turn_keep_their_order_raise_where_they_fail_and_stop_the_res
 
     got = [p.records for p in journal_native.streams_in_turn([parts(0, 3), parts(1, 2), parts(2, 1)], 2)]
     assert got == [0, 1, 2, 100, 101, 200]
+    # more streams than threads, each done at once: a later one never takes an earlier one's turn
+    done: list[list[int]] = []
+    reader = threading.Thread(target=lambda: done.append(
+        [p.records for p in journal_native.streams_in_turn([parts(i, 1) for i in range(7)], 2, ahead=1)]))
+    reader.start()
+    reader.join(timeout=60)
+    assert done == [[0, 100, 200, 300, 400, 500, 600]]
     started.clear()
     seen = []
     with pytest.raises(ValueError, match="stream 1 broke"):
@@ -130,3 +137,30 @@ def test_streams_in_turn_keep_their_order_raise_where_they_fail_and_stop_the_res
             seen.append(part.records)
     assert seen == [0, 100]
     assert len(started) < 40  # the streams after the failure were not all read
+
+
+def test_a_folder_s_rows_are_numbered_as_its_files_exports_put_end_to_end(rotated_folder: Path) -> None:
+    """A row's line and byte are where its entry starts in the exports of the folder's files, in
+    the order they are read (their first entries' time), put end to end: one place per entry."""
+    from forensics.sources.journal.cursor import whole_cursor
+
+    ordered = sorted(rotated_folder.glob("*.journal"), key=journal_native.head_realtime)
+    text = b"".join(subprocess.run(["journalctl", "--file", str(f), "-o", "export"], check=True,
+                                   capture_output=True).stdout for f in ordered)
+    lines = text.split(b"\n")
+    rows = journal_native.parse(rotated_folder).rows.select(whole_cursor(), "source_line", "source_offset")
+    assert rows.get_column("source_line").n_unique() == rows.height == 900
+    for cursor, line, offset in rows.iter_rows():
+        assert lines[line - 1] == f"__CURSOR={cursor}".encode()
+        assert text[offset:offset + 9 + len(cursor)] == f"__CURSOR={cursor}".encode()
+
+
+def test_a_folder_none_of_whose_files_opens_is_refused(tmp_path: Path) -> None:
+    from forensics.errors import ParseError
+
+    folder = tmp_path / "journal"
+    folder.mkdir()
+    for name in ("a.journal", "b.journal"):
+        (folder / name).write_bytes(b"LPKSHHRH" + b"\0" * 100)
+    with pytest.raises(ParseError, match="systemd cannot open any of its journal files"):
+        journal_native.parse(folder)

@@ -215,6 +215,9 @@ class ParseResult:
     # What the reader changed or guessed to read the input (e.g. a py-spy dump pasted without its
     # head), in words: reported beside the counts, never silently.
     notes: list[str] = field(default_factory=list)
+    # On a stream's last part: the lines and bytes of text it read, where the numbering of a text
+    # read after it continues (`forensics.sources.journal.journal_native`'s folders).
+    text_read: tuple[int, int] | None = None
 
     @property
     def parsed(self) -> int:

@@ -259,9 +259,10 @@ def stream_pieces(parts: Iterator[Piece], source_file: str, fmt: str) -> Iterato
     damage, unclosed = None, False
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         waiting: deque[tuple[Piece, int, Future]] = deque()
-        line_base = 0
+        line_base = size = 0
         try:
             for piece in parts:
+                size = piece.offset + piece.length
                 waiting.append((piece, line_base, pool.submit(_read_piece, piece, line_base, source_file, fmt)))
                 # the parser finds the newlines too, but the next piece's line numbers are needed now
                 line_base += _export_scan.count_newlines(piece.data, piece.length)
@@ -275,7 +276,8 @@ def stream_pieces(parts: Iterator[Piece], source_file: str, fmt: str) -> Iterato
             yield ParseResult("events", events, quarantine, records=records)
     notes = ["the last entry ends the file without its blank line: read as whole (systemd-journal-remote would "
              "drop it as a premature end of file)"] if unclosed else []
-    yield ParseResult("events", empty(EVENTS_SCHEMA), empty(QUARANTINE_SCHEMA), records=0, damage=damage, notes=notes)
+    yield ParseResult("events", empty(EVENTS_SCHEMA), empty(QUARANTINE_SCHEMA), records=0, damage=damage, notes=notes,
+                      text_read=(line_base, size))
 
 
 def parse(path: Path) -> ParseResult:

@@ -13,6 +13,7 @@ start with the magic "LPKSHHRH".
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import shutil
@@ -20,9 +21,10 @@ import subprocess
 import struct
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from forensics.errors import MissingSystemDependency, ParseError
 from forensics.sources.journal.fields import FieldFrameBuilder, JournalValue, assemble_events
@@ -123,8 +125,13 @@ class _ExportOf:
 
 # A folder's files read this many at once, a journalctl each: journalctl runs on one core, and
 # merging files costs it more than reading them apart (the 1 M reference's three files: 9.8 s
-# merged by one journalctl, 5.7 s read apart, three at once on two cores).
-FILES_AT_ONCE = max(1, len(os.sched_getaffinity(0)))
+# merged by one journalctl, 5.7 s read apart, three at once on two cores). At most four: each file
+# read also brings its own scanning threads.
+FILES_AT_ONCE = max(1, min(4, len(os.sched_getaffinity(0))))
+# Parts of a file read ahead of the one being handed on, at most (each ~16 MB of export text):
+# enough to keep a rotated file's journalctl running (journald's files are 128 MiB at most), a
+# bound on what waits in memory.
+PARTS_AHEAD = 32
 # The journal file header's head_entry_realtime: a little-endian uint64 at this offset
 # (https://systemd.io/JOURNAL_FILE_FORMAT/, `struct Header`).
 HEAD_REALTIME_AT = 184
@@ -145,10 +152,13 @@ def head_realtime(path: Path) -> int | None:
 
 def stream(path: Path) -> Iterator[ParseResult]:
     """A journal file's or folder's `events` and `quarantine` rows, a part per piece of
-    journalctl's export of it; python-systemd's reader when there is no journalctl. A folder's
-    files are read apart (`FILES_AT_ONCE` at a time), their parts yielded file after file by
-    their first entries' time; a file systemd cannot open is the input's damage, named, and the
-    others are read (one journalctl given them all would refuse every one)."""
+    journalctl's export of it; python-systemd's reader when there is no journalctl.
+
+    A folder's files are read apart (`FILES_AT_ONCE` at a time), file after file by their first
+    entries' time, and numbered as one text: a row's line and byte are those of the exports of the
+    files so ordered, put end to end. A file systemd cannot open is the input's damage, named, and
+    the others are read (one journalctl given them all would refuse every one); a folder none of
+    whose files opens is refused."""
     program = journalctl()
     if program is None:
         yield parse_entries(path)
@@ -158,8 +168,35 @@ def stream(path: Path) -> Iterator[ParseResult]:
         yield from _stream_file(program, files[0], str(path), refuse=True)
         return
     files.sort(key=lambda f: (head_realtime(f) is None, head_realtime(f) or 0, str(f)))
-    yield from streams_in_turn([lambda f=f: _stream_file(program, f, str(path), refuse=False) for f in files],
-                               FILES_AT_ONCE)
+    lines = size = 0
+    refused = []
+    parts = streams_in_turn([lambda f=f: _stream_file(program, f, str(path), refuse=False) for f in files],
+                            FILES_AT_ONCE)
+    for part in parts:
+        if part.damage and " systemd cannot open it as a journal" in part.damage and not part.records:
+            refused.append(part.damage)
+        yield _continued(part, lines, size)
+        if part.text_read is not None:  # a file's last part: the next file's numbering goes on from here
+            lines, size = lines + part.text_read[0], size + part.text_read[1]
+    if len(refused) == len(files):
+        raise ParseError(str(path), "systemd cannot open any of its journal files: " + "; ".join(refused))
+
+
+def _continued(part: ParseResult, lines: int, size: int) -> ParseResult:
+    """`part`'s lines and bytes counted after `lines` lines and `size` bytes of text before it."""
+    if not lines and not size:
+        return part
+    rows = part.rows.with_columns(pl.col("source_line") + lines, pl.col("source_offset") + size) \
+        if part.rows.height else part.rows
+    quarantine = part.quarantine
+    if quarantine.height:
+        said = pl.col("reason").str.extract(r"^line ([0-9]+): ", 1).cast(pl.Int64)
+        quarantine = quarantine.with_columns(
+            pl.col("line") + lines, pl.col("offset") + size,
+            pl.when(said.is_not_null()).then(pl.format("line {}: {}", said + lines,
+                                                       pl.col("reason").str.replace(r"^line [0-9]+: ", "")))
+            .otherwise(pl.col("reason")).alias("reason"))
+    return dataclasses.replace(part, rows=rows, quarantine=quarantine)
 
 
 def _stream_file(program: str, file: Path, source_file: str, refuse: bool) -> Iterator[ParseResult]:
@@ -173,42 +210,50 @@ def _stream_file(program: str, file: Path, source_file: str, refuse: bool) -> It
         yield part
 
 
-def streams_in_turn(streams: list[Callable[[], Iterator[ParseResult]]], at_once: int) -> Iterator[ParseResult]:
+def streams_in_turn(streams: list[Callable[[], Iterator[ParseResult]]], at_once: int,
+                    ahead: int = PARTS_AHEAD) -> Iterator[ParseResult]:
     """The parts of `streams`, stream after stream in the order given, read `at_once` at a time on
-    threads of their own; at most `at_once` streams are read ahead of the one being yielded. A
-    stream's error is raised where its parts would have come; stopping early stops the rest."""
+    threads of their own: a stream starts when the one `at_once` before it has been handed on, and
+    runs at most `ahead` parts ahead of it. A stream's error is raised where its parts would have
+    come; stopping early stops the rest (their threads never keep the interpreter from exiting)."""
     finished = object()
-    parts: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in streams]
-    room = threading.Semaphore(at_once)
     stop = threading.Event()
+    waiting: list[queue.Queue] = [queue.Queue(maxsize=ahead) for _ in streams]
+
+    def hand(index: int, item: object) -> bool:
+        while not stop.is_set():
+            try:
+                waiting[index].put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def produce(index: int) -> None:
-        room.acquire()
         try:
-            if stop.is_set():
-                return
             for part in streams[index]():
-                parts[index].put(part)
-                if stop.is_set():
+                if not hand(index, part):
                     return
         except BaseException as error:  # noqa: BLE001 - handed to the consumer, raised there
-            parts[index].put(error)
-        finally:
-            parts[index].put(finished)
+            hand(index, error)
+            return
+        hand(index, finished)
 
-    with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="forensics-journal") as pool:
-        for index in range(len(streams)):
-            pool.submit(produce, index)
-        try:
-            for waiting in parts:
-                while (item := waiting.get()) is not finished:
-                    if isinstance(item, BaseException):
-                        raise item
-                    yield item
-                room.release()
-        finally:
-            stop.set()
-            room.release(len(streams))  # producers still waiting for room start, see the stop, and end
+    def start(index: int) -> None:
+        threading.Thread(target=produce, args=(index,), name=f"forensics-journal-{index}", daemon=True).start()
+
+    for index in range(min(at_once, len(streams))):
+        start(index)
+    try:
+        for index, parts in enumerate(waiting):
+            while (item := parts.get()) is not finished:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+            if index + at_once < len(streams):
+                start(index + at_once)
+    finally:
+        stop.set()
 
 
 def parse(path: Path) -> ParseResult:
