@@ -3,8 +3,8 @@
 Read by systemd's own `journalctl --file FILE -o export`, its output streamed into the export
 reader's C scanner (`forensics.sources.journal.journal_export.stream_pieces`): the bytes exactly as
 stored, and several times faster than stepping entry by entry from Python. A folder's files are read
-by a journalctl each, as many at once as there are cores (journalctl runs on one), and their parts
-come file after file in the order of their first entries.
+by a journalctl each, up to one per core (journalctl runs on one), and their parts come file after
+file in the order of their first entries.
 Where there is no journalctl, python-systemd's `systemd.journal._Reader` reads them (the raw
 interface: field values as bytes, repeated fields as lists); `tests/sources/test_journal_conformance.py`
 shows the two agree. The on-disk format is https://systemd.io/JOURNAL_FILE_FORMAT/; journal files
@@ -33,6 +33,7 @@ from forensics.sources import ParseResult, combine, register
 from forensics.sources.journal.journal_export import CHUNK_BYTES, SLACK, stream_pieces
 
 NAME = "journal_native"
+CANNOT_OPEN = "systemd cannot open it as a journal"  # how a file systemd refuses whole is named, by either reader
 MAGIC = b"LPKSHHRH"
 SUFFIXES = (".journal", ".journal~")
 
@@ -66,7 +67,7 @@ def _reader(path: Path):
     try:
         return journal._Reader(flags=0, files=[str(p) for p in journal_files(path)])
     except (OSError, ValueError) as error:
-        raise ParseError(str(path), f"systemd cannot open it as a journal: {error}") from error
+        raise ParseError(str(path), f"{CANNOT_OPEN}: {error}") from error
 
 
 JOURNALCTL_ENV = "FORENSICS_JOURNALCTL"  # another journalctl, or "" for python-systemd's reader
@@ -107,7 +108,7 @@ class _ExportOf:
         said = b"".join(self._said).decode(errors="replace").strip().splitlines()
         why = said[-1] if said else f"exit status {code}"
         if self.done == 0:
-            raise ParseError(str(self.path), f"systemd cannot open it as a journal: {why}")
+            raise ParseError(str(self.path), f"{CANNOT_OPEN}: {why}")
         raise ParseError(str(self.path), f"journalctl stopped after {self.done:,} bytes of export: {why}; "
                                          "the entries before it were read")
 
@@ -167,13 +168,14 @@ def stream(path: Path) -> Iterator[ParseResult]:
     if len(files) == 1:
         yield from _stream_file(program, files[0], str(path), refuse=True)
         return
-    files.sort(key=lambda f: (head_realtime(f) is None, head_realtime(f) or 0, str(f)))
+    firsts = {f: head_realtime(f) for f in files}  # a file without a readable header last, by name
+    files.sort(key=lambda f: (firsts[f] is None, firsts[f] or 0, str(f)))
     lines = size = 0
     refused = []
     parts = streams_in_turn([lambda f=f: _stream_file(program, f, str(path), refuse=False) for f in files],
                             FILES_AT_ONCE)
     for part in parts:
-        if part.damage and " systemd cannot open it as a journal" in part.damage and not part.records:
+        if part.damage and f": {CANNOT_OPEN}" in part.damage and not part.records:
             refused.append(part.damage)
         yield _continued(part, lines, size)
         if part.text_read is not None:  # a file's last part: the next file's numbering goes on from here
@@ -205,7 +207,7 @@ def _stream_file(program: str, file: Path, source_file: str, refuse: bool) -> It
     opened = lambda: _ExportOf(program, file)  # noqa: E731 - the reader opened in the reading thread
     for part in stream_pieces(pieces_from(opened, f"journalctl {file.name}", CHUNK_BYTES, b"\n\n", SLACK),
                               source_file, NAME):
-        if refuse and part.damage and part.damage.startswith(f"{file}: systemd cannot open it"):
+        if refuse and part.damage and part.damage.startswith(f"{file}: {CANNOT_OPEN}"):
             raise ParseError(str(file), part.damage[len(f"{file}: "):])  # a journal it could not open at all
         yield part
 
