@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import struct
@@ -33,13 +34,16 @@ def export_entry(*fields: tuple[str, bytes | str]) -> bytes:
     return b"".join(out) + b"\n"
 
 
-def to_journal(export: bytes, folder: Path, name: str = "test") -> Path:
-    """A real .journal file made from `export` by systemd-journal-remote."""
+def to_journal(export: bytes, folder: Path, name: str = "test", env: dict[str, str] | None = None,
+               flags: list[str] | None = None) -> Path:
+    """A real .journal file made from `export` by systemd-journal-remote (`flags` on its command
+    line, `env` in its environment, e.g. SYSTEMD_JOURNAL_COMPACT=0)."""
     source = folder / f"{name}.export"
     source.write_bytes(export)
     journal = folder / f"{name}.journal"
     journal.unlink(missing_ok=True)
-    subprocess.run([str(JOURNAL_REMOTE), f"--output={journal}", str(source)], check=True, capture_output=True)
+    subprocess.run([str(JOURNAL_REMOTE), f"--output={journal}", *(flags or []), str(source)], check=True,
+                   capture_output=True, env={**os.environ, **(env or {})})
     return journal
 
 

@@ -1,4 +1,4 @@
-"""The two C extensions fuzzed with atheris, built with AddressSanitizer (atheris's runtime, which
+"""The C extensions fuzzed with atheris, built with AddressSanitizer (atheris's runtime, which
 holds libFuzzer) and undefined-behaviour traps: coverage guides the Python side that drives them
 (gcc has no libFuzzer counters for the C side), the sanitizers watch every C access. Seeded from the
 tests' own inputs, run for a fixed number of inputs per extension (`RUNS`; `FORENSICS_FUZZ_RUNS`
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from forensics.profiles import load_profile
-from tests.conftest import export_entry
+from tests.conftest import export_entry, to_journal
 
 REPO = Path(__file__).resolve().parents[1]
 CRASHES = REPO / "tests" / "fuzz" / "crashes"
@@ -27,25 +27,30 @@ CRASHES = REPO / "tests" / "fuzz" / "crashes"
 # imported module instrumented got through ~2,000 (export_scan) and ~7,000 (label_numbers, in the `lines` target now); with
 # only forensics' own modules instrumented (`tests/fuzz/harness.py`) each input runs 2.5x and 20x
 # faster, so these budgets try more inputs than that campaign did, in ~20 s and ~8 s.
-RUNS = {"export_scan": 2_500, "lines": 20_000}
+RUNS = {"export_scan": 2_500, "lines": 20_000, "journal_file": 1_500}
 SECONDS = int(os.environ.get("FORENSICS_FUZZ_SECONDS", "0"))  # > 0: run for this long instead
 SOURCES = {"_export_scan": REPO / "forensics" / "sources" / "journal" / "_export_scan.c",
+           "_journal_file": REPO / "forensics" / "sources" / "journal" / "_journal_file.c",
            "_lines": REPO / "forensics" / "timeline" / "_lines.c"}
+# Built as setup.py builds them: the journal file reader with zstd where Debian's header is there.
+WITH_ZSTD = Path("/usr/include/zstd.h").exists()
+LINKED = {"_journal_file": (["-DWITH_ZSTD=1"], ["-lzstd"]) if WITH_ZSTD else ([], [])}
 
 
 @pytest.fixture(scope="module")
 def sanitized(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Both extensions built with -fsanitize=address,undefined (gcc, as the ordinary build)."""
+    """The extensions built with -fsanitize=address,undefined (gcc, as the ordinary build)."""
     build = tmp_path_factory.mktemp("asan")
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     for name, source in SOURCES.items():
         # compiled with the sanitizers, linked without gcc's runtime: the __asan_* calls are bound
         # to the runtime atheris ships (two ASan runtimes in one process refuse to start)
         obj = build / f"{name}.o"
+        defines, libraries = LINKED.get(name, ([], []))
         subprocess.run(["gcc", "-c", "-fPIC", "-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
-                        "-fsanitize-undefined-trap-on-error", f"-I{sysconfig.get_paths()['include']}", str(source),
-                        "-o", str(obj)], check=True, capture_output=True)
-        subprocess.run(["gcc", "-shared", str(obj), "-o", str(build / f"{name}{suffix}")], check=True,
+                        "-fsanitize-undefined-trap-on-error", f"-I{sysconfig.get_paths()['include']}", *defines,
+                        str(source), "-o", str(obj)], check=True, capture_output=True)
+        subprocess.run(["gcc", "-shared", str(obj), *libraries, "-o", str(build / f"{name}{suffix}")], check=True,
                        capture_output=True)
     return build
 
@@ -62,7 +67,15 @@ def _environment() -> dict[str, str]:
 
 def _seeds(target: str, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    if target == "export_scan":
+    if target == "journal_file":  # small real journals: compact and regular, zstd-compressed fields and not
+        made = folder.parent / "made"
+        made.mkdir(exist_ok=True)
+        samples = []
+        export = b"".join(export_entry(("__REALTIME_TIMESTAMP", str(1781818560000000 + i)), ("MESSAGE", m),
+                                       ("_PID", "7"), ("BIN", b"\x00\xff")) for i, m in enumerate(["a", "b" * 700, "\u0085"]))
+        for n, (env, flags) in enumerate([({}, []), ({"SYSTEMD_JOURNAL_COMPACT": "0"}, ["--compress=no"])]):
+            samples.append(to_journal(export, made, f"seed{n}", env=env, flags=flags).read_bytes())
+    elif target == "export_scan":
         samples = [export_entry(("__REALTIME_TIMESTAMP", "1781818560000000"), ("MESSAGE", "hello"), ("_PID", "7")),
                    export_entry(("MESSAGE", b"bin\n\nary\xff"), ("A", "x")) + export_entry(("B", "y")),
                    b"__CURSOR=s=a;i=1\nMESSAGE\n" + struct.pack("<Q", 3) + b"abc\n\nLOWER=x\n=y\n1A=z\n",
@@ -82,7 +95,7 @@ def _run(target: str, build: Path, args: list[str]) -> subprocess.CompletedProce
                           timeout=SECONDS * 4 + 600)
 
 
-@pytest.mark.parametrize("target", ["export_scan", "lines"])
+@pytest.mark.parametrize("target", ["export_scan", "lines", "journal_file"])
 def test_the_extension_survives_fuzzing_under_sanitizers(target: str, sanitized: Path, tmp_path: Path) -> None:
     kept = sorted(p for p in (CRASHES / target).iterdir() if p.name != ".gitkeep")
     if kept:  # every input that ever failed, first

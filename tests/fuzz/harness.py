@@ -8,6 +8,10 @@ this module with the sanitizer runtime preloaded).
 - `lines`: any text as log lines must read without a memory error: one number or null per field
   and line, and the same numbers for a line alone as within the column (`label_numbers`); each
   line mapped to a distinct line equal to it, the distinct lines each once (`distinct_messages`).
+- `journal_file`: any bytes as a journal file, written out as its export (`_journal_file`) in reads
+  of any size, must be exactly what journalctl exports of the same bytes when read to the end, and
+  the start of it when the reading stopped (what journalctl's export is taken after): a
+  differential oracle again.
 
     python -m tests.fuzz.harness TARGET ASAN_BUILD_DIR [libFuzzer flags] CORPUS_DIR...
 """
@@ -22,7 +26,8 @@ from pathlib import Path
 
 def load_sanitized(build: Path) -> None:
     """Put the sanitizer builds of both extensions in place of the ordinary ones."""
-    for name in ("forensics.sources.journal._export_scan", "forensics.timeline._lines"):
+    for name in ("forensics.sources.journal._export_scan", "forensics.sources.journal._journal_file",
+                 "forensics.timeline._lines"):
         path = next(build.glob(name.rsplit(".", 1)[1] + "*.so"))
         loader = importlib.machinery.ExtensionFileLoader(name, str(path))
         spec = importlib.util.spec_from_file_location(name, path, loader=loader)
@@ -66,7 +71,31 @@ def lines(data: bytes) -> None:
         raise AssertionError(f"distinct lines wrong on {data!r}")
 
 
-TARGETS = {"export_scan": export_scan, "lines": lines}
+def journal_file(data: bytes) -> None:
+    import os
+    import subprocess
+    import tempfile
+
+    from forensics.sources.journal import _journal_file as native
+
+    out, place, size = bytearray(), [0, 0, 0, 0, 0], 1 + data[-1] * 64 if data else 4096
+    while True:
+        buffer = memoryview(bytearray(size))
+        written, *place, status, why, at = native.write_entries(data, *place, buffer)
+        out += buffer[:written]
+        if status != native.TOO_BIG and status != native.FULL:
+            break
+        size = at if status == native.TOO_BIG else size
+    with tempfile.NamedTemporaryFile(suffix=".journal") as f:
+        f.write(data)
+        f.flush()
+        theirs = subprocess.run(["journalctl", f"--file={f.name}", "-o", "export", "--no-pager", "-q"],
+                                capture_output=True, env={**os.environ, "LD_PRELOAD": ""}).stdout
+    if (bytes(out) != theirs) if status == native.END else not theirs.startswith(bytes(out)):
+        raise AssertionError(f"{why or 'read to the end'} ({len(out)} bytes) differs from journalctl's export")
+
+
+TARGETS = {"export_scan": export_scan, "lines": lines, "journal_file": journal_file}
 
 
 def main() -> None:

@@ -1,10 +1,13 @@
 """Native journal files (`*.journal`, rotated `*.journal~`) and whole journal directories.
 
-Read by systemd's own `journalctl --file FILE -o export`, its output streamed into the export
-reader's C scanner (`forensics.sources.journal.journal_export.stream_pieces`): the bytes exactly as
-stored, and several times faster than stepping entry by entry from Python. A folder's files are read
-by a journalctl each, up to one per core (journalctl runs on one), and their parts come file after
-file in the order of their first entries.
+Each file is written out as its journal export, the text `journalctl --file FILE -o export` prints,
+and that text streamed into the export reader's C scanner
+(`forensics.sources.journal.journal_export.stream_pieces`). The export is written by
+`_journal_file` from the file's own bytes, byte for byte journalctl's (`tests/sources/
+test_journal_file.py` compares them) at a small part of its cost; at the first thing in a file that
+is not ordinary (damage, xz or lz4 compression, a flag it does not know) systemd's own journalctl
+takes over where it stopped, so damage is judged by systemd. A folder's files are read
+apart, up to one per core, and their parts come file after file in the order of their first entries.
 Where there is no journalctl, python-systemd's `systemd.journal._Reader` reads them (the raw
 interface: field values as bytes, repeated fields as lists); `tests/sources/test_journal_conformance.py`
 shows the two agree. The on-disk format is https://systemd.io/JOURNAL_FILE_FORMAT/; journal files
@@ -14,6 +17,7 @@ start with the magic "LPKSHHRH".
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import os
 import queue
 import shutil
@@ -30,6 +34,7 @@ from forensics.errors import MissingSystemDependency, ParseError
 from forensics.sources.journal.fields import FieldFrameBuilder, JournalValue, assemble_events
 from forensics.sources.common.rawio import pieces_from
 from forensics.sources import ParseResult, combine, register
+from forensics.sources.journal import _journal_file
 from forensics.sources.journal.journal_export import CHUNK_BYTES, SLACK, stream_pieces
 
 NAME = "journal_native"
@@ -80,11 +85,12 @@ def journalctl() -> str | None:
 
 
 class _ExportOf:
-    """`journalctl -o export` of a journal file or folder as a reader (`readinto`); after the
-    last byte, `raise_damage` says why journalctl stopped if it failed (its own words)."""
+    """`journalctl -o export` of a journal file or folder as a reader (`readinto`), its first
+    `skip` bytes passed over; after the last byte, `raise_damage` says why journalctl stopped if it
+    failed (its own words)."""
 
-    def __init__(self, program: str, path: Path) -> None:
-        self.path = path
+    def __init__(self, program: str, path: Path, skip: int = 0) -> None:
+        self.path, self._skip = path, skip
         files = [f"--file={p}" for p in journal_files(path)]
         self._child = subprocess.Popen([program, *files, "-o", "export", "--no-pager", "-q"],
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -96,6 +102,12 @@ class _ExportOf:
         self.done = 0
 
     def readinto(self, view: memoryview) -> int:
+        while self._skip:
+            passed = self._child.stdout.readinto(view[:self._skip]) or 0
+            if not passed:
+                return 0
+            self._skip -= passed
+            self.done += passed
         got = self._child.stdout.readinto(view)
         self.done += got or 0
         return got or 0
@@ -122,6 +134,90 @@ class _ExportOf:
         self._child.stdout.close()
         self._listener.join()
         self._child.stderr.close()
+
+
+class _FileExport:
+    """A journal file's export as a reader (`readinto`), written by `_journal_file` from the
+    file's bytes; from the first thing not ordinary on, journalctl's (`program`) export of the
+    rest. Without journalctl, that thing is the file's damage."""
+
+    def __init__(self, program: str | None, path: Path) -> None:
+        self.path, self._program, self.done = path, program, 0
+        self._data: bytes | mmap.mmap = b""
+        try:  # a file that cannot be mapped reads as no header: journalctl says why it cannot open it
+            with path.open("rb") as f:
+                self._data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            pass
+        # entry array, item in it, entries written, the last one's offset and sequence number
+        self._place: tuple[int, ...] = (0, 0, 0, 0, 0)
+        self._left = memoryview(b"")  # the rest of an entry longer than a read
+        self._rest: _ExportOf | None = None
+        self._stopped: tuple[str, int] | None = None
+        self._ended = False
+        self.damage: str | None = None
+
+    def readinto(self, view: memoryview) -> int:
+        got = self._read(view)
+        self.done += got
+        return got
+
+    def _read(self, view: memoryview) -> int:
+        if self._left:
+            take = min(len(self._left), len(view))
+            view[:take], self._left = self._left[:take], self._left[take:]
+            return take
+        if self._rest is not None:
+            return self._rest.readinto(view)
+        if self._stopped is not None:
+            self._hand_on()
+            return self._read(view)
+        if self._ended:
+            return 0
+        written, status = self._write(view)
+        if status == _journal_file.TOO_BIG:  # one entry longer than the read: written aside, handed on in reads
+            aside = bytearray(written)
+            written, status = self._write(memoryview(aside))
+            self._left = memoryview(aside)[:written]
+            return self._read(view)
+        if status == _journal_file.END:
+            self._ended = True
+        return written if written or status != _journal_file.STOP else self._read(view)
+
+    def _write(self, view: memoryview) -> tuple[int, int]:
+        """Entries into `view`: bytes written (or needed, for TOO_BIG) and how it ended."""
+        written, *place, status, why, at = _journal_file.write_entries(self._data, *self._place, view)
+        self._place = tuple(place)
+        if status == _journal_file.STOP:
+            self._stopped = (why, at)
+        return (at if status == _journal_file.TOO_BIG else written), status
+
+    def _hand_on(self) -> None:
+        """journalctl reads on from the first byte not written here, or the reading ends with its damage."""
+        why, at = self._stopped or ("", 0)
+        if self._program is not None:
+            # From the start: its seeking by cursor in a damaged file can miss what its reading
+            # from the start finds, and what is written here is what it writes up to that point.
+            self._rest = _ExportOf(self._program, self.path, skip=self.done)
+            return
+        self._ended = True
+        self._stopped = None
+        self.damage = f"{why} at byte {at:,}; the {self._place[2]:,} entries before it were read"
+
+    def raise_damage(self) -> None:
+        if self._rest is not None:
+            self._rest.raise_damage()
+        elif self.damage is not None:
+            raise ParseError(str(self.path), self.damage)
+
+    def __enter__(self) -> "_FileExport":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._rest is not None:
+            self._rest.__exit__(*exc)
+        if isinstance(self._data, mmap.mmap):
+            self._data.close()
 
 
 # A folder's files read this many at once, a journalctl each: journalctl runs on one core, and
@@ -204,7 +300,7 @@ def _continued(part: ParseResult, lines: int, size: int) -> ParseResult:
 def _stream_file(program: str, file: Path, source_file: str, refuse: bool) -> Iterator[ParseResult]:
     """One journal file's parts through journalctl, labelled with the input's `source_file`. A
     file systemd cannot open at all is refused (`refuse`: a ParseError) or is the part's damage."""
-    opened = lambda: _ExportOf(program, file)  # noqa: E731 - the reader opened in the reading thread
+    opened = lambda: _FileExport(program, file)  # noqa: E731 - the reader opened in the reading thread
     for part in stream_pieces(pieces_from(opened, f"journalctl {file.name}", CHUNK_BYTES, b"\n\n", SLACK),
                               source_file, NAME):
         if refuse and part.damage and part.damage.startswith(f"{file}: {CANNOT_OPEN}"):

@@ -1,0 +1,193 @@
+"""A journal file written out by `_journal_file` is byte for byte what `journalctl --file F -o export`
+prints (systemd's own tool, the oracle), on real files made by systemd-journal-remote: compact and
+regular layouts, zstd-compressed and plain fields, keyed and unkeyed hashes; and on files damaged in
+their structure, where journalctl takes over and its judgement of the damage stands."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from forensics.errors import ParseError
+from forensics.lab.synth import entries, write_export_entry
+from forensics.sources.journal import _journal_file, journal_native
+from tests.conftest import JOURNAL_REMOTE, export_entry
+from tests.sources.test_journal_conformance import _special_entries
+
+T0 = 1781819487000000
+# How systemd-journal-remote is asked for each layout (systemd 252's environment switches).
+LAYOUTS = {
+    "compact, zstd, keyed hash": ({}, []),
+    "regular": ({"SYSTEMD_JOURNAL_COMPACT": "0"}, []),
+    "no compression": ({}, ["--compress=no"]),
+    "regular, unkeyed hash": ({"SYSTEMD_JOURNAL_COMPACT": "0", "SYSTEMD_JOURNAL_KEYED_HASH": "0"}, []),
+}
+
+
+def _odd_entries() -> bytes:
+    """Values at the edges of journalctl's text-or-binary rule, and fields long enough for journald
+    to compress (over 512 bytes; one over the 64 KiB a reader's data threshold defaults to)."""
+    def entry(i: int, *more: tuple[str, bytes | str]) -> bytes:
+        return export_entry(("__REALTIME_TIMESTAMP", str(T0 + i)), ("__MONOTONIC_TIMESTAMP", str(9_000_000 + i)),
+                            ("_BOOT_ID", "ab" * 16), *more)
+
+    values: list[bytes | str] = [
+        "x" * 100_000, "y" * 70_000 + "\x01", "del\x7f", "c1 \u0085 x", "nonchar \ufdd0 x", "emoji \U0001F600",
+        "\uffff at the end \ufffe", b"surrogate \xed\xa0\x80", b"overlong \xc0\xaf", b"cut \xe2\x82", "tab\tok",
+        "carriage\rreturn", "a" * 600, "",
+    ]
+    return b"".join(entry(i, ("MESSAGE", v), ("OTHER", "b" * 513)) for i, v in enumerate(values))
+
+
+def _journal(folder: Path, layout: str) -> Path:
+    generated = io.BytesIO()
+    for fields in entries(200, hosts=2, seed=11):
+        write_export_entry(generated, fields)
+    source = folder / "entries.export"
+    if not source.exists():
+        source.write_bytes(_special_entries() + generated.getvalue() + _odd_entries())
+    env, flags = LAYOUTS[layout]
+    journal = folder / f"{layout.replace(', ', '-').replace(' ', '_')}.journal"
+    subprocess.run([str(JOURNAL_REMOTE), f"--output={journal}", *flags, str(source)], check=True,
+                   capture_output=True, env={**os.environ, **env})
+    return journal
+
+
+@pytest.fixture(scope="module")
+def journals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("journal-files")
+    return {layout: _journal(folder, layout) for layout in LAYOUTS}
+
+
+def _journalctl(path: Path) -> bytes:
+    return subprocess.run(["journalctl", f"--file={path}", "-o", "export", "--no-pager", "-q"],
+                          capture_output=True).stdout
+
+
+def _read(path: Path, program: str | None = "journalctl", size: int = 1 << 20, damaged: bool = False
+          ) -> tuple[bytes, bool]:
+    """The export `_FileExport` gives, read `size` bytes at a time, and whether journalctl took over
+    (which, when `damaged`, may have said why it stopped)."""
+    out, buffer = bytearray(), memoryview(bytearray(size))
+    with journal_native._FileExport(program, path) as reader:
+        while got := reader.readinto(buffer):
+            out += buffer[:got]
+        try:
+            reader.raise_damage()
+        except ParseError as error:
+            if not (damaged and reader._rest is not None and "journalctl stopped after" in str(error)):
+                raise
+        return bytes(out), reader._rest is not None
+
+
+def _header_flags(path: Path) -> str:
+    header = subprocess.run(["journalctl", "--header", f"--file={path}"], capture_output=True, text=True).stdout
+    return next(line for line in header.splitlines() if line.startswith("Incompatible flags"))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_healthy_file_is_written_as_journalctl_exports_it_without_journalctl(journals: dict[str, Path],
+                                                                                layout: str) -> None:
+    journal = journals[layout]
+    expected = _journalctl(journal)
+    assert expected.count(b"\n__CURSOR=") + 1 == 6 + 200 + 14  # every entry systemd-journal-remote was given
+    ours, handed_on = _read(journal)
+    assert not handed_on and ours == expected
+    assert _read(journal, size=333)[0] == expected  # entries longer than a read come in parts
+    compressed = "COMPRESSED-ZSTD" in _header_flags(journal)
+    assert compressed == (layout != "no compression") and ("COMPACT" in _header_flags(journal)) == layout.startswith(
+        ("compact", "no compression"))
+
+
+def test_journalctl_takes_over_a_journal_this_reader_does_not_know(journals: dict[str, Path], tmp_path: Path) -> None:
+    """A header flag saying lz4 (systemd's other compressions are read by journalctl only): journalctl
+    reads it whole, from the first byte."""
+    data = bytearray(journals["compact, zstd, keyed hash"].read_bytes())
+    flags = struct.unpack_from("<I", data, 12)[0]
+    struct.pack_into("<I", data, 12, flags | 2)
+    lz4 = tmp_path / "lz4.journal"
+    lz4.write_bytes(bytes(data))
+    assert "COMPRESSED-LZ4" in _header_flags(lz4)
+    ours, handed_on = _read(lz4)
+    assert handed_on and ours == _journalctl(lz4)
+
+
+def _objects(data: bytes) -> list[tuple[int, int, int]]:
+    """(offset, type, size) of every object, walked from the header to the tail object."""
+    at, tail = struct.unpack_from("<Q", data, 88)[0], struct.unpack_from("<Q", data, 136)[0]
+    found = []
+    while at <= tail:
+        kind, size = data[at], struct.unpack_from("<Q", data, at + 8)[0]
+        found.append((at, kind, size))
+        at += (size + 7) & ~7
+    return found
+
+
+@pytest.mark.parametrize("layout", ["compact, zstd, keyed hash", "regular"])
+def test_a_damaged_file_reads_as_journalctl_reads_it(journals: dict[str, Path], tmp_path: Path, layout: str) -> None:
+    """Bytes changed at random in the headers of data, entry and entry-array objects (a fixed seed):
+    what is read is exactly journalctl's export of the damaged file, whether this reader read it all
+    or journalctl took over, and both happen."""
+    base = journals[layout].read_bytes()
+    structural = [o for o in _objects(base) if o[1] in (1, 3, 6)]  # data, entry, entry array
+    rng = random.Random(3)
+    handed_on = read_here = 0
+    for trial in range(120):
+        data = bytearray(base)
+        at, _, size = rng.choice(structural)
+        for _ in range(rng.choice([1, 1, 2, 8])):
+            data[at + rng.randrange(min(size, 80))] = rng.randrange(256)
+        damaged = tmp_path / "damaged.journal"
+        damaged.write_bytes(bytes(data))
+        ours, taken_over = _read(damaged, damaged=True)
+        assert ours == _journalctl(damaged), f"trial {trial}: object at {at} changed"
+        handed_on, read_here = handed_on + taken_over, read_here + (not taken_over)
+    assert handed_on >= 20 and read_here >= 20
+
+
+def test_without_journalctl_the_first_damage_is_named_and_the_entries_before_it_kept(
+        journals: dict[str, Path], tmp_path: Path) -> None:
+    base = journals["regular"].read_bytes()
+    entry = [o for o in _objects(base) if o[1] == 3][50]  # the 51st entry: its realtime made 0
+    data = bytearray(base)
+    data[entry[0] + 24:entry[0] + 32] = bytes(8)
+    damaged = tmp_path / "damaged.journal"
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(ParseError, match=rf"sequence number or time systemd refuses at byte {entry[0]:,}; "
+                                         "the 50 entries before it were read"):
+        _read(damaged, program=None)
+    written, *_, status, why, at = _journal_file.write_entries(damaged.read_bytes(), 0, 0, 0, 0, 0,
+                                                               memoryview(bytearray(1 << 20)))
+    assert status == _journal_file.STOP and at == entry[0]
+    assert _journalctl(damaged)[:written].count(b"\n\n") == 50  # what journalctl printed before it
+
+
+@pytest.mark.parametrize("data", [b"", b"LPKSHHRH", b"LPKSHHRH" + b"\xff" * 300, b"not a journal" * 40],
+                         ids=["empty", "magic only", "header of 0xff", "text"])
+def test_bytes_that_are_no_journal_stop_at_once(data: bytes) -> None:
+    written, *_, status, why, at = _journal_file.write_entries(data, 0, 0, 0, 0, 0, memoryview(bytearray(4096)))
+    assert (written, status) == (0, _journal_file.STOP) and why
+
+
+def test_a_journal_folder_reads_the_same_with_or_without_this_reader(journals: dict[str, Path],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole path (events rows) from the file, then from the same file with every export written
+    by journalctl: the same rows."""
+    journal = journals["compact, zstd, keyed hash"]
+    ours = journal_native.parse(journal)
+
+    class JournalctlOnly(journal_native._FileExport):
+        def __init__(self, program: str | None, path: Path) -> None:
+            super().__init__(program, path)
+            self._stopped = ("journalctl only", 0)
+
+    monkeypatch.setattr(journal_native, "_FileExport", JournalctlOnly)
+    theirs = journal_native.parse(journal)
+    assert ours.records == theirs.records == 220
+    assert ours.rows.equals(theirs.rows) and ours.quarantine.equals(theirs.quarantine)
