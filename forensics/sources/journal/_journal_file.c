@@ -72,6 +72,8 @@ typedef struct {
 #endif
     uint8_t *scratch;
     size_t scratch_cap;
+    char seqnum_id[32], boot_id[32]; /* in hex: the file's, and the last entry's (most entries share it) */
+    uint8_t boot_bytes[16];
 } File;
 
 /* Output: bytes go to out[0:cap]; `at` counts on past cap so that an entry's whole size is known. */
@@ -109,14 +111,12 @@ static void put_decimal(Out *o, uint64_t v)
     put(o, digits + 20 - n, n);
 }
 
-static void put_id(Out *o, const uint8_t *id)
+static void hex_id(char *hex, const uint8_t *id)
 {
-    char hex[32];
     for (int i = 0; i < 16; i++) {
         hex[2 * i] = "0123456789abcdef"[id[i] >> 4];
         hex[2 * i + 1] = "0123456789abcdef"[id[i] & 15];
     }
-    put(o, hex, 32);
 }
 
 static int stop(File *f, uint64_t at, const char *why)
@@ -158,6 +158,14 @@ static int printable(const uint8_t *p, uint64_t n)
 {
     uint64_t i = 0;
     while (i < n) {
+        if (n - i >= 8) { /* eight bytes at once: a flag for any byte below 0x20, from 0x7f, or above */
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            if (((w | (w + 0x0101010101010101ULL) | (w - 0x2020202020202020ULL)) & 0x8080808080808080ULL) == 0) {
+                i += 8;
+                continue;
+            }
+        }
         uint8_t c = p[i];
         if (c < 0x80) {
             if ((c < 0x20 && c != '\t') || c == 0x7f)
@@ -227,7 +235,7 @@ static const uint8_t *payload_of(File *f, uint64_t at, uint64_t *n)
 }
 
 /* One entry's export at `at` into `o`; -1 (and why) at the first thing that is not ordinary. */
-static int write_entry(File *f, uint64_t at, const uint8_t *seqnum_id, Out *o)
+static int write_entry(File *f, uint64_t at, Out *o)
 {
     uint64_t size;
     const uint8_t *e = object_at(f, at, T_ENTRY, &size);
@@ -239,12 +247,16 @@ static int write_entry(File *f, uint64_t at, const uint8_t *seqnum_id, Out *o)
     uint64_t start = o->at;
     if (seqnum == 0 || realtime == 0 || realtime >= TIME_LIMIT || monotonic >= TIME_LIMIT)
         return stop(f, at, "an entry with a sequence number or time systemd refuses");
+    if (memcmp(f->boot_bytes, e + 40, 16) != 0) {
+        memcpy(f->boot_bytes, e + 40, 16);
+        hex_id(f->boot_id, e + 40);
+    }
     put(o, "__CURSOR=s=", 11);
-    put_id(o, seqnum_id);
+    put(o, f->seqnum_id, 32);
     put(o, ";i=", 3);
     put_hex(o, seqnum);
     put(o, ";b=", 3);
-    put_id(o, e + 40);
+    put(o, f->boot_id, 32);
     put(o, ";m=", 3);
     put_hex(o, monotonic);
     put(o, ";t=", 3);
@@ -256,7 +268,7 @@ static int write_entry(File *f, uint64_t at, const uint8_t *seqnum_id, Out *o)
     put(o, "\n__MONOTONIC_TIMESTAMP=", 23);
     put_decimal(o, monotonic);
     put(o, "\n_BOOT_ID=", 10);
-    put_id(o, e + 40);
+    put(o, f->boot_id, 32);
     put(o, "\n", 1);
     uint64_t n_items = (size - ENTRY_ITEMS) / f->item_size;
     for (uint64_t i = 0; i < n_items; i++) {
@@ -364,6 +376,8 @@ static PyObject *py_write_entries(PyObject *self, PyObject *args)
         goto ended;
     }
     int compact = (f.flags & F_COMPACT) != 0;
+    hex_id(f.seqnum_id, h + H_SEQNUM_ID);
+    hex_id(f.boot_id, f.boot_bytes); /* the all-zero id, matching boot_bytes as they start */
     f.item_size = compact ? 4 : 16;
     f.array_item_size = compact ? 4 : 8;
     f.payload_at = compact ? DATA_PAYLOAD + 8 : DATA_PAYLOAD;
@@ -411,7 +425,7 @@ static PyObject *py_write_entries(PyObject *self, PyObject *args)
             status = STOP;
             break;
         }
-        if (write_entry(&f, entry_at, h + H_SEQNUM_ID, &o) < 0) {
+        if (write_entry(&f, entry_at, &o) < 0) {
             o.at = start;
             status = STOP;
             break;
