@@ -15,7 +15,8 @@ Two comparisons, both printed:
   journal export, lnav querying the JSON journalctl made beforehand; neither pays for its input's
   making;
 - like for like: both start from the host's `.journal` and pay for their own conversion —
-  forensics analysing a bundle holding the `.journal` (its reader runs `journalctl -o export`),
+  forensics analysing a bundle holding the `.journal` (its own reader writes each file's export;
+  journalctl, a child counted with it, only where a file is not ordinary),
   lnav's query after `journalctl -o json` writes the JSON it reads.
 lnav also answers the questions the detectors answer from the journal (progress gaps with the
 health checks answered during them, systemd's and sudo's lifecycle lines with the first healthy
@@ -252,7 +253,7 @@ def main() -> None:
         "query": query,
         "lnav": lambda: lnav_last_progress(lnav_labels["lnav"], ["lnav", *lnav_query, str(as_json)], answer, ours),
         "analysis_journal": lambda: run(
-            "like for like — forensics analyze from the host's .journal (its reader runs journalctl -o export)",
+            "like for like — forensics analyze from the host's .journal (its own reader writes each file's export)",
             [sys.executable, "-c", ANALYZE, str(from_journal), str(journal_case)])[0],
         "lnav_journal": lambda: lnav_last_progress(
             lnav_labels["lnav_journal"],

@@ -4,8 +4,9 @@ a usual tool that reads the same format, in one run.
 Like for like: every row is a whole process tree (interpreter start and imports included; cold, the
 page cache warm for every input alike; CPU-seconds and peak memory count the processes it starts),
 each forensics row paired with a peer reading the same input and checked to give the same count:
-- .journal: forensics' .journal loader (journalctl's export into the C scanner; journalctl is its
-  child and counted) / python-systemd's bare `Reader` iteration (which builds no frame at all);
+- .journal: forensics' .journal loader (each file's export written by its own C reader into the C
+  scanner; journalctl, a child counted with it, only where a file is not ordinary) /
+  python-systemd's bare `Reader` iteration (which builds no frame at all);
 - JSON: forensics' JSON loader / lnav indexing the JSON and counting its entries.
 The export has no peer doing the same work (systemd-journal-remote, which makes the `.journal`
 input here, writes an indexed journal: other work), so its row stands alone.

@@ -220,13 +220,13 @@ class _FileExport:
             self._data.close()
 
 
-# A folder's files read this many at once, a journalctl each: journalctl runs on one core, and
-# merging files costs it more than reading them apart (the 1 M reference's three files: 9.8 s
-# merged by one journalctl, 5.7 s read apart, three at once on two cores). At most four: each file
-# read also brings its own scanning threads.
+# A folder's files read this many at once, each on a thread of its own: writing a file's export
+# runs on one core (and journalctl, where it takes over, merges files at a higher cost than it
+# reads them apart: the 1 M reference's three files, 9.8 s merged, 5.7 s apart). At most four:
+# each file read also brings its own scanning threads.
 FILES_AT_ONCE = max(1, min(4, len(os.sched_getaffinity(0))))
 # Parts of a file read ahead of the one being handed on, at most (each ~16 MB of export text):
-# enough to keep a rotated file's journalctl running (journald's files are 128 MiB at most), a
+# enough to keep a rotated file's export being written (journald's files are 128 MiB at most), a
 # bound on what waits in memory.
 PARTS_AHEAD = 32
 # The journal file header's head_entry_realtime: a little-endian uint64 at this offset
@@ -248,8 +248,8 @@ def head_realtime(path: Path) -> int | None:
 
 
 def stream(path: Path) -> Iterator[ParseResult]:
-    """A journal file's or folder's `events` and `quarantine` rows, a part per piece of
-    journalctl's export of it; python-systemd's reader when there is no journalctl.
+    """A journal file's or folder's `events` and `quarantine` rows, a part per piece of its export
+    (`_FileExport`); python-systemd's reader when there is no journalctl.
 
     A folder's files are read apart (`FILES_AT_ONCE` at a time), file after file by their first
     entries' time, and numbered as one text: a row's line and byte are those of the exports of the
@@ -298,10 +298,10 @@ def _continued(part: ParseResult, lines: int, size: int) -> ParseResult:
 
 
 def _stream_file(program: str, file: Path, source_file: str, refuse: bool) -> Iterator[ParseResult]:
-    """One journal file's parts through journalctl, labelled with the input's `source_file`. A
-    file systemd cannot open at all is refused (`refuse`: a ParseError) or is the part's damage."""
+    """One journal file's parts (`_FileExport`), labelled with the input's `source_file`. A file
+    systemd cannot open at all is refused (`refuse`: a ParseError) or is the part's damage."""
     opened = lambda: _FileExport(program, file)  # noqa: E731 - the reader opened in the reading thread
-    for part in stream_pieces(pieces_from(opened, f"journalctl {file.name}", CHUNK_BYTES, b"\n\n", SLACK),
+    for part in stream_pieces(pieces_from(opened, f"export {file.name}", CHUNK_BYTES, b"\n\n", SLACK),
                               source_file, NAME):
         if refuse and part.damage and part.damage.startswith(f"{file}: {CANNOT_OPEN}"):
             raise ParseError(str(file), part.damage[len(f"{file}: "):])  # a journal it could not open at all
