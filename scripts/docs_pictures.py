@@ -9,6 +9,9 @@
 render stage, the analysis' sentences, the profile, the report notebook); `tests/test_docs_pictures.py`
 fails when they changed and the pictures were not made again. Needs Chromium and the test extra
 (playwright, jupyterlab): run from the repository root, `.venv/bin/python scripts/docs_pictures.py`.
+When the digest recorded is the inputs' own and every picture is there, nothing is made again
+(screenshots of the same page differ by a few pixels from run to run: pictures re-made for nothing
+are noise in git); `--force` makes them anyway.
 """
 
 from __future__ import annotations
@@ -83,7 +86,20 @@ def notebook_picture(work: Path) -> None:
         page.context.close()
 
 
+def up_to_date() -> bool:
+    """The pictures are there and were made from the inputs as they are."""
+    try:
+        recorded = json.loads(DIGESTS.read_text())["sha256"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return recorded == inputs_digest() and all(p.is_file() for p in (TIMELINE, NOTEBOOK))
+
+
 def main() -> None:
+    if "--force" not in sys.argv[1:] and up_to_date():
+        print(f"the pictures were made from the inputs as they are ({DIGESTS}): none made again "
+              "(--force makes them anyway)", file=sys.stderr)
+        return
     with tempfile.TemporaryDirectory(prefix="docs-pictures-") as folder:
         work = Path(folder)
         timeline_picture(work)
