@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -81,7 +82,8 @@ def _read(path: Path, program: str | None = "journalctl", size: int = 1 << 20, d
         try:
             reader.raise_damage()
         except ParseError as error:
-            if not (damaged and reader._rest is not None and "journalctl stopped after" in str(error)):
+            if not (damaged and reader._rest is not None and ("journalctl stopped after" in str(error)
+                                                              or journal_native.CANNOT_OPEN in str(error))):
                 raise
         return bytes(out), reader._rest is not None
 
@@ -131,22 +133,23 @@ def _objects(data: bytes) -> list[tuple[int, int, int]]:
 
 @pytest.mark.parametrize("layout", ["compact, zstd, keyed hash", "regular"])
 def test_a_damaged_file_reads_as_journalctl_reads_it(journals: dict[str, Path], tmp_path: Path, layout: str) -> None:
-    """Bytes changed at random in the headers of data, entry and entry-array objects (a fixed seed):
-    what is read is exactly journalctl's export of the damaged file, whether this reader read it all
-    or journalctl took over, and both happen."""
+    """Bytes changed at random (a fixed seed) in the headers of data, entry and entry-array objects
+    and in the file's own header: what is read is exactly journalctl's export of the damaged file,
+    whether this reader read it all or journalctl took over (or refused the file), and both happen."""
     base = journals[layout].read_bytes()
     structural = [o for o in _objects(base) if o[1] in (1, 3, 6)]  # data, entry, entry array
+    structural += [(0, 0, 272)] * (len(structural) // 4)  # the file header, a fifth of the trials
     rng = random.Random(3)
     handed_on = read_here = 0
-    for trial in range(120):
+    for trial in range(150):
         data = bytearray(base)
         at, _, size = rng.choice(structural)
         for _ in range(rng.choice([1, 1, 2, 8])):
-            data[at + rng.randrange(min(size, 80))] = rng.randrange(256)
+            data[at + rng.randrange(min(size, 80 if at else 272))] = rng.randrange(256)
         damaged = tmp_path / "damaged.journal"
         damaged.write_bytes(bytes(data))
         ours, taken_over = _read(damaged, damaged=True)
-        assert ours == _journalctl(damaged), f"trial {trial}: object at {at} changed"
+        assert ours == _journalctl(damaged), f"trial {trial}: {'object at ' + str(at) if at else 'file header'} changed"
         handed_on, read_here = handed_on + taken_over, read_here + (not taken_over)
     assert handed_on >= 20 and read_here >= 20
 
@@ -191,3 +194,36 @@ def test_a_journal_folder_reads_the_same_with_or_without_this_reader(journals: d
     theirs = journal_native.parse(journal)
     assert ours.records == theirs.records == 220
     assert ours.rows.equals(theirs.rows) and ours.quarantine.equals(theirs.quarantine)
+
+
+def test_a_file_named_like_a_glob_pattern_is_read_alone(journals: dict[str, Path], tmp_path: Path) -> None:
+    """journalctl expands `--file=sys*.journal`: beside `system.journal`, it would read both, and the
+    bytes it takes over after would be counted in the other's entries too."""
+    folder = tmp_path / "g"
+    folder.mkdir()
+    shutil.copy(journals["regular"], folder / "system.journal")
+    data = bytearray(journals["compact, zstd, keyed hash"].read_bytes())
+    entry = [o for o in _objects(bytes(data)) if o[1] == 3][30]
+    data[entry[0] + 24:entry[0] + 32] = bytes(8)  # a realtime of 0: journalctl takes over there
+    (folder / "sys*.journal").write_bytes(bytes(data))
+    (tmp_path / "plain.journal").write_bytes(bytes(data))
+    ours, handed_on = _read(folder / "sys*.journal", damaged=True)
+    assert handed_on and ours == _journalctl(tmp_path / "plain.journal")
+    assert journal_native.file_argument(folder / "a[1]{x}?.journal").endswith("/g/a\\[1\\]\\{x\\}\\?.journal")
+
+
+def test_a_hand_over_that_does_not_continue_what_was_written_is_named(journals: dict[str, Path]) -> None:
+    """journalctl's export must hold, just before it takes over, the bytes written before it."""
+    journal = journals["regular"]
+    text = _journalctl(journal)
+    for tail, differs in ((text[1000:1200], False), (b"x" * 200, True)):
+        with journal_native._ExportOf("journalctl", journal, skip=1200, tail=tail) as rest:
+            out, buffer = bytearray(), memoryview(bytearray(4096))
+            while got := rest.readinto(buffer):
+                out += buffer[:got]
+            assert bytes(out) == text[1200:]
+            if differs:
+                with pytest.raises(ParseError, match="not what was written from it before journalctl took over"):
+                    rest.raise_damage()
+            else:
+                rest.raise_damage()

@@ -11,7 +11,8 @@
  * first thing that is not ordinary (an object out of place, a value journalctl would refuse or
  * repair, xz or lz4 compression, a flag this does not know) stops the reading and says where; the
  * caller has journalctl read the file and takes its export from the first byte not written here,
- * so what systemd judges is judged by systemd. journalctl steps from entry to entry by searching
+ * so what systemd judges is judged by systemd. (The header is judged by systemd before this runs:
+ * a file it refuses to open is journalctl's whole.) journalctl steps from entry to entry by searching
  * the arrays for the next offset: the arrays are checked first to hold every entry once, in order
  * (where they do not, the two walks could part, and journalctl reads the whole file). What is written is byte for byte journalctl's export
  * (systemd 252's `output_export`): `tests/sources/test_journal_file.py` compares them.
@@ -70,8 +71,9 @@ typedef struct {
 #if defined(WITH_ZSTD)
     ZSTD_DCtx *zstd;
 #endif
-    uint8_t *scratch;
+    uint8_t *scratch; /* the last compressed field decompressed: the data object at unzipped_at */
     size_t scratch_cap;
+    uint64_t unzipped_at, unzipped_len;
     char seqnum_id[32], boot_id[32]; /* in hex: the file's, and the last entry's (most entries share it) */
     uint8_t boot_bytes[16];
 } File;
@@ -198,12 +200,12 @@ static const uint8_t *payload_of(File *f, uint64_t at, uint64_t *n)
     const uint8_t *o = object_at(f, at, T_DATA, &size);
     if (!o)
         return NULL;
+    if (size <= f->payload_at) /* before any field past the object header is read */
+        return stop(f, at, "a data object without payload"), NULL;
     uint64_t entry_offset = le64(o + 40), n_entries = le64(o + 56);
     if ((entry_offset == 0) != (n_entries == 0) || entry_offset % 8 || le64(o + 24) % 8 || le64(o + 32) % 8
         || le64(o + 48) % 8)
         return stop(f, at, "a data object with inconsistent references"), NULL;
-    if (size <= f->payload_at)
-        return stop(f, at, "a data object without payload"), NULL;
     const uint8_t *payload = o + f->payload_at;
     uint64_t stored = size - f->payload_at;
     if (o[1] == 0) {
@@ -212,9 +214,13 @@ static const uint8_t *payload_of(File *f, uint64_t at, uint64_t *n)
     }
 #if defined(WITH_ZSTD)
     if (o[1] == O_COMPRESSED_ZSTD && (f->flags & F_ZSTD)) {
+        if (at == f->unzipped_at) { /* the field the last item held, already decompressed */
+            *n = f->unzipped_len;
+            return f->scratch;
+        }
         unsigned long long whole = ZSTD_getFrameContentSize(payload, stored);
-        if (whole == ZSTD_CONTENTSIZE_UNKNOWN || whole == ZSTD_CONTENTSIZE_ERROR || whole > ENTRY_LIMIT)
-            return stop(f, at, "a compressed field of a size its frame does not say, or too long to hold"), NULL;
+        if (whole == ZSTD_CONTENTSIZE_UNKNOWN || whole == ZSTD_CONTENTSIZE_ERROR || whole == 0 || whole > ENTRY_LIMIT)
+            return stop(f, at, "a compressed field of a size its frame does not say, none, or too long to hold"), NULL;
         if (whole > f->scratch_cap) {
             uint8_t *grown = realloc(f->scratch, whole ? whole : 1);
             if (!grown)
@@ -224,9 +230,12 @@ static const uint8_t *payload_of(File *f, uint64_t at, uint64_t *n)
         }
         if (!f->zstd && !(f->zstd = ZSTD_createDCtx()))
             return stop(f, at, "no memory for a decompressor"), NULL;
+        f->unzipped_at = 0;
         size_t got = ZSTD_decompressDCtx(f->zstd, f->scratch, whole, payload, stored);
         if (ZSTD_isError(got) || got != whole)
             return stop(f, at, "a compressed field that does not decompress"), NULL;
+        f->unzipped_at = at;
+        f->unzipped_len = got;
         *n = got;
         return f->scratch;
     }
@@ -277,6 +286,8 @@ static int write_entry(File *f, uint64_t at, Out *o)
         const uint8_t *data = payload_of(f, data_at, &n);
         if (!data)
             return -1;
+        if (n > ENTRY_LIMIT)
+            return stop(f, data_at, "an entry too long to hold");
         const uint8_t *equals = memchr(data, '=', n);
         if (!equals || !field_name_valid(data, (uint64_t)(equals - data)))
             return stop(f, data_at, "a field without a valid name");
@@ -314,7 +325,11 @@ static int arrays_in_order(File *f, uint64_t at, uint64_t n_entries)
             return -1;
         if (size < ARRAY_ITEMS || (size - ARRAY_ITEMS) % f->array_item_size)
             return stop(f, at, "an entry array of a size that holds no whole items");
-        uint64_t n_items = (size - ARRAY_ITEMS) / f->array_item_size;
+        uint64_t n_items = (size - ARRAY_ITEMS) / f->array_item_size, next = le64(a + 16);
+        /* journalctl takes an array without items, or whose next one is not further on, for the
+           end of the chain: arrays are appended, each with room for items */
+        if (n_items == 0 || next % 8 || (next != 0 && next <= at))
+            return stop(f, at, "an entry array without items, or whose next one is not further on");
         for (uint64_t i = 0; i < n_items && seen < n_entries; i++, seen++) {
             const uint8_t *item = a + ARRAY_ITEMS + i * f->array_item_size;
             uint64_t entry_at = f->array_item_size == 4 ? le32(item) : le64(item);
@@ -322,8 +337,7 @@ static int arrays_in_order(File *f, uint64_t at, uint64_t n_entries)
                 return stop(f, at, "an entry array item out of order or outside the file");
             last = entry_at;
         }
-        uint64_t next = le64(a + 16);
-        if (seen < n_entries && next <= at) /* arrays are appended: a chain that turns back is damaged */
+        if (seen < n_entries && next == 0)
             return stop(f, at, "an entry array chain that ends before the header's count of entries");
         at = next;
     }

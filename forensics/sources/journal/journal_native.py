@@ -20,6 +20,7 @@ import dataclasses
 import mmap
 import os
 import queue
+import re
 import shutil
 import subprocess
 import struct
@@ -89,9 +90,11 @@ class _ExportOf:
     `skip` bytes passed over; after the last byte, `raise_damage` says why journalctl stopped if it
     failed (its own words)."""
 
-    def __init__(self, program: str, path: Path, skip: int = 0) -> None:
-        self.path, self._skip = path, skip
-        files = [f"--file={p}" for p in journal_files(path)]
+    def __init__(self, program: str, path: Path, skip: int = 0, tail: bytes = b"") -> None:
+        self.path, self._skip, self._tail = path, skip, tail
+        self._skipped_tail = b""  # the last bytes passed over, to be `tail`: the bytes written before
+        self.differs = False
+        files = [file_argument(p) for p in journal_files(path)]
         self._child = subprocess.Popen([program, *files, "-o", "export", "--no-pager", "-q"],
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                        env={**os.environ, "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""})
@@ -108,6 +111,10 @@ class _ExportOf:
                 return 0
             self._skip -= passed
             self.done += passed
+            if self._tail:
+                kept = len(self._tail)
+                self._skipped_tail = (self._skipped_tail + bytes(view[max(0, passed - kept):passed]))[-kept:]
+                self.differs = not self._skip and self._skipped_tail != self._tail
         got = self._child.stdout.readinto(view)
         self.done += got or 0
         return got or 0
@@ -115,6 +122,10 @@ class _ExportOf:
     def raise_damage(self) -> None:
         code = self._child.wait()
         self._listener.join()
+        if self.differs:
+            raise ParseError(str(self.path), f"journalctl's export of the file up to byte {self.done - self._skip:,} is "
+                                             "not what was written from it before journalctl took over: entries "
+                                             "there may be missing or doubled")
         if code == 0:
             return
         said = b"".join(self._said).decode(errors="replace").strip().splitlines()
@@ -139,27 +150,34 @@ class _ExportOf:
 class _FileExport:
     """A journal file's export as a reader (`readinto`), written by `_journal_file` from the
     file's bytes; from the first thing not ordinary on, journalctl's (`program`) export of the
-    rest. Without journalctl, that thing is the file's damage."""
+    rest. A file whose header systemd refuses is journalctl's whole (it says why it cannot open
+    it). Without journalctl, the first thing not ordinary is the file's damage."""
 
     def __init__(self, program: str | None, path: Path) -> None:
         self.path, self._program, self.done = path, program, 0
         self._data: bytes | mmap.mmap = b""
+        # entry array, item in it, entries written, the last one's offset and sequence number
+        self._place: tuple[int, ...] = (0, 0, 0, 0, 0)
+        self._left = memoryview(b"")  # the rest of an entry longer than a read
+        self._tail = b""  # the last bytes handed on, which journalctl's export must hold where it takes over
+        self._rest: _ExportOf | None = None
+        self._stopped: tuple[str, int] | None = None
+        if program is not None and not _systemd_opens(program, path):
+            self._stopped = (CANNOT_OPEN, 0)
+            return
         try:  # a file that cannot be mapped reads as no header: journalctl says why it cannot open it
             with path.open("rb") as f:
                 self._data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError):
             pass
-        # entry array, item in it, entries written, the last one's offset and sequence number
-        self._place: tuple[int, ...] = (0, 0, 0, 0, 0)
-        self._left = memoryview(b"")  # the rest of an entry longer than a read
-        self._rest: _ExportOf | None = None
-        self._stopped: tuple[str, int] | None = None
         self._ended = False
         self.damage: str | None = None
 
     def readinto(self, view: memoryview) -> int:
         got = self._read(view)
         self.done += got
+        if self._rest is None:
+            self._tail = (self._tail + bytes(view[max(0, got - TAIL_CHECKED):got]))[-TAIL_CHECKED:]
         return got
 
     def _read(self, view: memoryview) -> int:
@@ -198,7 +216,7 @@ class _FileExport:
         if self._program is not None:
             # From the start: its seeking by cursor in a damaged file can miss what its reading
             # from the start finds, and what is written here is what it writes up to that point.
-            self._rest = _ExportOf(self._program, self.path, skip=self.done)
+            self._rest = _ExportOf(self._program, self.path, skip=self.done, tail=self._tail)
             return
         self._ended = True
         self._stopped = None
@@ -218,6 +236,27 @@ class _FileExport:
             self._rest.__exit__(*exc)
         if isinstance(self._data, mmap.mmap):
             self._data.close()
+
+
+# The bytes before journalctl takes over compared with its own export of them: where they differ,
+# the two readings parted earlier and the hand-over would double or drop entries.
+TAIL_CHECKED = 4096
+
+
+def file_argument(path: Path) -> str:
+    """journalctl's `--file=` for `path` exactly: journalctl expands glob patterns in it, so a file
+    named `sys*.journal` would also read `system.journal`; backslashes quote the pattern characters."""
+    return "--file=" + re.sub(r"([\\*?\[\]{}])", r"\\\1", str(path))
+
+
+def _systemd_opens(program: str, path: Path) -> bool:
+    """Whether systemd opens the journal file (`journalctl --header`, ~10 ms): the checks of its
+    header (state, sizes, the tables' places) are systemd's, and a file it refuses is refused whole
+    by journalctl however sound its entries."""
+    shown = subprocess.run([program, file_argument(path), "--header", "--no-pager", "-q"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, env={**os.environ, "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""},
+                           check=False)
+    return shown.returncode == 0
 
 
 # A folder's files read this many at once, each on a thread of its own: writing a file's export
