@@ -216,12 +216,13 @@ def test_a_hand_over_that_does_not_continue_what_was_written_is_named(journals: 
     """journalctl's export must hold, just before it takes over, the bytes written before it."""
     journal = journals["regular"]
     text = _journalctl(journal)
-    for tail, differs in ((text[1000:1200], False), (b"x" * 200, True)):
-        with journal_native._ExportOf("journalctl", journal, skip=1200, tail=tail) as rest:
+    beyond = len(text) + 100  # more written before than journalctl's whole export
+    for skip, tail, differs in ((1200, text[1000:1200], False), (1200, b"x" * 200, True), (beyond, text[-200:], True)):
+        with journal_native._ExportOf("journalctl", journal, skip=skip, tail=tail) as rest:
             out, buffer = bytearray(), memoryview(bytearray(4096))
             while got := rest.readinto(buffer):
                 out += buffer[:got]
-            assert bytes(out) == text[1200:]
+            assert bytes(out) == text[skip:]
             if differs:
                 with pytest.raises(ParseError, match="not what was written from it before journalctl took over"):
                     rest.raise_damage()

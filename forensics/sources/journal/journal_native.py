@@ -107,7 +107,8 @@ class _ExportOf:
     def readinto(self, view: memoryview) -> int:
         while self._skip:
             passed = self._child.stdout.readinto(view[:self._skip]) or 0
-            if not passed:
+            if not passed:  # it wrote less than was written before it took over
+                self.differs = bool(self._tail)
                 return 0
             self._skip -= passed
             self.done += passed
@@ -162,6 +163,8 @@ class _FileExport:
         self._tail = b""  # the last bytes handed on, which journalctl's export must hold where it takes over
         self._rest: _ExportOf | None = None
         self._stopped: tuple[str, int] | None = None
+        self._ended = False
+        self.damage: str | None = None
         if program is not None and not _systemd_opens(program, path):
             self._stopped = (CANNOT_OPEN, 0)
             return
@@ -170,8 +173,6 @@ class _FileExport:
                 self._data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError):
             pass
-        self._ended = False
-        self.damage: str | None = None
 
     def readinto(self, view: memoryview) -> int:
         got = self._read(view)
