@@ -11,11 +11,12 @@
  * first thing that is not ordinary (an object out of place, a value journalctl would refuse or
  * repair, xz or lz4 compression, a flag this does not know) stops the reading and says where; the
  * caller has journalctl read the file and takes its export from the first byte not written here,
- * so what systemd judges is judged by systemd. (The header is judged by systemd before this runs:
- * a file it refuses to open is journalctl's whole.) journalctl steps from entry to entry by searching
- * the arrays for the next offset: the arrays are checked first to hold every entry once, in order
- * (where they do not, the two walks could part, and journalctl reads the whole file). What is written is byte for byte journalctl's export
- * (systemd 252's `output_export`): `tests/sources/test_journal_file.py` compares them.
+ * so what systemd judges is judged by systemd. The header is judged by systemd before this runs:
+ * a file it refuses to open is journalctl's whole. journalctl steps from entry to entry by
+ * searching the arrays for the next offset: the arrays are checked first to hold every entry once,
+ * in order (where they do not, the two walks could part, and journalctl reads the whole file).
+ * What is written is byte for byte journalctl's export (systemd 252's `output_export`):
+ * `tests/sources/test_journal_file.py` and the fuzz target `journal_file` compare them.
  *
  * Format: https://systemd.io/JOURNAL_FILE_FORMAT/ and https://systemd.io/JOURNAL_EXPORT_FORMATS/
  */
