@@ -228,3 +228,28 @@ def test_a_hand_over_that_does_not_continue_what_was_written_is_named(journals: 
                     rest.raise_damage()
             else:
                 rest.raise_damage()
+
+
+def test_with_neither_journalctl_nor_python_systemd_this_reader_reads_alone(
+        journals: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without systemd (a container, a laptop): healthy files read as with journalctl, a
+    damaged one up to its damage, which is named, and a file with no journal in it refused."""
+    journal = journals["compact, zstd, keyed hash"]
+    with_systemd = journal_native.parse(journal)
+    monkeypatch.setattr(journal_native, "journalctl", lambda: None)
+    monkeypatch.setattr(journal_native, "_python_systemd", lambda: False)
+    alone = journal_native.parse(journal)
+    assert alone.records == with_systemd.records == 220 and alone.rows.equals(with_systemd.rows)
+    data = bytearray(journal.read_bytes())
+    entry = [o for o in _objects(bytes(data)) if o[1] == 3][50]
+    data[entry[0] + 24:entry[0] + 32] = bytes(8)
+    damaged = tmp_path / "damaged.journal"
+    damaged.write_bytes(bytes(data))
+    read = journal_native.parse(damaged)
+    assert read.rows.height == 50 and read.damage is not None
+    assert f"sequence number or time systemd refuses at byte {entry[0]:,}; the 50 entries before it were read" \
+        in read.damage
+    broken = tmp_path / "broken.journal"
+    broken.write_bytes(b"LPKSHHRH" + b"\0" * 100)
+    with pytest.raises(ParseError, match="systemd cannot open it as a journal: no journal header"):
+        journal_native.parse(broken)

@@ -10,7 +10,8 @@ takes over where it stopped, so damage is judged by systemd. A folder's files ar
 apart, up to one per core, and their parts come file after file in the order of their first entries.
 Where there is no journalctl, python-systemd's `systemd.journal._Reader` reads them (the raw
 interface: field values as bytes, repeated fields as lists); `tests/sources/test_journal_conformance.py`
-shows the two agree. The on-disk format is https://systemd.io/JOURNAL_FILE_FORMAT/; journal files
+shows the two agree. Where there is neither (a container, a laptop), `_journal_file` reads alone:
+healthy files whole, a damaged file up to its first damage, which is named. The on-disk format is https://systemd.io/JOURNAL_FILE_FORMAT/; journal files
 start with the magic "LPKSHHRH".
 """
 
@@ -221,7 +222,10 @@ class _FileExport:
             return
         self._ended = True
         self._stopped = None
-        self.damage = f"{why} at byte {at:,}; the {self._place[2]:,} entries before it were read"
+        written = self._place[2]
+        # nothing read at all is a file that cannot be opened, in the words journalctl's refusal has
+        self.damage = (f"{CANNOT_OPEN}: {why} at byte {at:,}" if not written
+                       else f"{why} at byte {at:,}; the {written:,} entries before it were read")
 
     def raise_damage(self) -> None:
         if self._rest is not None:
@@ -289,7 +293,9 @@ def head_realtime(path: Path) -> int | None:
 
 def stream(path: Path) -> Iterator[ParseResult]:
     """A journal file's or folder's `events` and `quarantine` rows, a part per piece of its export
-    (`_FileExport`); python-systemd's reader when there is no journalctl.
+    (`_FileExport`); python-systemd's reader when there is no journalctl (or it is asked for), and
+    where there is neither, `_FileExport` alone: healthy files are read whole, and a file's first
+    damage is named with the entries before it kept.
 
     A folder's files are read apart (`FILES_AT_ONCE` at a time), file after file by their first
     entries' time, and numbered as one text: a row's line and byte are those of the exports of the
@@ -297,7 +303,7 @@ def stream(path: Path) -> Iterator[ParseResult]:
     the others are read (one journalctl given them all would refuse every one); a folder none of
     whose files opens is refused."""
     program = journalctl()
-    if program is None:
+    if program is None and (os.environ.get(JOURNALCTL_ENV) == "" or _python_systemd()):
         yield parse_entries(path)
         return
     files = journal_files(path)
@@ -337,7 +343,16 @@ def _continued(part: ParseResult, lines: int, size: int) -> ParseResult:
     return dataclasses.replace(part, rows=rows, quarantine=quarantine)
 
 
-def _stream_file(program: str, file: Path, source_file: str, refuse: bool) -> Iterator[ParseResult]:
+def _python_systemd() -> bool:
+    """Whether python-systemd's journal reader can be imported (the `journal` extra)."""
+    try:
+        from systemd import journal  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _stream_file(program: str | None, file: Path, source_file: str, refuse: bool) -> Iterator[ParseResult]:
     """One journal file's parts (`_FileExport`), labelled with the input's `source_file`. A file
     systemd cannot open at all is refused (`refuse`: a ParseError) or is the part's damage."""
     opened = lambda: _FileExport(program, file)  # noqa: E731 - the reader opened in the reading thread
