@@ -4,7 +4,8 @@ this module with the sanitizer runtime preloaded).
 
 - `export_scan`: any bytes as a journal export, parsed by the C scanner, must give exactly what the
   line-by-line reference parser of `tests/sources/test_export_scan.py` gives (a differential oracle:
-  a wrong answer is a failure, not only a crash), with values copied and as views.
+  a wrong answer is a failure, not only a crash), with values copied and as views; and the
+  newlines it finds are numpy's.
 - `lines`: any text as log lines must read without a memory error: one number or null per field
   and line, and the same numbers for a line alone as within the column (`label_numbers`); each
   line mapped to a distinct line equal to it, the distinct lines each once (`distinct_messages`).
@@ -38,7 +39,16 @@ def load_sanitized(build: Path) -> None:
 
 
 def export_scan(data: bytes) -> None:
+    import numpy as np
+
+    from forensics.sources.journal import _export_scan
     from tests.sources.test_export_scan import comparable, reference_entries, scanned_entries
+
+    buffer = np.frombuffer(data, np.uint8)
+    for length in (len(data), len(data) // 2):
+        found = np.frombuffer(_export_scan.newline_positions(buffer, length), np.int64)
+        if not np.array_equal(found, np.flatnonzero(buffer[:length] == 10)):
+            raise AssertionError(f"newline positions wrong on {data!r} up to {length}")
 
     for copy in (True, False):
         scanned, expected = comparable(scanned_entries(data, copy)), comparable(reference_entries(data))

@@ -253,6 +253,15 @@ def test_count_newlines_and_bounds() -> None:
         _export_scan.scan(data, -1, True, True, frozenset(), frozenset(), b"__CURSOR", frozenset(), 80)
 
 
+def test_newline_positions_are_where_the_newlines_are() -> None:
+    data = np.frombuffer(b"a\nb\n\nc" + b"\n" * 40 + b"x" * 100 + b"\n", dtype=np.uint8)
+    for length in (0, 1, 2, 6, 30, len(data)):
+        found = np.frombuffer(_export_scan.newline_positions(data, length), np.int64)
+        assert found.tolist() == [i for i in range(length) if data[i] == 10]
+    with pytest.raises(ValueError, match="length 200 outside"):
+        _export_scan.newline_positions(data, 200)
+
+
 @pytest.mark.parametrize("size", [15, 16, 17, 16 * 255, 16 * 255 + 1, 16 * 256 + 7, 100_003])
 def test_count_newlines_counts_as_bytes_count_does(size: int) -> None:
     """The vector count agrees with `bytes.count` at every length around its 16-byte steps and its

@@ -1185,19 +1185,27 @@ done:
     return result;
 }
 
+/* Parses (buffer, length) and checks the length lies within the buffer; 0 with an exception set otherwise. */
+static int piece_prefix(PyObject *args, Py_buffer *buffer, Py_ssize_t *length)
+{
+    if (!PyArg_ParseTuple(args, "y*n", buffer, length))
+        return 0;
+    if (*length < 0 || *length > buffer->len) {
+        PyErr_Format(PyExc_ValueError, "length %zd outside the %zd-byte piece", *length, buffer->len);
+        PyBuffer_Release(buffer);
+        return 0;
+    }
+    return 1;
+}
+
 PyDoc_STRVAR(count_newlines_doc, "count_newlines(piece, length) -> int: newlines in the first `length` bytes.");
 
 static PyObject *py_count_newlines(PyObject *self, PyObject *args)
 {
     Py_buffer buffer;
     Py_ssize_t length, count;
-    if (!PyArg_ParseTuple(args, "y*n", &buffer, &length))
+    if (!piece_prefix(args, &buffer, &length))
         return NULL;
-    if (length < 0 || length > buffer.len) {
-        PyErr_Format(PyExc_ValueError, "length %zd outside the %zd-byte piece", length, buffer.len);
-        PyBuffer_Release(&buffer);
-        return NULL;
-    }
     Py_BEGIN_ALLOW_THREADS
     count = count_newlines(buffer.buf, length);
     Py_END_ALLOW_THREADS
@@ -1205,9 +1213,36 @@ static PyObject *py_count_newlines(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(count);
 }
 
+PyDoc_STRVAR(newline_positions_doc, "newline_positions(buffer, length) -> bytes\n\n"
+             "The offset of every newline in the first `length` bytes of `buffer`, in order, as native int64s.");
+
+static PyObject *py_newline_positions(PyObject *self, PyObject *args)
+{
+    Py_buffer buffer;
+    Py_ssize_t length;
+    if (!piece_prefix(args, &buffer, &length))
+        return NULL;
+    const uint8_t *start = buffer.buf, *end = start + length;
+    Py_ssize_t count;
+    Py_BEGIN_ALLOW_THREADS
+    count = count_newlines(start, length);
+    Py_END_ALLOW_THREADS
+    PyObject *positions = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
+    if (positions) {
+        int64_t *out = (int64_t *)PyBytes_AS_STRING(positions);
+        Py_BEGIN_ALLOW_THREADS
+        for (const uint8_t *a = start; a < end && (a = memchr(a, '\n', (size_t)(end - a))) != NULL; a++)
+            *out++ = a - start;
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&buffer);
+    return positions;
+}
+
 static PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS, scan_doc},
     {"count_newlines", py_count_newlines, METH_VARARGS, count_newlines_doc},
+    {"newline_positions", py_newline_positions, METH_VARARGS, newline_positions_doc},
     {NULL, NULL, 0, NULL},
 };
 

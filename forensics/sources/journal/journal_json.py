@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from forensics.sources.common.byteviews import binary_views
+from forensics.sources.journal import _export_scan
 from forensics.sources.journal.fields import (
     FieldFrameBuilder,
     JournalValue,
@@ -195,7 +196,7 @@ def parse(path: Path) -> ParseResult:
         events, quarantine = assemble_events(fields, source_file=str(path), fmt=NAME)
         return ParseResult("events", events, quarantine, records=fields.height, damage=damage)
     buf = np.frombuffer(data, np.uint8) if len(data) else np.zeros(0, np.uint8)
-    ends = np.flatnonzero(buf == 10)
+    ends = np.frombuffer(_export_scan.newline_positions(buf, len(buf)), np.int64)  # numpy's == and nonzero: 20x the time
     if len(buf) and buf[-1] != 10:
         ends = np.append(ends, len(buf))
     starts = np.concatenate(([0], ends[:-1] + 1)) if len(ends) else ends
