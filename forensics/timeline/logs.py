@@ -224,17 +224,19 @@ def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = No
     frame = events.collect() if isinstance(events, pl.LazyFrame) else events
     distinct, place = distinct_messages(frame.get_column("message"))
     read = _read_distinct(distinct.alias("message").to_frame(), rules)
+    # the numbers and ranks a line says by itself, read once per distinct line too: read in place,
+    # the other lines masked (no copy of the progress lines out and back)
+    read = read.with_columns(label_numbers(read.get_column("message"), rules.fields,
+                                           read.get_column("progress").is_not_null()))
+    # A handful of distinct tags (TP0 … TP7): ranks are read from those, then mapped onto every line.
+    tags = read.select(pl.col("tag").unique().drop_nulls()).with_columns(
+        pl.col("tag").str.extract(rf"\b{r.upper()}(\d+)\b", 1).cast(pl.Int32).alias(f"line_{r}") for r in RANKS)
+    read = read.with_columns(pl.col("tag").replace_strict(tags.get_column("tag"), tags.get_column(f"line_{r}"),
+                                                          default=None, return_dtype=pl.Int32).alias(f"line_{r}")
+                             for r in RANKS)
     if place is not None:
         read = read.select(pl.all().gather(place))
-    frame = frame.with_columns(read.drop("message"))
-    # read in place, the other lines masked: no copy of the progress lines out and back
-    numbers = label_numbers(frame.get_column("message"), rules.fields, frame.get_column("progress").is_not_null())
-    # A handful of distinct tags (TP0 … TP7): ranks are read from those, then mapped onto every row.
-    tags = frame.select(pl.col("tag").unique().drop_nulls()).with_columns(
-        pl.col("tag").str.extract(rf"\b{r.upper()}(\d+)\b", 1).cast(pl.Int32).alias(f"line_{r}") for r in RANKS)
-    ranks = [pl.col("tag").replace_strict(tags.get_column("tag"), tags.get_column(f"line_{r}"), default=None,
-                                          return_dtype=pl.Int32).alias(f"line_{r}") for r in RANKS]
-    return frame.with_columns(numbers).with_columns(*ranks)
+    return frame.with_columns(read.drop("message"))
 
 
 def _read_distinct(messages: pl.DataFrame, rules: LogRules) -> pl.DataFrame:
