@@ -106,3 +106,24 @@ def test_the_timeline_read_from_the_rows_an_ingest_holds_is_the_one_read_from_it
                  "clock_checks", "request_pairs"):
         ours, theirs = getattr(first, name), getattr(second, name)  # tables by group: in no set order
         assert ours.sort(ours.columns, nulls_last=True).equals(theirs.sort(theirs.columns, nulls_last=True)), name
+
+
+def test_scrapes_held_by_the_timeline_are_the_ones_read_from_the_case(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to HELD_SAMPLES scrapes the timeline reads them once and holds them; above it each question
+    reads the case anew. Either way the samples are the same rows and the analysis finds the same."""
+    import forensics.timeline.align as align_module
+    from forensics.analyze import analyze
+    from forensics.lab.reference import write_reference
+
+    bundle = write_reference(tmp_path / "reference")
+    held = analyze(bundle, tmp_path / "held")
+    monkeypatch.setattr(align_module, "HELD_SAMPLES", 0)
+    read_anew = analyze(bundle, tmp_path / "read-anew")
+    plans = [a.timeline.samples.explain() for a in (held, read_anew)]
+    assert "parquet" not in plans[0].lower() and "parquet" in plans[1].lower(), plans
+    ours, theirs = (a.timeline.samples.collect() for a in (held, read_anew))
+    assert ours.height > 1_000 and ours.equals(theirs)
+    assert [(f.kind, f.at, f.text) for f in held.findings] == [(f.kind, f.at, f.text) for f in read_anew.findings]
+    # the scrapes are evidence of findings (the reference: a counter that restarted, a frozen engine)
+    assert any(e.frame == "samples" for f in held.findings for e in f.evidence)

@@ -47,6 +47,9 @@ from forensics.timeline.host_read import HostRead, event_columns, read_batch, re
 
 LEAN_ENV = "FORENSICS_LEAN_ABOVE"  # records above which the timeline is lean (default 2 M; 0: always)
 LEAN_ABOVE = int(os.environ.get(LEAN_ENV) or 2_000_000)
+# Scrapes held in memory by the timeline up to this many samples (about 130 bytes each), read
+# from the case anew by each question above it.
+HELD_SAMPLES = 2_000_000
 
 
 @dataclass
@@ -189,6 +192,10 @@ def _samples_and_stacks(case: Case, incident: Incident, window: Window | None,
                            .with_columns(pl.lit("samples").alias("frame")).collect())
         samples = samples.filter(inside)
     stacks, outside_stacks = outside_window(stacks, window, "stacks")
+    if case.manifest.get("totals", {}).get("samples", HELD_SAMPLES + 1) <= HELD_SAMPLES:
+        # read once: the detectors ask the scrapes a dozen questions, and each read the file anew,
+        # decoding every sample's labels again (20 ms a question at 46 k samples)
+        samples = samples.collect().lazy()
     return samples, stacks, outside_samples, outside_stacks
 
 
