@@ -319,7 +319,7 @@ def _profile_evidence(case: Case) -> tuple[list[str], list[str], pl.Series]:
     titles = case.stacks.select(pl.col("title").drop_nulls().unique()).collect().get_column("title").to_list()
     names = (case.samples.select(pl.col("name").cast(pl.String).drop_nulls().unique()).collect()
              .get_column("name").to_list())
-    messages = case.events.select("message").head(PROFILE_SAMPLE_LINES).collect().get_column("message").drop_nulls()
+    messages = case.events_of(["message"]).head(PROFILE_SAMPLE_LINES).collect().get_column("message").drop_nulls()
     return titles, names, messages
 
 

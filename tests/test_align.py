@@ -94,6 +94,10 @@ def test_the_timeline_read_from_the_rows_an_ingest_holds_is_the_one_read_from_it
     profile = load_profile("sglang")
     from_memory = load_case(tmp_path / "case")
     from_memory.held_events = held.events
+    # what is asked of the events before the timeline takes the rows over: the same from either
+    columns = ["host", "ts", "source_file", "message"]
+    assert from_memory.events_of(columns).collect().equals(load_case(tmp_path / "case").events_of(columns).collect())
+    assert "parquet" not in from_memory.events_of(columns).explain().lower()
     timelines = [build_timeline(case, load_incident(bundle, profile), profile)
                  for case in (from_memory, load_case(tmp_path / "case"))]
     assert not from_memory.held_events  # released once read

@@ -15,7 +15,7 @@ import polars as pl
 from forensics.errors import CaseError
 from forensics.sources.common.schema import SCHEMAS
 from forensics.case.places import Place, location
-from forensics.case.store import scan_frame
+from forensics.case.store import partition_name, partition_rows, scan_frame
 
 # 4: frames partitioned by host; 5: events' identifiers stored as categories; 6: journald's cursors
 # held as their values (`forensics.sources.journal.cursor`)
@@ -65,6 +65,18 @@ class Case:
     # host → its `events` rows still in memory from the ingest that wrote them (`Held.events`), for
     # the timeline to read instead of the file; empty for a case opened from disk
     held_events: dict[str | None, pl.DataFrame] = field(default_factory=dict)
+
+    def events_of(self, columns: list[str]) -> pl.LazyFrame:
+        """`events` narrowed to `columns`, host folder after host folder as the files give them: from
+        the rows an ingest in this process still holds (`held_events`) when it holds every host's,
+        else from the files (a question asked before the timeline takes those rows over)."""
+        layout = self.manifest.get("layout", {})
+        hosts = layout.get("partitions", {}).get("events")
+        if not self.held_events or hosts is None or set(self.held_events) != set(hosts):
+            return self.events.select(columns)
+        extras = layout.get("extra_columns", {}).get("events")
+        return pl.concat([partition_rows(self.held_events[host], "events", host, extras, columns)
+                          for host in sorted(self.held_events, key=partition_name)]).lazy()
 
     def to_pandas(self, frame: str, columns: list[str] | None = None, where: pl.Expr | None = None) -> Any:
         """One of the case's frames (`events`, `samples`, `stacks`, `quarantine`) as a pandas

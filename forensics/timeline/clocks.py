@@ -210,10 +210,11 @@ def plausible_window(case: Case, incident: Incident) -> Window | None:
     # capture header) outvotes a file's modification time, which a copy resets to "now".
     confident = pl.col("ts_confidence").cast(pl.String).fill_null("") != "low"
     columns = [pl.col("ts"), pl.col("source_file").cast(pl.String)]
-    stamped = pl.concat([case.events.select(columns).collect(), case.stacks.filter(confident).select(columns).collect(),
+    events = case.events_of(["ts", "source_file"]).select(columns).collect()
+    stamped = pl.concat([events, case.stacks.filter(confident).select(columns).collect(),
                          case.samples.filter(confident).select(columns).collect()]).drop_nulls("ts")
     if stamped.height < 10:
-        stamped = pl.concat([case.events.select(columns).collect(), case.stacks.select(columns).collect(),
+        stamped = pl.concat([events, case.stacks.select(columns).collect(),
                              case.samples.select(columns).collect()]).drop_nulls("ts")
     if stamped.height < 10:
         return None
