@@ -49,6 +49,16 @@ def export_scan(data: bytes) -> None:
         found = np.frombuffer(_export_scan.newline_positions(buffer, length), np.int64)
         if not np.array_equal(found, np.flatnonzero(buffer[:length] == 10)):
             raise AssertionError(f"newline positions wrong on {data!r} up to {length}")
+    # the JSON reader's marks of each line, against bytes.count (which does not count overlaps either)
+    lines = data.split(b"\n")
+    starts = np.cumsum([0] + [len(line) + 1 for line in lines[:-1]]).astype(np.int64)
+    ends = starts + np.array([len(line) for line in lines], np.int64)
+    keys, strings, other = _export_scan.json_line_marks(buffer, starts, ends)
+    expected = ([line.count(b'":') for line in lines], [line.count(b'":"') + line.count(b'": "') for line in lines],
+                [any(m in line for m in (b'":[', b'": [', b'":null', b'": null')) for line in lines])
+    if [np.frombuffer(keys, np.int32).tolist(), np.frombuffer(strings, np.int32).tolist(),
+            np.frombuffer(other, np.bool_).tolist()] != list(expected):
+        raise AssertionError(f"JSON line marks wrong on {data!r}")
 
     for copy in (True, False):
         scanned, expected = comparable(scanned_entries(data, copy)), comparable(reference_entries(data))

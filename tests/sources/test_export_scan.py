@@ -1,14 +1,16 @@
 """The C export scanner against a plain reference written line by line from the spec.
 
-`_export_scan` is the one piece of C in the project: these tests feed it generated exports (many
+`_export_scan` is the journal readers' hot loops in C: these tests feed it generated exports (many
 distinct keys in shifting order, repeated fields, binary values holding newlines, every kind of
 UTF-8 mistake, garbage lines) and then damage them at random, and check every entry's fields,
 repeated values, line number and first problem against `reference_entries` below, which walks the
-file the slow obvious way.
+file the slow obvious way; and its helpers (newlines, the JSON reader's marks) against numpy's and
+polars' answers.
 """
 
 from __future__ import annotations
 
+import random
 import re
 import struct
 
@@ -312,3 +314,27 @@ def test_the_scanner_holds_an_integer_as_a_number_exactly_when_it_is_plainly_wri
     assert numbers == [0, 6, 1781818487000000, 999999999999999999] + [None] * (len(INTEGERS) - 4)
     # what it did not read stays as it came, for the journal's rules to judge
     assert frame.get_column("_PID").to_list() == [None] * 4 + INTEGERS[4:]
+
+
+def test_json_line_marks_count_as_polars_counts() -> None:
+    """What the JSON reader asks of each line (how often `":`, `":"` and `": "` occur, whether a
+    list or a null value does) is what polars' literal `count_matches` and `contains` answer, its
+    way of not counting overlaps included, on lines made of the characters that make them."""
+    rng = random.Random(7)
+    alphabet = ['"', ":", " ", "[", "null", "n", "x", "\\", "{", "}", ","]
+    lines = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40))) for _ in range(20_000)]
+    lines += ['{"a\\":":"x"}', '":":":"', '": ": ": "', '{"MESSAGE": null}', '{"X":["a"]}']
+    data = ("\n".join(lines) + "\n").encode()
+    buf = np.frombuffer(data, np.uint8)
+    ends = np.frombuffer(_export_scan.newline_positions(buf, len(buf)), np.int64)
+    starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
+    keys, strings, other = _export_scan.json_line_marks(buf, starts, ends)
+    text = pl.Series(lines)
+    assert np.frombuffer(keys, np.int32).tolist() == text.str.count_matches('":', literal=True).to_list()
+    assert np.frombuffer(strings, np.int32).tolist() == (text.str.count_matches('":"', literal=True)
+                                                         + text.str.count_matches('": "', literal=True)).to_list()
+    markers = ('":[', '": [', '":null', '": null')
+    assert np.frombuffer(other, np.bool_).tolist() == pl.select(
+        pl.any_horizontal(*[text.str.contains(m, literal=True) for m in markers])).to_series().to_list()
+    with pytest.raises(ValueError, match="outside"):
+        _export_scan.json_line_marks(buf, starts, ends + len(buf))

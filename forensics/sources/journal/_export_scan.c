@@ -1239,10 +1239,99 @@ static PyObject *py_newline_positions(PyObject *self, PyObject *args)
     return positions;
 }
 
+/* journalctl's JSON, one entry a line (journal_json._fast): what each line writes after its keys.
+ * Every mark starts with a key's closing quote and its colon, `":`, so one pass over the colons of
+ * a line finds them all. Counted as polars' literal count_matches counts (occurrences that do not
+ * overlap: after `":"` the next may start three bytes on, after `": "` four), so that the Python
+ * reader's checks stay what they were. */
+typedef struct {
+    int32_t keys;     /* `":` */
+    int32_t strings;  /* `":"` plus `": "` */
+    uint8_t other;    /* `":[`, `": [`, `":null` or `": null` somewhere */
+} JsonMarks;
+
+static JsonMarks json_marks(const uint8_t *a, Py_ssize_t n)
+{
+    JsonMarks marks = {0, 0, 0};
+    Py_ssize_t quoted_from = 0, spaced_from = 0;  /* where the next `":"`, `": "` may start */
+    const uint8_t *end = a + n, *colon = a;
+    while (colon < end && (colon = memchr(colon, ':', (size_t)(end - colon))) != NULL) {
+        Py_ssize_t at = colon - a - 1;  /* the quote before the colon */
+        colon++;
+        if (at < 0 || a[at] != '"')
+            continue;
+        marks.keys++;
+        Py_ssize_t left = n - at - 2;  /* bytes after the colon */
+        const uint8_t *after = a + at + 2;
+        if (left >= 1 && after[0] == '"' && at >= quoted_from) {
+            marks.strings++;
+            quoted_from = at + 3;
+        }
+        if (left >= 2 && after[0] == ' ' && after[1] == '"' && at >= spaced_from) {
+            marks.strings++;
+            spaced_from = at + 4;
+        }
+        if ((left >= 1 && after[0] == '[') || (left >= 2 && after[0] == ' ' && after[1] == '[')
+            || (left >= 4 && memcmp(after, "null", 4) == 0) || (left >= 5 && memcmp(after, " null", 5) == 0))
+            marks.other = 1;
+    }
+    return marks;
+}
+
+PyDoc_STRVAR(json_line_marks_doc, "json_line_marks(buffer, starts, ends) -> (keys, strings, other)\n\n"
+             "For each line buffer[starts[i]:ends[i]] (starts and ends: native int64s): how often `\":` occurs "
+             "(int32s), how often `\":\"` and `\": \"` do (int32s, their sum; counted without overlaps, as "
+             "polars' count_matches does), and whether `\":[`, `\": [`, `\":null` or `\": null` does (bools).");
+
+static PyObject *py_json_line_marks(PyObject *self, PyObject *args)
+{
+    Py_buffer buffer, starts, ends;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &buffer, &starts, &ends))
+        return NULL;
+    PyObject *result = NULL, *keys = NULL, *strings = NULL, *other = NULL;
+    Py_ssize_t rows = starts.len / (Py_ssize_t)sizeof(int64_t);
+    if (starts.len != ends.len || starts.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends must be int64 arrays of one length");
+        goto done;
+    }
+    const int64_t *from = starts.buf, *to = ends.buf;
+    for (Py_ssize_t i = 0; i < rows; i++)
+        if (from[i] < 0 || from[i] > to[i] || to[i] > buffer.len) {
+            PyErr_Format(PyExc_ValueError, "line %zd (%lld to %lld) outside the %zd-byte buffer", i,
+                         (long long)from[i], (long long)to[i], buffer.len);
+            goto done;
+        }
+    keys = PyBytes_FromStringAndSize(NULL, rows * (Py_ssize_t)sizeof(int32_t));
+    strings = PyBytes_FromStringAndSize(NULL, rows * (Py_ssize_t)sizeof(int32_t));
+    other = PyBytes_FromStringAndSize(NULL, rows);
+    if (!keys || !strings || !other)
+        goto done;
+    int32_t *key_counts = (int32_t *)PyBytes_AS_STRING(keys), *string_counts = (int32_t *)PyBytes_AS_STRING(strings);
+    uint8_t *others = (uint8_t *)PyBytes_AS_STRING(other);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        JsonMarks marks = json_marks((const uint8_t *)buffer.buf + from[i], (Py_ssize_t)(to[i] - from[i]));
+        key_counts[i] = marks.keys;
+        string_counts[i] = marks.strings;
+        others[i] = marks.other;
+    }
+    Py_END_ALLOW_THREADS
+    result = PyTuple_Pack(3, keys, strings, other);
+done:
+    Py_XDECREF(keys);
+    Py_XDECREF(strings);
+    Py_XDECREF(other);
+    PyBuffer_Release(&buffer);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&ends);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS, scan_doc},
     {"count_newlines", py_count_newlines, METH_VARARGS, count_newlines_doc},
     {"newline_positions", py_newline_positions, METH_VARARGS, newline_positions_doc},
+    {"json_line_marks", py_json_line_marks, METH_VARARGS, json_line_marks_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -33,7 +33,6 @@ from forensics.sources.common.schema import EXCERPT_CHARS
 from forensics.sources import ParseResult, register
 
 NAME = "journal_json"
-_SLOW_MARKERS = ('":[', '": [', '":null', '": null')
 _SCHEMA_SAMPLE_LINES = 2000
 MAX_FIELDS = 1024  # journald's ENTRY_FIELD_COUNT_MAX, as for exports
 
@@ -138,8 +137,10 @@ def _fast(path: Path, data: bytes | mmap.mmap, buf: np.ndarray, starts: np.ndarr
         text = binary_views(buf, starts, ends).cast(pl.String)
     except pl.exceptions.ComputeError:  # some line is not UTF-8: let Python name the byte
         return everything_slow
-    slow = pl.select(pl.any_horizontal(*[text.str.contains(m, literal=True) for m in _SLOW_MARKERS])
-                     ).to_series().to_numpy().copy()
+    # one pass in C over every line's `":` (polars' four contains and three counts took 8x the time)
+    marks = _export_scan.json_line_marks(buf, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64))
+    keys_written, strings_written = (np.frombuffer(m, np.int32) for m in marks[:2])
+    slow = np.frombuffer(marks[2], np.bool_).copy()  # a list or a null value: `":[`, `": [`, `":null`, `": null`
     fast_rows = np.flatnonzero(~slow)
     if len(fast_rows) == 0:
         return pl.DataFrame(), slow
@@ -171,8 +172,7 @@ def _fast(path: Path, data: bytes | mmap.mmap, buf: np.ndarray, starts: np.ndarr
     # A line with a key outside the schema lost it, and one with a number or boolean value had it
     # turned into text: count its keys and string values, and send any mismatch back to Python.
     seen = frame.select(pl.sum_horizontal(pl.all().is_not_null())).to_series()
-    written = fast_text.str.count_matches('":', literal=True)
-    strings = fast_text.str.count_matches('":"', literal=True) + fast_text.str.count_matches('": "', literal=True)
+    written, strings = pl.Series(keys_written[fast_rows]), pl.Series(strings_written[fast_rows])
     lost = ((written != seen) | (written != strings) | (written > MAX_FIELDS)).to_numpy()
     if lost.any():
         slow[fast_rows[lost]] = True
