@@ -119,3 +119,24 @@ def test_a_reader_that_stops_early_stops_the_decompression(tmp_path: Path) -> No
     time.sleep(0.3)  # the decompressing thread fills the hand-over queue and waits
     reader.close()  # returns only once that thread has finished
     assert not [t for t in threading.enumerate() if t.name == f"decompress {path.name}"]
+
+
+@pytest.mark.parametrize("stretch", [2, 3, 64 << 10], ids=["searched, small", "searched, odd", "counted"])
+def test_long_lines_are_the_ones_a_split_finds(monkeypatch: pytest.MonkeyPatch, stretch: int) -> None:
+    """The lines `cut_long_lines` empties, their numbers and lengths, are those of a plain split of
+    the text, whether found by a search per stretch of half the limit or by counting every newline;
+    the text left is the text with exactly those lines emptied."""
+    monkeypatch.setattr(rawio, "SEARCHED_STRETCH", stretch)
+    rng = random.Random(stretch)
+    for _ in range(400):
+        lines = [b"x" * rng.choice([0, 1, 3, 5, 8, 9, 10, 11, 17, 40]) for _ in range(rng.randrange(1, 30))]
+        data = b"\n".join(lines) + rng.choice([b"", b"\n"])
+        limit = rng.choice([4, 5, 8, 9, 10])
+        kept, long = rawio.cut_long_lines(data, limit)
+        split = data.split(b"\n")
+        if data.endswith(b"\n"):
+            split = split[:-1]
+        expected = [(n, len(line)) for n, line in enumerate(split, start=1) if len(line) > limit]
+        assert long == (expected if len(data) > limit else []), (data, limit)
+        emptied = [b"" if len(line) > limit else line for line in split]
+        assert kept == (b"\n".join(emptied) + (b"\n" if data.endswith(b"\n") else b"") if long else data)

@@ -298,11 +298,55 @@ def cut_long_lines(data: bytes | mmap.mmap, max_line: int | None = None
                    ) -> tuple[bytes | mmap.mmap, list[tuple[int, int]]]:
     """`data` with every line longer than `max_line` bytes (default `MAX_LINE`, or FORENSICS_MAX_LINE)
     left empty, and those lines as (line number, length): one 2 GB line must not become a 2 GB
-    string, nor a Parquet page over its 2 GiB limit. Found 64 MiB at a time with numpy, so the
-    common case (no such line) costs one pass at memory speed and no copy."""
+    string, nor a Parquet page over its 2 GiB limit. The common case (no such line) costs a search
+    for one newline in each stretch of half the limit, not a pass over every byte."""
     limit = max_line or _setting(MAX_LINE_ENV, MAX_LINE)
     if len(data) <= limit:
         return data, []
+    long = _long_lines(data, limit) if limit >= 2 * SEARCHED_STRETCH else _long_lines_counted(data, limit)
+    if not long:
+        return data, []
+    parts, at = [], 0
+    for _, begin, end in long:
+        parts += [bytes(data[at:begin])]
+        at = end
+    parts.append(bytes(data[at:]))
+    return b"".join(parts), [(line, end - begin) for line, begin, end in long]
+
+
+# A line longer than the limit holds a whole aligned stretch of half the limit without a newline;
+# below this stretch the newlines are counted instead (a search per stretch would cost more).
+SEARCHED_STRETCH = 64 << 10
+
+
+def _long_lines(data: bytes | mmap.mmap, limit: int) -> list[tuple[int, int, int]]:
+    """(line number, start, end) of the lines of `data` longer than `limit`: the stretches of half
+    the limit holding no newline are found by one search each; only around those is a line's length
+    measured, and the newlines before it counted for its number."""
+    stretch, long, counted_to, lines_before = limit // 2, [], 0, 0
+    at = 0
+    while at < len(data):
+        if data.find(b"\n", at, at + stretch) >= 0:
+            at += stretch
+            continue
+        begin = data.rfind(b"\n", 0, at) + 1
+        end = data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        if end - begin > limit:
+            lines_before += _count_newlines(data, counted_to, begin)
+            counted_to = begin
+            long.append((lines_before + 1, begin, end))
+        at = (end // stretch + 1) * stretch  # the next aligned stretch past this line's end
+    return long
+
+
+def _count_newlines(data: bytes | mmap.mmap, start: int, end: int) -> int:
+    view = np.frombuffer(data, dtype=np.uint8)
+    return sum(int(np.count_nonzero(view[at:min(at + (64 << 20), end)] == 10)) for at in range(start, end, 64 << 20))
+
+
+def _long_lines_counted(data: bytes | mmap.mmap, limit: int) -> list[tuple[int, int, int]]:
+    """`_long_lines` for a small limit: every newline found, 64 MiB at a time."""
     view = np.frombuffer(data, dtype=np.uint8)
     long, lines_before, start = [], 0, 0  # start: where the current line began
     window = 64 << 20
@@ -316,14 +360,7 @@ def cut_long_lines(data: bytes | mmap.mmap, max_line: int | None = None
         start = int(bounds[-1])
     if len(view) - start > limit:
         long.append((lines_before + 1, start, len(view)))
-    if not long:
-        return data, []
-    parts, at = [], 0
-    for _, begin, end in long:
-        parts += [bytes(view[at:begin])]
-        at = end
-    parts.append(bytes(view[at:]))
-    return b"".join(parts), [(line, end - begin) for line, begin, end in long]
+    return long
 
 
 class _Buffers:
