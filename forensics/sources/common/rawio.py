@@ -282,7 +282,7 @@ def _at_most_lines(data: bytes | mmap.mmap, most: int) -> tuple[bytes | mmap.mma
     view = np.frombuffer(data, dtype=np.uint8)
     seen, window = 0, 64 << 20
     for at in range(0, len(view), window):
-        here = int(np.count_nonzero(view[at:at + window] == 10))
+        here = _count_newlines(data, at, min(at + window, len(view)))
         if seen + here >= most:
             ends = np.flatnonzero(view[at:at + window] == 10)
             cut = at + int(ends[most - seen - 1]) + 1
@@ -341,6 +341,7 @@ def _long_lines(data: bytes | mmap.mmap, limit: int) -> list[tuple[int, int, int
 
 
 def _count_newlines(data: bytes | mmap.mmap, start: int, end: int) -> int:
+    """Newlines in data[start:end], counted 64 MiB at a time (no temporary the size of the data)."""
     view = np.frombuffer(data, dtype=np.uint8)
     return sum(int(np.count_nonzero(view[at:min(at + (64 << 20), end)] == 10)) for at in range(start, end, 64 << 20))
 

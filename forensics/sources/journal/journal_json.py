@@ -144,9 +144,8 @@ def _fast(path: Path, data: bytes | mmap.mmap, buf: np.ndarray, starts: np.ndarr
     fast_rows = np.flatnonzero(~slow)
     if len(fast_rows) == 0:
         return pl.DataFrame(), slow
-    fast_text = text.gather(pl.Series(fast_rows))
     keys: set[str] = set()
-    for line in fast_text.head(_SCHEMA_SAMPLE_LINES).to_list():
+    for line in text.gather(pl.Series(fast_rows[:_SCHEMA_SAMPLE_LINES])).to_list():
         try:
             value = json.loads(line)
         except (ValueError, RecursionError):  # read (and quarantined) one by one later
