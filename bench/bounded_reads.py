@@ -6,7 +6,10 @@ against the documented bounds, and what the ingest kept and said.
 - a .tar.gz of a few KB holding a sparse 40 GB server log beside a real one: the huge member is
   not unpacked (over FORENSICS_MAX_UNPACKED, 8 GiB), the real one is read;
 - a server log holding one 2 GB line between two ordinary ones: the line is quarantined with its
-  length (over FORENSICS_MAX_LINE, 1 MiB), the others read.
+  length (over FORENSICS_MAX_LINE, 1 MiB), the others read;
+- a zstd journal export of three entries, then 4 GiB with no blank line (about 130 KB compressed):
+  read in pieces, the run is held up to FORENSICS_MAX_RECORD (1 GiB) and the input ends there with
+  its reason, the three entries kept.
 
 Each run here checks its own work (the manifest's counts and reasons), so a run that read nothing
 cannot pass for a fast one.
@@ -19,6 +22,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from bench.measure import Measurement, run
 from forensics.lab.synth import sparse_tarball
@@ -31,10 +35,15 @@ def _bomb(folder: Path) -> Path:
     metrics.mkdir(parents=True)
     with gzip.open(metrics / "scrapes.prom.gz", "wb", compresslevel=9) as out:
         out.write(b"sglang:num_running_reqs 1\n")
-        block = b"\n" * (64 << 20)
-        for _ in range(64):  # 4 GiB
-            out.write(block)
+        _write_run(out, b"\n", 4)
     return folder / "bomb"
+
+
+def _write_run(out: Any, byte: bytes, gib: int) -> None:
+    """`gib` GiB of `byte` written to `out`, 64 MiB at a time."""
+    block = byte * (64 << 20)
+    for _ in range(16 * gib):
+        out.write(block)
 
 
 def _long_line(folder: Path) -> Path:
@@ -42,11 +51,23 @@ def _long_line(folder: Path) -> Path:
     logs.mkdir(parents=True)
     with open(logs / "server.log", "wb") as out:
         out.write(b"[2026-06-18 21:00:00] before\n[2026-06-18 21:00:01] ")
-        block = b"x" * (64 << 20)
-        for _ in range(32):  # 2 GiB
-            out.write(block)
+        _write_run(out, b"x", 2)
         out.write(b"\n[2026-06-18 21:00:02] after\n")
     return folder / "longline"
+
+
+def _record_bomb(folder: Path) -> Path:
+    import zstandard
+
+    journal = folder / "record" / "journal"
+    journal.mkdir(parents=True)
+    with open(journal / "h.export.zst", "wb") as raw, zstandard.ZstdCompressor(level=19).stream_writer(raw) as out:
+        for i in range(3):
+            out.write(b"__REALTIME_TIMESTAMP=178181800%d000000\n_HOSTNAME=h\nMESSAGE=entry %d\n\n" % (i, i))
+        out.write(b"MESSAGE=")
+        _write_run(out, b"a", 4)
+        out.write(b"\n\n")
+    return folder / "record"
 
 
 def _ingest(label: str, bundle: Path, case: Path) -> tuple[Measurement, dict]:
@@ -71,6 +92,13 @@ def main() -> None:
         (entry,) = manifest["inputs"]
         assert (entry["parsed"], entry["quarantined"]) == (2, 1), entry
         rows.append((line, "2 records read, the 2 GB line quarantined with its length"))
+        record_bomb = _record_bomb(folder)
+        size = sum(f.stat().st_size for f in record_bomb.rglob("*.zst"))
+        record, manifest = _ingest(f"a {size / 1e3:,.0f} KB zstd export: 3 entries, then 4 GiB without a blank line",
+                                   record_bomb, folder / "case-record")
+        (entry,) = manifest["inputs"]
+        assert entry["parsed"] == 3 and "FORENSICS_MAX_RECORD" in (entry.get("error") or ""), entry
+        rows.append((record, "the 3 entries; the input ended where the run passed FORENSICS_MAX_RECORD, and said so"))
     print("\n## Bounded reads (`./run bench bounded_reads`)\n")
     print("| input | seconds | CPU s | peak RSS MiB | what the ingest kept |")
     print("|---|---:|---:|---:|---|")

@@ -96,3 +96,26 @@ def test_a_binary_length_of_2_63_says_how_many_entries_it_swallowed(tmp_path: Pa
     frames, _ = read_bundle(bundle)
     (reason,) = frames["quarantine"].get_column("reason").to_list()
     assert reason.endswith("those bytes hold about 2 more entries by their blank lines, not read")
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "zstd"])
+def test_an_export_with_no_blank_line_for_gigabytes_ends_at_the_record_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compressed: bool) -> None:
+    """A run with no entry boundary is not held whole: 61 KB of zstd held 2 GB of it, which took 7 GB
+    of memory and 3.5 minutes before the scanner refused the piece with a traceback."""
+    import zstandard
+
+    monkeypatch.setenv("FORENSICS_MAX_RECORD", str(1 << 20))
+    head = b"".join(b"__REALTIME_TIMESTAMP=178181800%d000000\n_HOSTNAME=h\nMESSAGE=entry %d\n\n" % (i, i)
+                    for i in range(3))
+    body = head + b"MESSAGE=" + b"a" * (40 << 20) + b"\n\n__REALTIME_TIMESTAMP=1781818009000000\nMESSAGE=late\n\n"
+    journal = tmp_path / "bundle" / "journal"
+    journal.mkdir(parents=True)
+    (journal / ("h.export.zst" if compressed else "h.export")).write_bytes(
+        zstandard.ZstdCompressor().compress(body) if compressed else body)
+    frames, manifest = read_bundle(tmp_path / "bundle")
+    (entry,) = manifest["inputs"]
+    assert f"from byte {len(head):,}: a record longer than the longest one may be (FORENSICS_MAX_RECORD)" \
+        in entry["error"]
+    assert frames["events"].get_column("message").to_list() == ["entry 0", "entry 1", "entry 2"]
+    assert entry["records"] == entry["parsed"] + entry["quarantined"] == 3
