@@ -9,7 +9,10 @@ against the documented bounds, and what the ingest kept and said.
   length (over FORENSICS_MAX_LINE, 1 MiB), the others read;
 - a zstd journal export of three entries, then 4 GiB with no blank line (about 130 KB compressed):
   read in pieces, the run is held up to FORENSICS_MAX_RECORD (1 GiB) and the input ends there with
-  its reason, the three entries kept.
+  its reason, the three entries kept;
+- a 2 GB journal export of 2,000 entries of 1 MiB each: written as parts of at most 256 MiB of rows
+  (PART_BYTES) and merged in row groups of at most ~64 MiB (GROUP_BYTES), not held until the
+  250,000th row.
 
 Each run here checks its own work (the manifest's counts and reasons), so a run that read nothing
 cannot pass for a fast one.
@@ -70,6 +73,16 @@ def _record_bomb(folder: Path) -> Path:
     return folder / "record"
 
 
+def _big_entries(folder: Path) -> Path:
+    journal = folder / "big" / "journal"
+    journal.mkdir(parents=True)
+    with open(journal / "h.export", "wb") as out:
+        for i in range(2000):
+            out.write(b"__REALTIME_TIMESTAMP=%d\n_HOSTNAME=h\nMESSAGE=%d " % (1781818000000000 + i * 1000000, i))
+            out.write(b"x" * (1 << 20) + b"\n\n")
+    return folder / "big"
+
+
 def _ingest(label: str, bundle: Path, case: Path) -> tuple[Measurement, dict]:
     measured, _ = run(label, [FORENSICS, "ingest", str(bundle), "--case", str(case)])
     return measured, json.loads((case / "manifest.json").read_text())
@@ -99,6 +112,10 @@ def main() -> None:
         (entry,) = manifest["inputs"]
         assert entry["parsed"] == 3 and "FORENSICS_MAX_RECORD" in (entry.get("error") or ""), entry
         rows.append((record, "the 3 entries; the input ended where the run passed FORENSICS_MAX_RECORD, and said so"))
+        big, manifest = _ingest("a 2 GB export of 2,000 entries of 1 MiB each", _big_entries(folder), folder / "case-big")
+        (entry,) = manifest["inputs"]
+        assert (entry["parsed"], entry["quarantined"]) == (2000, 0) and "error" not in entry, entry
+        rows.append((big, "all 2,000 entries (the file is memory-mapped: its 2 GB of pages count)"))
     print("\n## Bounded reads (`./run bench bounded_reads`)\n")
     print("| input | seconds | CPU s | peak RSS MiB | what the ingest kept |")
     print("|---|---:|---:|---:|---|")

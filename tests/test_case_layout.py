@@ -226,6 +226,56 @@ def test_rows_held_in_memory_spilled_or_written_as_parts_make_the_same_case(
         assert held.spilled and held.spilled != {0, 1, 2}  # some input held rows, then wrote them as parts
 
 
+def test_an_input_s_rows_are_written_as_a_part_once_they_hold_part_bytes(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows are written as a part once PART_ROWS of them or PART_BYTES of theirs are waiting: an export
+    of big entries must not be held until its 250,000th row. The case is the same either way."""
+    from forensics.sources.journal import journal_export
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "a.export").write_bytes(b"".join(_entry("one", i, f"line {i} " + "x" * 200) for i in range(10)))
+    whole = ingest(bundle, tmp_path / "whole", run=case_module.cluster.Local(), held=case_module.Held(0))
+    monkeypatch.setattr(journal_export, "CHUNK_BYTES", 512)  # the export read in several pieces
+    monkeypatch.setattr(case_module, "PART_BYTES", 1)
+    written: list[int] = []
+    write_part = case_module.write_part
+    monkeypatch.setattr(case_module, "write_part",
+                        lambda folder, name, rows, tag: written.append(rows.height) or write_part(folder, name, rows, tag))
+    cut = ingest(bundle, tmp_path / "cut", run=case_module.cluster.Local(), held=case_module.Held(0))
+    assert len(written) > 1 and sum(written) == 10
+    assert cut["totals"] == whole["totals"]
+    columns = ["message", "ts", "source_line"]
+    assert load_case(tmp_path / "cut").events.select(columns).collect().equals(
+        load_case(tmp_path / "whole").events.select(columns).collect())
+
+
+@pytest.mark.parametrize("limit", [0, None], ids=["parts-merged", "held-written-once"])
+def test_row_groups_of_big_rows_hold_about_group_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       limit: int | None) -> None:
+    """A writer holds a row group whole before writing it: groups of big rows are cut by their size
+    (GROUP_BYTES), not only by WRITE_OPTIONS' 32 k rows — merged from parts or written from rows held."""
+    import pyarrow.parquet as pq
+
+    from forensics.case import store
+    from forensics.sources.journal import journal_export
+
+    monkeypatch.setattr(store, "GROUP_BYTES", 8 << 10)
+    monkeypatch.setattr(journal_export, "CHUNK_BYTES", 4096)  # the export read in several pieces,
+    monkeypatch.setattr(case_module, "PART_ROWS", 7)  # written as parts to merge when nothing is held
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "a.export").write_bytes(b"".join(_entry("one", i, f"{i} " + "x" * 1000) for i in range(40)))
+    ingest(bundle, tmp_path / "case", run=case_module.cluster.Local(), held=case_module.Held(limit))
+    (part,) = (tmp_path / "case" / "events").glob("*/*.parquet")
+    assert part.name == "part-0.parquet"  # merged, or written once
+    meta = pq.read_metadata(part)
+    groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert sum(groups) == 40 and 1 < len(groups) and max(groups) <= (8 << 10) // 1000
+    assert load_case(tmp_path / "case").events.select("message").collect().to_series().to_list() == \
+        [f"{i} " + "x" * 1000 for i in range(40)]
+
+
 def test_journal_rows_past_what_the_timeline_keeps_are_let_go_once_written(tmp_path: Path) -> None:
     """A case with more journal rows than the analysis keeps for its timeline (a lean one) keeps
     none: each host's rows go once its file is written."""

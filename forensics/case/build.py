@@ -73,8 +73,11 @@ def _iso(value: Any) -> str | None:
 MAX_HOSTS = 4096  # hosts one journal input may name: past that the host fields are forged or damaged
 MAX_PARTITION_NAME = 255  # bytes in a folder name (ext4, xfs, btrfs)
 # Rows of one input held before they are written as a part: few files, and memory bounded however
-# big the input (~150 MB of journal rows)
+# big the input (~150 MB of journal rows of a few hundred bytes) — and however big its rows: a part
+# is written once its rows hold PART_BYTES too (an export of 2,000 entries of 1 MiB each, none
+# written before the 250,000th row, peaked at 7.5 GB)
 PART_ROWS = 250_000
+PART_BYTES = 256 << 20
 
 
 def _refuse_hosts(rows: pl.DataFrame, name: str, seen: set[str | None], relative: str, fmt: str
@@ -182,12 +185,12 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
     seen_hosts: set[str | None] = set()
     records = parsed = quarantined = 0
     damage, notes = None, []
-    waiting: list[pl.DataFrame] = []  # parts read, written together once PART_ROWS are waiting
+    waiting: list[pl.DataFrame] = []  # parts read, written together once PART_ROWS or PART_BYTES are waiting
     refusals: list[pl.DataFrame] = []
-    written = 0
+    written = waiting_rows = waiting_bytes = 0
 
     def write() -> None:
-        nonlocal written
+        nonlocal written, waiting_rows, waiting_bytes
         name = facts["frame"]
         if waiting:
             rows = pl.concat(waiting, how="diagonal_relaxed") if len(waiting) > 1 else waiting[0]
@@ -202,7 +205,7 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
             write_part(folder, "quarantine", pl.concat(refusals), f"{index:06d}-{written:06d}")
         waiting.clear()
         refusals.clear()
-        written += 1
+        written, waiting_rows, waiting_bytes = written + 1, 0, 0
 
     _remove_parts(folder, index)  # what an attempt on a worker that died left
     try:
@@ -226,12 +229,13 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
                 facts["first"] = min(filter(None, (facts["first"], first)), default=None)
                 facts["last"] = max(filter(None, (facts["last"], last)), default=None)
                 waiting.append(rows)
+                waiting_rows, waiting_bytes = waiting_rows + rows.height, waiting_bytes + rows.estimated_size()
             refusals += [q for q in (part.quarantine.with_columns(pl.lit(relative).alias("source_file")), refused)
                          if q.height]
             # each file of a folder read apart may have its own damage: every one is said
             damage = "; ".join(filter(None, (damage, part.damage))) or None
             notes = notes + part.notes
-            if sum(w.height for w in waiting) >= PART_ROWS:
+            if waiting_rows >= PART_ROWS or waiting_bytes >= PART_BYTES:
                 write()
         write()
     except ForensicsError as error:

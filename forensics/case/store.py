@@ -54,21 +54,45 @@ def partition_name(host: str | None) -> str:
     return f"{PARTITION}={NULL_PARTITION if host is None else quote(host, safe='')}"
 
 
-def _write(frame: pl.DataFrame | pl.LazyFrame, path: Place) -> None:
+# A row group's rows hold at most about this many bytes: a writer holds a whole group before it
+# writes it, and 32 k rows of 1 MiB journal entries would be 32 GiB (sized by the rows' mean size).
+GROUP_BYTES = 64 << 20
+
+
+def group_rows(row_bytes: float) -> int:
+    """The rows a row group holds when its rows are `row_bytes` each (in memory): WRITE_OPTIONS'
+    number, fewer for rows so big that as many would pass GROUP_BYTES."""
+    return max(1, min(WRITE_OPTIONS["row_group_size"], int(GROUP_BYTES // max(row_bytes, 1.0))))
+
+
+def _stored_row_bytes(parts: list[Path]) -> float:
+    """The mean size of a row of Parquet files `parts` uncompressed, from their footers alone."""
+    import pyarrow.parquet as pq
+
+    metas = [pq.read_metadata(part) for part in parts]
+    rows = sum(meta.num_rows for meta in metas)
+    stored = sum(meta.row_group(i).total_byte_size for meta in metas for i in range(meta.num_row_groups))
+    return stored / rows if rows else 0.0
+
+
+def _write(frame: pl.DataFrame | pl.LazyFrame, path: Place, row_bytes: float | None = None) -> None:
     """`frame` as Parquet at `path`, written under a hidden name and renamed into place (in an
-    object store: written aside on local disk and uploaded, which makes it appear whole)."""
+    object store: written aside on local disk and uploaded, which makes it appear whole). Row
+    groups sized by `group_rows` from `row_bytes` (a lazy frame's mean row size; a frame's own)."""
     if is_remote(path):
         with tempfile.TemporaryDirectory(prefix="forensics-upload-") as aside:
             local = Path(aside) / path.name
-            _write(frame, local)
+            _write(frame, local, row_bytes)
             path.fs.put_file(str(local), path.path)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     hidden = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     if isinstance(frame, pl.LazyFrame):
-        frame.sink_parquet(hidden, **WRITE_OPTIONS)  # type: ignore[arg-type]
+        options = {**WRITE_OPTIONS, "row_group_size": group_rows(row_bytes or 0.0)}
+        frame.sink_parquet(hidden, **options)  # type: ignore[arg-type]
     else:
-        frame.write_parquet(hidden, **WRITE_OPTIONS)  # type: ignore[arg-type]
+        options = {**WRITE_OPTIONS, "row_group_size": group_rows(frame.estimated_size() / max(frame.height, 1))}
+        frame.write_parquet(hidden, **options)  # type: ignore[arg-type]
     os.replace(hidden, path)
 
 
@@ -276,7 +300,7 @@ def finish_partition(partition: str | Place, name: str, extras: list[str]) -> di
         dropped = dict(repeats.group_by("source_file").len().iter_rows()) if repeats is not None else {}
         if repeats is not None and repeats.height:
             scan = scan.filter(~pl.col("_row").is_in(repeats.get_column("_row").implode()))
-        _write(scan.drop("_row"), whole)
+        _write(scan.drop("_row"), whole, _stored_row_bytes(parts) if not is_remote(partition) else None)
         _write_text(counts, json.dumps(dropped))
     if whole.exists():  # written whole: the parts it replaces go
         for part in partition.glob(PARTS):
