@@ -120,6 +120,31 @@ def test_journalctl_takes_over_a_journal_this_reader_does_not_know(journals: dic
     assert handed_on and ours == _journalctl(lz4)
 
 
+def test_a_journalctl_that_hangs_ends_the_file_with_the_stall_said(journals: dict[str, Path], tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """journalctl taking over (a flag this reader does not know) and then writing nothing — stopped
+    here by SIGSTOP, as a hang on a hostile file would leave it — ends that file's reading after the
+    stall bound, with the stall said; the ingest does not hang with it."""
+    data = bytearray(journals["compact, zstd, keyed hash"].read_bytes())
+    struct.pack_into("<I", data, 12, struct.unpack_from("<I", data, 12)[0] | 2)
+    bundle = tmp_path / "bundle" / "journal"
+    bundle.mkdir(parents=True)
+    (bundle / "lz4.journal").write_bytes(bytes(data))
+    stopping = tmp_path / "journalctl"
+    stopping.write_text('#!/bin/sh\ncase "$*" in *--header*) exec journalctl "$@";; esac\n'
+                        'kill -STOP $$\nexec journalctl "$@"\n')
+    stopping.chmod(0o755)
+    monkeypatch.setenv(journal_native.JOURNALCTL_ENV, str(stopping))
+    monkeypatch.setenv(journal_native.STALL_ENV, "1.5")
+    from forensics.case.build import read_bundle
+
+    frames, manifest = read_bundle(tmp_path / "bundle")
+    (entry,) = manifest["inputs"]
+    assert "journalctl wrote nothing for 1.5 s after 0 bytes of export (FORENSICS_JOURNALCTL_STALL): stopped" \
+        in entry["error"]
+    assert frames["events"].height == 0 and entry["records"] == entry["parsed"] + entry["quarantined"]
+
+
 def _objects(data: bytes) -> list[tuple[int, int, int]]:
     """(offset, type, size) of every object, walked from the header to the tail object."""
     at, tail = struct.unpack_from("<Q", data, 88)[0], struct.unpack_from("<Q", data, 136)[0]

@@ -22,6 +22,7 @@ import mmap
 import os
 import queue
 import re
+import select
 import shutil
 import subprocess
 import struct
@@ -78,6 +79,18 @@ def _reader(path: Path):
 
 
 JOURNALCTL_ENV = "FORENSICS_JOURNALCTL"  # another journalctl, or "" for python-systemd's reader
+# The longest journalctl may go without a word (its export of a file, its check of a header): a
+# journalctl that hangs on a file ends that file's reading with this said, not the whole ingest.
+STALL_ENV = "FORENSICS_JOURNALCTL_STALL"
+STALL_S = 120.0
+
+
+def stall_seconds() -> float:
+    """How long journalctl may go without writing (`FORENSICS_JOURNALCTL_STALL`, seconds)."""
+    try:
+        return max(0.1, float(os.environ.get(STALL_ENV) or STALL_S))
+    except ValueError:
+        return STALL_S
 
 
 def journalctl() -> str | None:
@@ -96,18 +109,29 @@ class _ExportOf:
         self._skipped_tail = b""  # the last bytes passed over, to be `tail`: the bytes written before
         self.differs = False
         files = [file_argument(p) for p in journal_files(path)]
-        self._child = subprocess.Popen([program, *files, "-o", "export", "--no-pager", "-q"],
+        # unbuffered: a read takes what the pipe holds, so that a wait for more can be bounded
+        self._child = subprocess.Popen([program, *files, "-o", "export", "--no-pager", "-q"], bufsize=0,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                        env={**os.environ, "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""})
+        self._stall = stall_seconds()
         self._said: list[bytes] = []
         # read its complaints as they come, so that a full stderr pipe never stalls it
         self._listener = threading.Thread(target=lambda: self._said.append(self._child.stderr.read()), daemon=True)
         self._listener.start()
         self.done = 0
 
+    def _output(self, view: memoryview) -> int:
+        """journalctl's next bytes into `view` (0 at its end); a ParseError when it writes nothing
+        for the stall bound (it is stopped: the entries before were read)."""
+        if not select.select([self._child.stdout], [], [], self._stall)[0]:
+            self._child.kill()
+            raise ParseError(str(self.path), f"journalctl wrote nothing for {self._stall:g} s after {self.done:,} "
+                                             f"bytes of export ({STALL_ENV}): stopped; the entries before were read")
+        return self._child.stdout.readinto(view) or 0
+
     def readinto(self, view: memoryview) -> int:
         while self._skip:
-            passed = self._child.stdout.readinto(view[:self._skip]) or 0
+            passed = self._output(view[:self._skip])
             if not passed:  # it wrote less than was written before it took over
                 self.differs = bool(self._tail)
                 return 0
@@ -117,9 +141,9 @@ class _ExportOf:
                 kept = len(self._tail)
                 self._skipped_tail = (self._skipped_tail + bytes(view[max(0, passed - kept):passed]))[-kept:]
                 self.differs = not self._skip and self._skipped_tail != self._tail
-        got = self._child.stdout.readinto(view)
-        self.done += got or 0
-        return got or 0
+        got = self._output(view)
+        self.done += got
+        return got
 
     def raise_damage(self) -> None:
         code = self._child.wait()
@@ -258,9 +282,13 @@ def _systemd_opens(program: str, path: Path) -> bool:
     """Whether systemd opens the journal file (`journalctl --header`, ~10 ms): the checks of its
     header (state, sizes, the tables' places) are systemd's, and a file it refuses is refused whole
     by journalctl however sound its entries."""
-    shown = subprocess.run([program, file_argument(path), "--header", "--no-pager", "-q"], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, env={**os.environ, "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""},
-                           check=False)
+    try:
+        shown = subprocess.run([program, file_argument(path), "--header", "--no-pager", "-q"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=stall_seconds(),
+                               env={**os.environ, "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}, check=False)
+    except subprocess.TimeoutExpired as error:
+        raise ParseError(str(path), f"journalctl --header gave no answer within {error.timeout:g} s "
+                                    f"({STALL_ENV}): not read") from error
     return shown.returncode == 0
 
 
