@@ -95,6 +95,18 @@ def collect(plan: Plan) -> Collection:
     return done
 
 
+def journal_option(journal: Path) -> list[str]:
+    """journalctl's options reading `journal` instead of the running journald: `--directory` for a
+    folder, else `--file=` with the pattern characters of its name escaped — journalctl expands a
+    glob there, so `sys[1].journal` would read `sys1.journal` instead."""
+    if journal.is_dir():
+        return ["--directory", str(journal)]
+    # imported here: the readers bring polars, 0.2 s a collector run without --journal need not pay
+    from forensics.sources.journal.journal_native import file_argument
+
+    return [file_argument(journal)]
+
+
 def _journal(plan: Plan, done: Collection) -> None:
     if shutil.which("journalctl") is None:
         done.could_not("journal", "journalctl not found")
@@ -103,7 +115,7 @@ def _journal(plan: Plan, done: Collection) -> None:
     if plan.until:
         argv += ["--until", plan.until]
     if plan.journal is not None:
-        argv += ["--directory" if plan.journal.is_dir() else "--file", str(plan.journal)]
+        argv += journal_option(Path(plan.journal))
     for unit in plan.units:
         argv += ["-u", unit]
     try:
@@ -298,7 +310,7 @@ def _kernel(plan: Plan, done: Collection) -> None:
     if plan.until:
         argv += ["--until", plan.until]
     if plan.journal is not None:
-        argv += ["--directory" if Path(plan.journal).is_dir() else "--file", str(plan.journal)]
+        argv += journal_option(Path(plan.journal))
     if shutil.which("journalctl") and _save(plan, done, "kernel messages (journalctl -k)", argv,
                                             f"journal/{plan.host}-kernel.export", STEP_TIMEOUT_S * 2):
         return

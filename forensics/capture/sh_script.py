@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forensics.capture.collect import FR_MAX_BYTES
+from forensics.capture.collect import FR_MAX_BYTES, journal_option
 from forensics.capture.plan import Plan, checked, endpoint_parts
 
 # The devices' own state: no value of the plan in it
@@ -45,8 +45,7 @@ def script(plan: Plan) -> str:
 def _journal_options(plan: Plan) -> tuple[str, str]:
     """journalctl's `--until` and `--directory`/`--file` options of the plan, quoted (or empty)."""
     q = sh_quote
-    journal = (f"--directory {q(str(plan.journal))}" if plan.journal and Path(plan.journal).is_dir()
-               else f"--file {q(str(plan.journal))}" if plan.journal else "")
+    journal = " ".join(map(q, journal_option(Path(plan.journal)))) if plan.journal else ""
     until = f"--until {q(plan.until)}" if plan.until else ""
     return until, journal
 

@@ -115,7 +115,10 @@ def test_what_passes_the_checks_is_inert_when_the_script_runs(payload: str, tmp_
     assert not (tmp_path / "PWNED").exists()
     calls = (tmp_path / "bin" / "calls.log").read_text()
     assert f"pgrep -f -- {payload}" in calls  # the title reached pgrep as one word, as written
-    assert f"journal-{payload}" in calls
+    # the journal's path reached journalctl's --file as one word, the pattern characters journalctl
+    # would expand quoted with a backslash each (glob(7)): the file as written, no other
+    assert "--file=" + "".join("\\" + c if c in "\\*?[]{}" else c for c in str(tmp_path / f"journal-{payload}")) \
+        in calls
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck (Debian's package) not installed")

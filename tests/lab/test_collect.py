@@ -197,3 +197,32 @@ def test_the_box_own_state_kernel_gpu_and_flight_recorder_dumps(tmp_path: Path) 
     finally:
         target.kill()
         target.wait()
+
+
+@pytest.mark.parametrize("by", ["collect", "script"])
+def test_a_journal_file_named_like_a_glob_pattern_is_collected_alone(tmp_path: Path, by: str) -> None:
+    """journalctl expands a glob in `--file`: `--journal 'sys[1].journal'` must read that file, not
+    the `sys1.journal` beside it that the pattern matches."""
+    def entry(n: int, message: str) -> bytes:
+        return export_entry(("__REALTIME_TIMESTAMP", str(int(time.time() * 1e6) - 60_000_000 + n)),
+                            ("__MONOTONIC_TIMESTAMP", str(1_000 + n)), ("_BOOT_ID", "3" * 32),
+                            ("_HOSTNAME", "gpu-node-00"), ("MESSAGE", message))
+
+    folder = tmp_path / "journals"
+    folder.mkdir()
+    named = to_journal(entry(0, "in the file named"), folder, "sys[1]")
+    to_journal(entry(1, "in the file the pattern matches"), folder, "sys1")
+    out = tmp_path / "bundle"
+    plan = Plan(out=out, journal=named, rounds=1, scrapes=1, round_interval_s=0, since="-1h",
+                titles=["^no-such-process$"])
+    if by == "collect":
+        collect(plan)
+        export = (out / "journal" / f"{plan.host}.export").read_bytes()
+    else:
+        import io
+
+        done = subprocess.run(["sh", "-c", script(plan)], capture_output=True, timeout=120, check=True)
+        with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
+            (member,) = [m for m in tar.getmembers() if m.name.endswith(".export") and "-kernel" not in m.name]
+            export = tar.extractfile(member).read()
+    assert b"MESSAGE=in the file named" in export and b"pattern matches" not in export
