@@ -238,11 +238,11 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
             if waiting_rows >= PART_ROWS or waiting_bytes >= PART_BYTES:
                 write()
         write()
-    except ForensicsError as error:
+    except Exception as error:  # noqa: BLE001 - one input's reader failing is that input's error, never the run's
         _remove_parts(folder, index)
         if held is not None:
             held.spill(index)
-        entry.update(records=0, parsed=0, quarantined=0, error=str(error))
+        entry.update(records=0, parsed=0, quarantined=0, error=_failure(error, source.name))
         return {"entry": entry, "frame": None, "hosts": set(), "extras": set(), "rows": 0, "dumps": 0,
                 "first": None, "last": None}
     entry.update(records=records, parsed=parsed, quarantined=quarantined)
@@ -251,6 +251,16 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
     if notes:
         entry["notes"] = notes
     return facts
+
+
+def _failure(error: Exception, reader: str) -> str:
+    """What an input's entry says of the error that ended its reading: a ForensicsError's own
+    words; anything else is a reader's fault met on this input, named with its type."""
+    if isinstance(error, ForensicsError):
+        return str(error)
+    said = str(error).strip().splitlines()
+    return (f"the {reader} reader failed on this input ({type(error).__name__}: {said[0][:300] if said else ''}); "
+            "none of its records are in the case — a fault of forensics: please report it with the file")
 
 
 def _finish_host(staging: Place, name: str, host: str | None, extras: list[str], held: Held | None,

@@ -184,7 +184,8 @@ def scan_partition(folder: Place, name: str, host: str | None, extras: list[str]
 def _with_columns(rows: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
     """`rows` with exactly `schema`'s columns, in its order (those it lacks as nulls). Made of the
     columns themselves: a select over rows in many pieces would copy them into one."""
-    return pl.DataFrame([rows.get_column(c) if c in rows.columns
+    present = set(rows.columns)  # once: asked of the frame per column, the names were listed anew each time
+    return pl.DataFrame([rows.get_column(c) if c in present
                          else pl.repeat(None, rows.height, dtype=kind, eager=True).alias(c) for c, kind in schema.items()],
                         height=rows.height)
 

@@ -66,10 +66,11 @@ def parse_time(text: str) -> tuple[datetime, bool] | None:
     micro = int((g["frac"] or "0").ljust(6, "0"))
     try:
         naive = datetime(int(g["y"]), int(g["mo"]), int(g["d"]), int(g["h"]), int(g["mi"]), int(g["s"]), micro)
-    except ValueError:
+        zone = _zone(g["zone"])
+        # an offset of a day or more is no zone; year 1 east of UTC or 9999 west of it has no UTC time
+        return (naive.replace(tzinfo=zone or UTC).astimezone(UTC), zone is not None)
+    except (ValueError, OverflowError):
         return None
-    zone = _zone(g["zone"])
-    return (naive.replace(tzinfo=zone or UTC).astimezone(UTC), zone is not None)
 
 
 def parse_header(line: str) -> dict[str, str] | None:

@@ -61,13 +61,15 @@ def _documents(text: str) -> pl.DataFrame:
     entries, laid out any way (pretty-printed, `[ … ]`): read with Python's json, value by value."""
     decoder = json.JSONDecoder()
     builder = FieldFrameBuilder()
-    at = 0
+    at = counted_to = 0
+    line = 1
     while True:
         while at < len(text) and text[at] in "\x1e \t\r\n,":
             at += 1
         if at >= len(text):
             break
-        line = text.count("\n", 0, at) + 1
+        line += text.count("\n", counted_to, at)  # counted on from the last value: not from the start each time
+        counted_to = at
         try:
             value, end = decoder.raw_decode(text, at)
         except (ValueError, RecursionError) as error:
@@ -88,7 +90,15 @@ def _documents(text: str) -> pl.DataFrame:
 
 def _value(name: str, value: object) -> JournalValue:
     """One JSON field value as text or bytes; raises ValueError for shapes journalctl never writes."""
-    if value is None or isinstance(value, str):
+    if value is None:
+        return value
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError as error:  # `"\ud800"`: JSON may escape it, no text holds it
+                raise ValueError(f"field {name} holds a lone surrogate ({value[error.start]!r}): journalctl "
+                                 "writes no such text (forged or damaged)") from None
         return value
     if isinstance(value, list) and all(isinstance(b, int) and 0 <= b <= 255 for b in value):
         return bytes(value)
@@ -102,7 +112,7 @@ def _record(obj: object) -> dict[str, list[JournalValue]]:
         raise ValueError(f"more than {MAX_FIELDS} fields: journald writes no such entry (forged or damaged)")
     record: dict[str, list[JournalValue]] = {}
     for name, value in obj.items():
-        problem = field_name_problem(name.encode())
+        problem = field_name_problem(name.encode("utf-8", "surrogatepass"))  # a lone surrogate: no valid name
         if problem:
             raise ValueError(problem)
         is_repeated = isinstance(value, list) and value and not all(isinstance(b, int) for b in value)
@@ -152,7 +162,7 @@ def _fast(path: Path, data: bytes | mmap.mmap, buf: np.ndarray, starts: np.ndarr
             continue
         if isinstance(value, dict):
             keys.update(value)
-    if not keys or len(keys) > MAX_FIELDS or any(field_name_problem(k.encode()) for k in keys):
+    if not keys or len(keys) > MAX_FIELDS or any(field_name_problem(k.encode("utf-8", "surrogatepass")) for k in keys):
         return everything_slow
     if slow.any():
         # Blank out the lines Python will read, so polars' rows are exactly the fast lines.

@@ -92,11 +92,25 @@ def sniff(head: bytes, path: Path) -> bool:
     return not path.is_dir() and bool(head) and b"\x00" not in head[:1024] and bool(_SNIFF.search(head))
 
 
+AGE_DIGITS = 9  # kubectl writes ages in units up to years: 999,999,999 of any is past every clock
+
+
 def age_seconds(age: str | None) -> int | None:
     """kubectl's age ("3m41s", "2d", "60m") in seconds; None for `<unknown>` / `<invalid>`."""
     if not age or age.startswith("<"):
         return None
-    return sum(int(n) * _SECONDS[unit] for n, unit in re.findall(r"([0-9]+)([smhdy])", age))
+    parts = re.findall(r"([0-9]+)([smhdy])", age)
+    if any(len(number) > AGE_DIGITS for number, _ in parts):  # no clock counts that far: not an age
+        return None
+    return sum(int(n) * _SECONDS[unit] for n, unit in parts)
+
+
+def counted_back(now: datetime, seconds: int) -> datetime | None:
+    """`seconds` before `now`; None where that is before year 1 (a forged age or capture date)."""
+    try:
+        return now - timedelta(seconds=seconds)
+    except OverflowError:
+        return None
 
 
 def _now(lines: list[str]) -> datetime | None:
@@ -309,7 +323,7 @@ def _when(row: dict[str, object], now: datetime | None) -> datetime | None:
         except ValueError:
             pass
     seconds = age_seconds(row.get("K8S_LAST_SEEN") if isinstance(row.get("K8S_LAST_SEEN"), str) else None)
-    return now - timedelta(seconds=seconds) if now is not None and seconds is not None else None
+    return counted_back(now, seconds) if now is not None and seconds is not None else None
 
 
 def _seen_at(row: dict[str, object], now: datetime) -> dict[str, str | None]:
@@ -317,7 +331,8 @@ def _seen_at(row: dict[str, object], now: datetime) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for age, at in (("K8S_FIRST_SEEN", "K8S_FIRST_AT"), ("K8S_LAST_SEEN", "K8S_LAST_AT")):
         seconds = age_seconds(row.get(age) if isinstance(row.get(age), str) else None)  # type: ignore[arg-type]
-        out[at] = (now - timedelta(seconds=seconds)).isoformat() if seconds is not None else None
+        back = counted_back(now, seconds) if seconds is not None else None
+        out[at] = back.isoformat() if back is not None else None
     return out
 
 

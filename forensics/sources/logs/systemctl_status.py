@@ -101,7 +101,7 @@ def parse(path: Path) -> ParseResult:
                 year = local.year
                 if offset is not None:
                     zones.append(offset)
-                    unit["ts"] = (local - offset).replace(tzinfo=timezone.utc)
+                    unit["ts"] = _utc(local, offset)
             continue
         if unit is not None and _TREE.match(line) and not _JOURNAL.match(line.strip()):
             continue  # the cgroup's process tree
@@ -149,6 +149,19 @@ def _hours(offset: timedelta) -> str:
     return f"{'+' if minutes >= 0 else '-'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
+def _utc(local: datetime, offset: timedelta | None) -> datetime | None:
+    """A local time at `offset` as UTC; None where that falls outside years 1-9999 (a forged date)."""
+    try:
+        return (local - (offset or timedelta(0))).replace(tzinfo=timezone.utc)
+    except OverflowError:
+        return None
+
+
+def _pid(text: str | None) -> int | None:
+    """A process id as written; None for none, or for more digits than Linux's largest (4,194,304) has."""
+    return int(text) if text and len(text) <= 7 else None
+
+
 def _row(r: dict[str, object], offset: timedelta | None, year: int) -> dict[str, object]:
     """A unit's state, or a journal line shown under it, as an events row."""
     if "journal" in r:
@@ -158,12 +171,12 @@ def _row(r: dict[str, object], offset: timedelta | None, year: int) -> dict[str,
             local = datetime(year, _MONTHS[j["month"]], int(j["day"]), *(int(x) for x in j["time"].split(":")))
         except ValueError:  # the 29th of February of a year that has none
             local = datetime(year, _MONTHS[j["month"]], 28, *(int(x) for x in j["time"].split(":")))
-        ts = (local - (offset or timedelta(0))).replace(tzinfo=timezone.utc)
+        ts = _utc(local, offset)
         message = f"{j['month']} {j['day']} {j['time']} {j['host']} {j['ident']}{'[' + j['pid'] + ']' if j['pid'] else ''}: " \
                   f"{j['message']}"
         failed = bool(re.search(r"status=[1-9]|Failed with result|\bError\b|Traceback|\w+Error:", j["message"]))
         return {"ts": ts, "host": j["host"], "unit": r.get("unit_of_block") or j["ident"], "identifier": j["ident"],
-                "pid": int(j["pid"]) if j["pid"] else None, "priority": 3 if failed else 6, "message": message,
+                "pid": _pid(j["pid"]), "priority": 3 if failed else 6, "message": message,
                 "source_line": r["line"], "UNIT_ACTIVE": None}
     fields = r["fields"]
     assert isinstance(fields, dict)
@@ -171,7 +184,7 @@ def _row(r: dict[str, object], offset: timedelta | None, year: int) -> dict[str,
     said = "; ".join(f"{k} {v}" for k, v in fields.items() if k in ("Active", "Loaded", "Main PID", "Memory"))
     main_pid = re.match(r"([0-9]+)", fields.get("Main PID", ""))
     return {"ts": r.get("ts"), "host": None, "unit": r["unit"], "identifier": "systemctl",
-            "pid": int(main_pid[1]) if main_pid else None,
+            "pid": _pid(main_pid[1]) if main_pid else None,
             "priority": 3 if active.startswith("failed") else 6,
             "message": f"systemctl status {r['unit']}: {said}", "source_line": r["line"],
             "UNIT_ACTIVE": active.split(" since ")[0]}

@@ -153,7 +153,8 @@ def parse(path: Path) -> ParseResult:
                   pl.coalesce(pl.col("os_thread_id"), pl.col("thread_id").cast(pl.Int64, strict=False))
                   .alias("thread_id"),
                   pl.coalesce("short_filename", "filename").alias("file"),
-                  pl.when(pl.col("line") > 0).then(pl.col("line")).cast(pl.Int32).alias("line"),
+                  # a line past Int32 is no source line (forged or damaged): none, as the text reader reads it
+                  pl.when(pl.col("line") > 0).then(pl.col("line")).cast(pl.Int32, strict=False).alias("line"),
                   pl.col("name").alias("function"),
                   pl.col("locals").list.eval(pl.struct(pl.element().struct.field("name"),
                                                        pl.element().struct.field("repr").alias("value"),

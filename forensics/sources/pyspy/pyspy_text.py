@@ -205,7 +205,8 @@ def _segment_checks(lines: Lines) -> pl.DataFrame:
     )
     text = lines.others.group_by("segment").agg(
         pl.col("text").first().alias("first_text"),
-        pl.col("process_pid").drop_nulls().first().cast(pl.Int64).alias("pid"),
+        # a pid past Int64 is no process's (forged or damaged): read as none, as the JSON reader does
+        pl.col("process_pid").drop_nulls().first().cast(pl.Int64, strict=False).alias("pid"),
         pl.col("process_title").drop_nulls().first().alias("title"),
         pl.col("python").drop_nulls().first().alias("python"),
         pl.col("banner_pid").first().alias("banner_pid"),
