@@ -63,6 +63,11 @@ ODD = {
     "kubectl capture date in year 1": (
         "kubernetes", "events.txt", EVENTS_HEAD.replace(b"Sat Feb 21 21:00:31 UTC 2026", b"Mon Jan  1 00:00:01 UTC 0001")
         + b"kube-system   5m   Warning   FailedScheduling   pod/c-1   no nodes\n", None),
+    "kubernetes event first seen in year 1 east of UTC, last in 9999 west of it (a YAML time)": (
+        "kubernetes", "event.yaml", b'apiVersion: v1\nkind: Event\nmetadata:\n  name: e\n  namespace: default\n'
+        b'firstTimestamp: "0001-01-01T00:00:00+01:00"\nlastTimestamp: 9999-12-31T23:59:59-01:00\nreason: BackOff\n'
+        b'message: restarting failed container\ninvolvedObject:\n  kind: Pod\n  name: p\n  namespace: default\n'
+        b'type: Warning\n', None),
     "systemctl status active since year 1 east of UTC": (
         "logs", "status.txt", STATUS % (b"Mon 0001-01-01 00:00:00 +0100", b"123", b"Jan 01 00:00:02"), None),
     "systemctl status main pid of 23 digits": (

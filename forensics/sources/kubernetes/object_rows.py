@@ -56,7 +56,10 @@ def _time(value: object) -> tuple[str | None, datetime | None]:
     """A time as written (RFC 3339; YAML may have read it as a datetime already) and as a UTC
     datetime; (text, None) when it is not RFC 3339."""
     if isinstance(value, datetime):
-        when = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        try:
+            when = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        except OverflowError:  # year 1 east of UTC, 9999 west of it: no UTC time
+            return value.isoformat(), None
         return when.isoformat().replace("+00:00", "Z"), when
     if not isinstance(value, str) or not value:
         return None, None
@@ -65,10 +68,9 @@ def _time(value: object) -> tuple[str | None, datetime | None]:
         return value, None
     zone = "+00:00" if m[4] in "Zz" else (m[4] if ":" in m[4] else f"{m[4][:3]}:{m[4][3:]}")
     try:
-        when = datetime.fromisoformat(f"{m[1]}T{m[2]}{'.' + m[3][:6] if m[3] else ''}{zone}")
-    except ValueError:
+        return value, datetime.fromisoformat(f"{m[1]}T{m[2]}{'.' + m[3][:6] if m[3] else ''}{zone}").astimezone(UTC)
+    except (ValueError, OverflowError):  # no such date, or none in UTC (year 1 east of it, 9999 west)
         return value, None
-    return value, when.astimezone(UTC)
 
 
 def _where(kind: str, namespace: str | None, name: str | None) -> str:
