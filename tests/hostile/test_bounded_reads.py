@@ -119,3 +119,25 @@ def test_an_export_with_no_blank_line_for_gigabytes_ends_at_the_record_limit(
         in entry["error"]
     assert frames["events"].get_column("message").to_list() == ["entry 0", "entry 1", "entry 2"]
     assert entry["records"] == entry["parsed"] + entry["quarantined"] == 3
+
+
+def test_an_export_naming_thousands_of_distinct_fields_quarantines_the_entries_past_the_bound(tmp_path: Path) -> None:
+    """Each distinct field name is a column with buffers of its own: 100 entries naming 1,000
+    fields each (1 MB) used up the process's memory mappings and ended the ingest in a polars panic.
+    A piece holds 4,096 names; an entry naming one past them is quarantined with the reason."""
+    shared = [("__REALTIME_TIMESTAMP", "1750000000000000"), ("_HOSTNAME", "h"), ("MESSAGE", "hello")]
+
+    def entry(i: int) -> bytes:
+        own = "".join(f"F{i}_{j}=x\n" for j in range(1000))
+        return ("".join(f"{k}={v}\n" for k, v in shared) + own + "\n").encode()
+
+    journal = tmp_path / "bundle" / "journal"
+    journal.mkdir(parents=True)
+    (journal / "h.export").write_bytes(b"".join(entry(i) for i in range(100)))
+    frames, manifest = read_bundle(tmp_path / "bundle")
+    (entry_said,) = manifest["inputs"]
+    kept = (4096 - len(shared)) // 1000  # whole entries whose names fit within the bound
+    assert (entry_said["records"], entry_said["parsed"], entry_said["quarantined"]) == (100, kept, 100 - kept)
+    reasons = set(frames["quarantine"].get_column("reason").to_list())
+    assert len(reasons) == 100 - kept and all("distinct field names a piece of an export may hold" in r for r in reasons)
+    assert frames["events"].height == kept and frames["events"].width < 4096 + 64

@@ -224,16 +224,21 @@ def test_text_columns_are_strings_exactly_when_every_value_is_utf8() -> None:
 
 
 def test_many_keys_and_a_piece_without_a_closing_blank_line() -> None:
-    # 5,000 distinct keys over five entries (journald's limit is 1,024 per entry), then a last
+    # 5,000 distinct keys over five entries (journald's limit is 1,024 per entry; a piece's 4,096), then a last
     # entry that ends the file without its blank line
     data = b"\n".join(b"".join(b"K%d=%d\n" % (k, k) for k in range(e * 1000, e * 1000 + 1000)) for e in range(5))
     data += b"\n" + b"K1=again\n"
     buffer = np.frombuffer(data, dtype=np.uint8)
     assert _export_scan.scan(buffer, len(data), False, True, frozenset(), frozenset(), b"__CURSOR", frozenset(), 80) is None  # not between entries
     frame = _parse_chunk(buffer, len(data), True, 0, 0)
-    assert frame.height == 6 and frame.get_column("K4999").to_list() == [None] * 4 + ["4999", None]
+    assert frame.height == 6 and frame.get_column("K4095").to_list() == [None] * 4 + ["4095", None]
+    # a piece holds 4,096 distinct names (each a column): the fifth entry's 97th, K4096, is past them
+    # (entry e's fields are lines 1001e + 1 … 1001e + 1000)
+    assert "K4096" not in frame.columns
+    assert frame.get_column("@problem").to_list() == [None] * 4 + [
+        "line 4101: field K4096 past the 4,096 distinct field names a piece of an export may hold: journald and "
+        "the programs it logs for write some hundreds (forged or damaged)", None]
     # the last entry ends the file after a whole line, without its blank line: read, and marked
-    assert frame.get_column("@problem").to_list() == [None] * 6
     assert frame.get_column("@unclosed").to_list() == [False] * 5 + [True]
 
 

@@ -30,10 +30,14 @@
 #endif
 
 /* Problems found on a line (reported by kind; Python words them). */
-enum { NO_EQUALS = 0, LENGTH_CUT = 1, RUNS_PAST = 2, NO_NEWLINE = 3, TOO_MANY_FIELDS = 4 };
+enum { NO_EQUALS = 0, LENGTH_CUT = 1, RUNS_PAST = 2, NO_NEWLINE = 3, TOO_MANY_FIELDS = 4, TOO_MANY_NAMES = 5 };
 /* journald writes no entry with more fields (ENTRY_FIELD_COUNT_MAX): beyond it an entry is forged
    or damaged, and its fields are not kept (a million distinct names would cost gigabytes). */
 #define MAX_FIELDS 1024
+/* Distinct field names one piece may hold, each a column with buffers of its own (mapped apart):
+ * a piece of a hundred entries naming 1,000 fields each used up the process's 65,530 mappings.
+ * journald and the programs it logs for write some hundreds; a field past this quarantines its entry. */
+#define MAX_NAMES 4096
 /* What scan() ends with. */
 enum { SCANNED = 0, OVERRUN = 1, NO_MEMORY = -1 };
 
@@ -157,6 +161,7 @@ typedef struct {
     LineProblem *problems;
     Py_ssize_t n_problems, problems_cap;
     int closed; /* the piece ends with a blank line that closes its last entry */
+    int64_t named_past; /* the last entry that named a field past MAX_NAMES (-1: none) */
 } Scan;
 
 static void scan_free(Scan *S)
@@ -258,7 +263,8 @@ static int named(const char **names, const Py_ssize_t *lens, Py_ssize_t n, const
     return 0;
 }
 
-/* The code of the key at [at, at+len), added if new; -1 when out of memory. */
+/* The code of the key at [at, at+len), added if new; -1 when out of memory, -2 for a new name
+ * past MAX_NAMES. */
 static Py_ssize_t key_code(Scan *S, Py_ssize_t at, Py_ssize_t len, Py_ssize_t position)
 {
     if (position < S->previous_len) {
@@ -276,6 +282,8 @@ static Py_ssize_t key_code(Scan *S, Py_ssize_t at, Py_ssize_t len, Py_ssize_t po
             return S->slots[i] - 1;
         i = (i + 1) & (S->n_slots - 1);
     }
+    if (S->n_keys >= MAX_NAMES)
+        return -2; /* a new name past the bound */
     if (make_room((void **)&S->keys, &S->keys_cap, sizeof *S->keys, S->n_keys) < 0)
         return -1;
     Key *key = &S->keys[S->n_keys];
@@ -522,10 +530,16 @@ static int add_integer(Scan *S, Key *key, const uint8_t *value, Py_ssize_t len, 
     return 1;
 }
 
+static int add_problem(Scan *S, int64_t kind, int64_t entry, int64_t line, Py_ssize_t name_at, Py_ssize_t name_len,
+                       uint64_t size, int64_t left);
+
 static int add_field(Scan *S, Py_ssize_t key_at, Py_ssize_t key_len, Py_ssize_t value_at, Py_ssize_t value_end,
                      int64_t entry, int64_t line, Py_ssize_t position)
 {
     Py_ssize_t code = key_code(S, key_at, key_len, position);
+    if (code == -2) /* said once per entry: its entry is quarantined, the field not kept */
+        return S->named_past == entry ? 0
+             : (S->named_past = entry, add_problem(S, TOO_MANY_NAMES, entry, line, key_at, key_len, 0, 0));
     if (code < 0)
         return -1;
     if (make_room((void **)&S->previous, &S->previous_cap, sizeof *S->previous, position) < 0)
@@ -1135,6 +1149,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args)
     Bytes excerpts = {NULL, 0, 0};
     Scan S;
     memset(&S, 0, sizeof S);
+    S.named_past = -1;
     if (length < 0 || length > buffer.len) {
         PyErr_Format(PyExc_ValueError, "length %zd outside the %zd-byte piece", length, buffer.len);
         goto done;

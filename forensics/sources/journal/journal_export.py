@@ -68,8 +68,12 @@ _LINE_PROBLEMS = {  # the kinds `_export_scan.scan` reports, worded
     3: lambda name, size, left: f"binary field {name.decode()}: {size}-byte value not followed by a newline",
     4: lambda name, size, left: (f"more than {MAX_FIELDS} fields: journald writes no such entry (forged or "
                                  "damaged); its fields past that are not kept"),
+    5: lambda name, size, left: (f"field {name[:64].decode('ascii', 'backslashreplace')} past the {MAX_NAMES:,} "
+                                 "distinct field names a piece of an export may hold: journald and the programs it "
+                                 "logs for write some hundreds (forged or damaged)"),
 }
 MAX_FIELDS = 1024  # as _export_scan.c: journald's ENTRY_FIELD_COUNT_MAX
+MAX_NAMES = 4096  # as _export_scan.c: distinct field names one piece holds, each a column
 _DENSE_NAMES = frozenset(name.encode() for name in DENSE_FIELDS)
 # Identifiers the case holds as categories, coded by the scanner as it meets them (`_coded_column`).
 _CODED_NAMES = frozenset(name.encode() for name in CATEGORY_FIELDS)
