@@ -121,23 +121,30 @@ def test_an_export_with_no_blank_line_for_gigabytes_ends_at_the_record_limit(
     assert entry["records"] == entry["parsed"] + entry["quarantined"] == 3
 
 
-def test_an_export_naming_thousands_of_distinct_fields_quarantines_the_entries_past_the_bound(tmp_path: Path) -> None:
-    """Each distinct field name is a column with buffers of its own: 100 entries naming 1,000
-    fields each (1 MB) used up the process's memory mappings and ended the ingest in a polars panic.
-    A piece holds 4,096 names; an entry naming one past them is quarantined with the reason."""
-    shared = [("__REALTIME_TIMESTAMP", "1750000000000000"), ("_HOSTNAME", "h"), ("MESSAGE", "hello")]
+@pytest.mark.parametrize("form", ["export", "json"])
+def test_a_journal_naming_thousands_of_distinct_fields_quarantines_the_entries_past_the_bound(
+        tmp_path: Path, form: str) -> None:
+    """Each distinct field name is a column: 100 entries naming 1,000 fields each (1 MB) used up
+    the process's memory mappings in an export (a polars panic ended the ingest) and made a case of
+    100,000 columns from journalctl's JSON. A reader holds 4,096 names (the export's scanner, a piece
+    of ~16 MB); an entry naming one past them is quarantined with the reason."""
+    import json
+
+    shared = {"__REALTIME_TIMESTAMP": "1750000000000000", "_HOSTNAME": "h", "MESSAGE": "hello"}
 
     def entry(i: int) -> bytes:
-        own = "".join(f"F{i}_{j}=x\n" for j in range(1000))
-        return ("".join(f"{k}={v}\n" for k, v in shared) + own + "\n").encode()
+        fields = {**shared, **{f"F{i}_{j}": "x" for j in range(1000)}}
+        if form == "json":
+            return (json.dumps(fields) + "\n").encode()
+        return ("".join(f"{k}={v}\n" for k, v in fields.items()) + "\n").encode()
 
     journal = tmp_path / "bundle" / "journal"
     journal.mkdir(parents=True)
-    (journal / "h.export").write_bytes(b"".join(entry(i) for i in range(100)))
+    (journal / f"h.{form}").write_bytes(b"".join(entry(i) for i in range(100)))
     frames, manifest = read_bundle(tmp_path / "bundle")
-    (entry_said,) = manifest["inputs"]
+    (said,) = manifest["inputs"]
     kept = (4096 - len(shared)) // 1000  # whole entries whose names fit within the bound
-    assert (entry_said["records"], entry_said["parsed"], entry_said["quarantined"]) == (100, kept, 100 - kept)
+    assert (said["records"], said["parsed"], said["quarantined"]) == (100, kept, 100 - kept)
     reasons = set(frames["quarantine"].get_column("reason").to_list())
-    assert len(reasons) == 100 - kept and all("distinct field names a piece of an export may hold" in r for r in reasons)
+    assert len(reasons) == 100 - kept and all("distinct field names" in r and "past the 4,096" in r for r in reasons)
     assert frames["events"].height == kept and frames["events"].width < 4096 + 64

@@ -36,7 +36,8 @@ enum { NO_EQUALS = 0, LENGTH_CUT = 1, RUNS_PAST = 2, NO_NEWLINE = 3, TOO_MANY_FI
 #define MAX_FIELDS 1024
 /* Distinct field names one piece may hold, each a column with buffers of its own (mapped apart):
  * a piece of a hundred entries naming 1,000 fields each used up the process's 65,530 mappings.
- * journald and the programs it logs for write some hundreds; a field past this quarantines its entry. */
+ * journald and the programs it logs for write some hundreds; a field past this quarantines its entry
+ * (as `fields.MAX_NAMES` for the other journal readers). */
 #define MAX_NAMES 4096
 /* What scan() ends with. */
 enum { SCANNED = 0, OVERRUN = 1, NO_MEMORY = -1 };

@@ -254,6 +254,10 @@ def assemble_events(fields: pl.DataFrame, *, source_file: str, fmt: str) -> tupl
 
 JournalValue = bytes | str | None
 BATCH_RECORDS = 50_000
+# Distinct field names one reader holds (each is a column; `_export_scan.c` holds as many a piece):
+# journald and the programs it logs for write some hundreds. A record naming one past them is
+# quarantined: 100 JSON lines of 1,000 names each made a case of 100,000 columns.
+MAX_NAMES = 4096
 
 
 class FieldFrameBuilder:
@@ -268,10 +272,19 @@ class FieldFrameBuilder:
         self._lines: list[int | None] = []
         self._problems: list[str | None] = []
         self._excerpts: list[JournalValue] = []
+        self._names: set[str] = set()
 
     def add(self, record: dict[str, list[JournalValue]], *, offset: int | None = None, line: int | None = None,
             problem: str | None = None, excerpt: JournalValue = None) -> None:
-        """Add one record (empty and with a `problem` when it could not be read)."""
+        """Add one record (empty and with a `problem` when it could not be read); a record naming a
+        field past the MAX_NAMES distinct ones the reader holds is added as such a problem."""
+        if len(self._names) + len(record) > MAX_NAMES and (new := [n for n in record if n not in self._names]):
+            if len(self._names) + len(new) > MAX_NAMES:
+                where = f"line {line}: " if line is not None else ""
+                record, problem = {}, problem or (
+                    f"{where}field {new[0][:64]} past the {MAX_NAMES:,} distinct field names one input may hold: "
+                    "journald and the programs it logs for write some hundreds (forged or damaged)")
+        self._names.update(record)
         self._records.append(record)
         self._offsets.append(offset)
         self._lines.append(line)

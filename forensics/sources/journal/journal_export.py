@@ -28,7 +28,8 @@ import pyarrow as pa
 from forensics.sources.common.byteviews import SLACK, binary_views, dense_binary
 from forensics.errors import ParseError
 from forensics.sources.journal.cursor import OWN, PARSED
-from forensics.sources.journal.fields import CATEGORY_FIELDS, FIELD_NAME, SCANNED_INTEGERS, assemble_events, field_name_problem
+from forensics.sources.journal.fields import (CATEGORY_FIELDS, FIELD_NAME, MAX_NAMES, SCANNED_INTEGERS, assemble_events,
+                                              field_name_problem)
 from forensics.sources.common.rawio import Piece, pieces
 from forensics.sources.common.schema import EVENTS_SCHEMA, EXCERPT_CHARS, QUARANTINE_SCHEMA, RAW_FIELD, empty
 from forensics.sources import ParseResult, combine, register
@@ -73,7 +74,6 @@ _LINE_PROBLEMS = {  # the kinds `_export_scan.scan` reports, worded
                                  "logs for write some hundreds (forged or damaged)"),
 }
 MAX_FIELDS = 1024  # as _export_scan.c: journald's ENTRY_FIELD_COUNT_MAX
-MAX_NAMES = 4096  # as _export_scan.c: distinct field names one piece holds, each a column
 _DENSE_NAMES = frozenset(name.encode() for name in DENSE_FIELDS)
 # Identifiers the case holds as categories, coded by the scanner as it meets them (`_coded_column`).
 _CODED_NAMES = frozenset(name.encode() for name in CATEGORY_FIELDS)
