@@ -278,12 +278,12 @@ class FieldFrameBuilder:
             problem: str | None = None, excerpt: JournalValue = None) -> None:
         """Add one record (empty and with a `problem` when it could not be read); a record naming a
         field past the MAX_NAMES distinct ones the reader holds is added as such a problem."""
-        if len(self._names) + len(record) > MAX_NAMES and (new := [n for n in record if n not in self._names]):
-            if len(self._names) + len(new) > MAX_NAMES:
-                where = f"line {line}: " if line is not None else ""
-                record, problem = {}, problem or (
-                    f"{where}field {new[0][:64]} past the {MAX_NAMES:,} distinct field names one input may hold: "
-                    "journald and the programs it logs for write some hundreds (forged or damaged)")
+        new = [n for n in record if n not in self._names] if len(self._names) + len(record) > MAX_NAMES else []
+        if len(self._names) + len(new) > MAX_NAMES:
+            where = f"line {line}: " if line is not None else ""
+            record, problem = {}, problem or (
+                f"{where}field {new[0][:64]} past the {MAX_NAMES:,} distinct field names one input may hold: "
+                "journald and the programs it logs for write some hundreds (forged or damaged)")
         self._names.update(record)
         self._records.append(record)
         self._offsets.append(offset)
