@@ -201,8 +201,11 @@ def assemble_events(fields: pl.DataFrame, *, source_file: str, fmt: str) -> tupl
         return empty(EVENTS_SCHEMA), empty(QUARANTINE_SCHEMA)
     fields = _with_integers(_decode_text_columns(fields))
     fields = fields.with_columns(_problems(fields).alias("@why"))
-    bad = fields.filter(pl.col("@why").is_not_null())
-    good = fields.filter(pl.col("@why").is_null())
+    if fields.get_column("@why").null_count() == fields.height:  # as nearly always: no copy of every column
+        bad, good = fields.clear(), fields
+    else:
+        bad = fields.filter(pl.col("@why").is_not_null())
+        good = fields.filter(pl.col("@why").is_null())
 
     excerpts = bad.get_column("@excerpt").to_list() if "@excerpt" in bad.columns else [None] * bad.height
     quarantine = pl.DataFrame(
