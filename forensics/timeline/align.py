@@ -17,6 +17,7 @@ is fetched back from the case (`Timeline.with_messages`).
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -43,7 +44,7 @@ from forensics.timeline.clocks import (
     time_unknown,
     true_time,
 )
-from forensics.timeline.host_read import HostRead, event_columns, read_batch, read_host
+from forensics.timeline.host_read import SLICES_AT_ONCE, HostRead, event_columns, read_batch, read_host
 
 LEAN_ENV = "FORENSICS_LEAN_ABOVE"  # records above which the timeline is lean (default 2 M; 0: always)
 LEAN_ABOVE = int(os.environ.get(LEAN_ENV) or 2_000_000)
@@ -133,14 +134,19 @@ class Timeline:
 
 
 def _in_time_order(events: pl.DataFrame) -> pl.DataFrame:
-    """`events` sorted by time (stable), a column at a time: each column is released once its
-    sorted copy is made, so sorting a big timeline costs one column more, not a second frame."""
+    """`events` sorted by time (stable), a column at a time on each core: each column is released
+    once its sorted copy is made, so sorting a big timeline costs a column or two more, not a
+    second frame (a 128-host fleet's 1.4 M lines in 53 columns of 128 pieces each: 1.4 s on one
+    core)."""
     order = (events.lazy().select(pl.int_range(pl.len(), dtype=pl.UInt32).sort_by("ts", maintain_order=True))
              .collect().to_series())
+    names = events.columns
     columns = []
-    for name in events.columns:
-        columns.append(events.get_column(name).gather(order))
-        events.drop_in_place(name)
+    with ThreadPoolExecutor(max_workers=SLICES_AT_ONCE, thread_name_prefix="forensics-order") as pool:
+        # in order: a column is dropped as soon as its sorted copy is back
+        for name, column in zip(names, pool.map(lambda name: events.get_column(name).gather(order), names)):
+            columns.append(column)
+            events.drop_in_place(name)
     return pl.DataFrame(columns)
 
 
@@ -180,7 +186,9 @@ def _samples_and_stacks(case: Case, incident: Incident, window: Window | None,
     samples = case.samples.with_columns(in_host_zones(incident)).with_columns(true_time(offsets))
     stacks = case.stacks.with_columns(in_host_zones(incident)).with_columns(true_time(offsets)).collect()
     if window is not None:  # a modification time far from the evidence's own times: time unknown
-        incident.notes.extend(time_unknown(samples.collect(), stacks, window))
+        # only the columns it reads: a fleet's millions of samples decode their labels slowly
+        timed = samples.select("ts", "ts_confidence", "source_file").collect()
+        incident.notes.extend(time_unknown(timed, stacks, window))
         stacks = stacks.with_columns(pl.when(mtime_outside(window)).then(None).otherwise(pl.col("ts")).alias("ts"))
         samples = samples.filter(~mtime_outside(window))
     outside_samples = pl.DataFrame()
