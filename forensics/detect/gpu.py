@@ -28,10 +28,17 @@ LOOKBACK = timedelta(seconds=120)  # before a verdict with no freeze to start fr
 
 
 def _gpus(timeline: Timeline, name: str) -> pl.DataFrame:
-    return (timeline.samples.filter(named(name)).with_columns(label("gpu"))
+    """The samples of DCGM's `name` per GPU: at, host, instance, gpu, value."""
+    wanted = timeline.samples.filter(named(name))
+    gpus = (wanted.with_columns(label("gpu"))
             .select(pl.coalesce("sample_ts", "ts").alias("at"), pl.col("host").cast(pl.String),
                     pl.col("instance").cast(pl.String), "gpu", "value")
-            .drop_nulls("value").collect())
+            .drop_nulls("value"))
+    # Counted first without the labels, whose decoding is most of a read of the case's scrapes
+    # (0.27 s of 0.28 at a 128-host fleet's 6.2 M samples): most bundles hold no DCGM exporter.
+    if not wanted.select(pl.len()).collect().item():
+        return gpus.clear().collect()
+    return gpus.collect()
 
 
 def detect(timeline: Timeline, findings: list[Finding], verdicts: list[Verdict], track: str) -> list[Finding]:

@@ -41,7 +41,7 @@ JUMP_S = 1.0  # a wall-clock step smaller than this is indistinguishable from lo
 
 def _offset_us(offsets_s: dict[str, float], host: pl.Expr) -> pl.Expr:
     """Each row's host clock offset in microseconds (0 for hosts without one)."""
-    offsets = {name: round(seconds * 1e6) for name, seconds in offsets_s.items()}
+    offsets = {name: round(seconds * 1e6) for name, seconds in offsets_s.items() if round(seconds * 1e6)}
     return host.replace_strict(offsets, default=0, return_dtype=pl.Int64) if offsets else pl.lit(0, pl.Int64)
 
 
@@ -294,7 +294,10 @@ def in_host_zones(incident: Incident, column: str = "ts") -> pl.Expr:
 
 
 def true_time(offsets: dict[str, float], column: str = "ts") -> pl.Expr:
-    """A time `column` with each row's host clock offset taken off."""
+    """A time `column` with each row's host clock offset taken off (as it is where no host has one:
+    the scrapes are asked a dozen questions, and each would map every sample's host anew)."""
+    if not any(round(seconds * 1e6) for seconds in offsets.values()):
+        return pl.col(column)
     return (pl.col(column) - pl.duration(microseconds=_offset_us(offsets, pl.col("host").cast(pl.String))))\
         .alias(column)
 
