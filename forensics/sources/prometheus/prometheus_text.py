@@ -205,7 +205,9 @@ def parse_text(text: str, source_file: str, fallback: Capture, target: dict[str,
     lines = lines.join(captures.select("scrape", "format"), on="scrape", how="left")
     openmetrics = pl.col("format") == OPENMETRICS_FORMAT
     fast, slow = _split_samples(lines.filter(pl.col("kind") == "sample"))
-    samples = pl.concat([fast, _read_slowly(slow)], how="diagonal")
+    # the series key is made once per distinct head on the bulk path; here for the lines read slowly
+    samples = pl.concat([fast, _read_slowly(slow).with_columns(promtext.series_key().alias("series"))],
+                        how="diagonal")
     base = pl.col("name").str.replace(f"({'|'.join(promtext.METRIC_SUFFIXES)})$", "")
     suffix = pl.col("name").str.extract(f"({'|'.join(promtext.METRIC_SUFFIXES)})$")
     good = samples.filter(pl.col("reason").is_null()).with_columns(base.alias("base"), suffix.alias("suffix"))
@@ -268,7 +270,7 @@ def _split_samples(samples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
                .otherwise(stamp.str.contains(f"^(?:{promtext.INTEGER})$"))))
     candidates = candidates.with_columns(fine.alias("_fine"))
     fast = (candidates.filter(pl.col("_fine"))
-            .select("line", "text", "scrape", "format", "cut", "name", "label_list", "value", "timestamp",
+            .select("line", "text", "scrape", "format", "cut", "name", "label_list", "series", "value", "timestamp",
                     pl.lit(None, pl.String).alias("exemplar"), pl.lit(None, pl.String).alias("reason")))
     slow = pl.concat([samples.filter(~plain), candidates.filter(~pl.col("_fine")).select(samples.columns)])
     return fast, slow
@@ -286,7 +288,8 @@ def _heads(heads: pl.DataFrame) -> pl.DataFrame:
     name = pl.when(pl.col("quoted_name").is_null() & ~pl.col("quoted_label").fill_null(False)).then(pl.col("name"))
     ok = (pl.col("labels_ok") & name.is_not_null() & ~pl.col("bad_labels").fill_null(False)
           & ~(pl.col("name").is_not_null() & pl.col("quoted_name").is_not_null()))
-    return found.select("head", name.alias("name"), pl.col("label_list"), ok.alias("head_ok"))
+    found = found.select("head", name.alias("name"), pl.col("label_list"), ok.alias("head_ok"))
+    return found.with_columns(promtext.series_key().alias("series"))
 
 
 def _read_slowly(lines: pl.DataFrame) -> pl.DataFrame:
@@ -403,7 +406,7 @@ def _finish(good: pl.DataFrame, captures: pl.DataFrame, source_file: str) -> pl.
                  pl.lit(DATA_TYPE).alias("data_type"),
                  pl.lit(source_file).alias("source_file"),
                  pl.col("line").alias("source_line"))
-             .with_columns(promtext.series_key().alias("series"), pl.col("label_list").alias("labels")))
+             .with_columns(pl.col("label_list").alias("labels")))
     return frame.select([pl.col(n).cast(d) for n, d in SAMPLES_SCHEMA.items()])
 
 
