@@ -14,6 +14,7 @@ from forensics.timeline.metrics import (
     gauge_steps,
     histogram_quantiles,
     label,
+    named,
     restarts,
     stalled,
 )
@@ -108,3 +109,18 @@ def test_histogram_quantile_in_each_kind_of_bucket(tmp_path: Path, q: float, exp
     # first interval: 10 observations <= 0.1, 80 in (0.1, 1], 10 above 1
     first = histogram_quantiles(scrapes(tmp_path, RUN[:2]), q).filter(pl.col("family") == "lat").row(0, named=True)
     assert first["value"] == pytest.approx(expected)
+
+
+# The rule `named` keeps (promtext.name_key's docstring): a colon in a metric name reads as an
+# underscore, as prometheus_client writes colons for curl and escapes them for Prometheus.
+NAMES = ["sglang:num_running_reqs", "sglang_num_running_reqs", "sglang:num:running:reqs", "sglang_num_running",
+         "xsglang_num_running_reqs", "sglang__num_running_reqs", "a_b_c_d_e_f_g_h_i_j_k_l", "a:b_c_d_e_f_g_h_i_j_k:l"]
+
+
+@pytest.mark.parametrize("asked", [["sglang_num_running_reqs"], ["sglang:num_running_reqs", "sglang_num_running"],
+                                   ["a_b_c_d_e_f_g_h_i_j_k_l"], ["nothing"]])
+@pytest.mark.parametrize("dtype", [pl.String, pl.Categorical])
+def test_named_reads_a_colon_as_an_underscore(asked: list[str], dtype: pl.DataType) -> None:
+    frame = pl.DataFrame({"name": NAMES}, schema={"name": dtype})
+    expected = [n for n in NAMES if n.replace(":", "_") in {a.replace(":", "_") for a in asked}]
+    assert frame.filter(named(asked)).get_column("name").cast(pl.String).to_list() == expected

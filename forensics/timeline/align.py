@@ -179,12 +179,24 @@ def _read_hosts(case: Case, hosts: list[str | None], incident: Incident, profile
     return parts
 
 
+def _on_true_utc(frame: pl.LazyFrame, incident: Incident, offsets: dict[str, float]) -> pl.LazyFrame:
+    """`frame`'s zoneless times placed in their hosts' zones and the hosts' clock offsets taken off;
+    left as it is where no host has a zone or an offset: a `ts` rewritten, even as itself, keeps
+    every later question's filters on it from reaching the Parquet reader (a count of one metric's
+    samples at a 128-host fleet: 0.2 s above the rewrite, 0.02 s in the reader)."""
+    if any(clock.time_zone.key != "UTC" for clock in incident.hosts.values()):
+        frame = frame.with_columns(in_host_zones(incident))
+    if any(round(seconds * 1e6) for seconds in offsets.values()):
+        frame = frame.with_columns(true_time(offsets))
+    return frame
+
+
 def _samples_and_stacks(case: Case, incident: Incident, window: Window | None,
                         offsets: dict[str, float]) -> tuple[pl.LazyFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The case's scrapes and dumps on true UTC, those outside the plausible `window` left out:
     samples, stacks, and the records left out of each, counted per source file."""
-    samples = case.samples.with_columns(in_host_zones(incident)).with_columns(true_time(offsets))
-    stacks = case.stacks.with_columns(in_host_zones(incident)).with_columns(true_time(offsets)).collect()
+    samples = _on_true_utc(case.samples, incident, offsets)
+    stacks = _on_true_utc(case.stacks, incident, offsets).collect()
     if window is not None:  # a modification time far from the evidence's own times: time unknown
         # only the columns it reads: a fleet's millions of samples decode their labels slowly
         timed = samples.select("ts", "ts_confidence", "source_file").collect()

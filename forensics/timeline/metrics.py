@@ -18,6 +18,8 @@ Everything is per instance and series, between consecutive scrapes (or API point
 
 from __future__ import annotations
 
+import itertools
+
 import polars as pl
 
 from forensics.profiles import Profile, load_profile
@@ -26,9 +28,25 @@ from forensics.sources.prometheus.promtext import name_key
 SERIES = ["instance", "series"]
 
 
+# A name's key is matched by its spellings up to this many `_` in it (2^n spellings); past them
+# by rewriting every sample's name.
+MOST_SPELLED = 10
+
+
+def spellings(key: str) -> list[str]:
+    """Every name whose `promtext.name_key` is `key`: each `_` in it written `_` or `:`."""
+    parts = key.split("_")
+    return ["".join(part + sep for part, sep in zip(parts, (*seps, "")))
+            for seps in itertools.product("_:", repeat=len(parts) - 1)]
+
+
 def named(names: tuple[str, ...] | list[str] | str) -> pl.Expr:
-    """Samples whose name is one of `names`, compared with `:` read as `_` (see `promtext.name_key`)."""
+    """Samples whose name is one of `names`, compared with `:` read as `_` (see `promtext.name_key`).
+    Asked as a set of spellings, so that a category column is looked up by its codes rather than
+    made into text on every sample (at a 128-host fleet's 6.2 M samples: 0.04 s against 0.2)."""
     wanted = [name_key(n) for n in ([names] if isinstance(names, str) else names)]
+    if all(key.count("_") <= MOST_SPELLED for key in wanted):
+        return pl.col("name").is_in([spelled for key in wanted for spelled in spellings(key)])
     return pl.col("name").cast(pl.String).str.replace_all(":", "_", literal=True).is_in(wanted)
 
 
