@@ -143,8 +143,10 @@ def _in_time_order(events: pl.DataFrame) -> pl.DataFrame:
     names = events.columns
     columns = []
     with ThreadPoolExecutor(max_workers=SLICES_AT_ONCE, thread_name_prefix="forensics-order") as pool:
-        # in order: a column is dropped as soon as its sorted copy is back
-        for name, column in zip(names, pool.map(lambda name: events.get_column(name).gather(order), names)):
+        # the columns taken out here, the frame touched by this thread alone; in order, a column is
+        # dropped from the frame as soon as its sorted copy is back
+        sorted_copies = pool.map(lambda column: column.gather(order), [events.get_column(name) for name in names])
+        for name, column in zip(names, sorted_copies):
             columns.append(column)
             events.drop_in_place(name)
     return pl.DataFrame(columns)
