@@ -3,6 +3,7 @@ profile author relies on, checked against the regular expressions they replace o
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 
@@ -10,7 +11,7 @@ import polars as pl
 import pytest
 
 from forensics.timeline.logs import distinct_messages, label_numbers, read_lines
-from forensics.profiles import load_profile, matches_nothing
+from forensics.profiles import LogEvent, load_profile, matches_nothing
 
 FIELDS = {"running": ("#running-req",), "usage": ("token usage", "full token usage"), "swa": ("swa token usage",),
           "hit": ("cache hit rate",), "gen": ("gen throughput (token/s)",)}
@@ -230,3 +231,18 @@ def test_searching_the_line_kinds_in_runs_finds_what_each_pattern_finds(stack: s
     found = pl.DataFrame({"message": lines}).select(_any_of(pl.col("message"), stack_kinds, layered)).to_series()
     every = [p for p in stack_kinds + layered if not matches_nothing(p)]
     assert found.to_list() == [any(re.search(p, line) for p in every) for line in lines]
+
+
+def test_the_first_rule_in_the_profiles_order_gives_a_line_its_kind_and_track() -> None:
+    """A line two line kinds match is of the kind listed first in the profile (the rule its
+    `[[logs.events]]` order gives), with that rule's track; a line only the second matches is of
+    the second; the order is the profile's, not the patterns' position in the line."""
+    profile = load_profile("sglang")
+    first = LogEvent(kind="first_kind", pattern="boom", track="track_one", text="", annotation=None)
+    second = LogEvent(kind="second_kind", pattern="bo+m|kaboom", track="track_two", text="", annotation=None)
+    rules = dataclasses.replace(profile.logs, events=(first, second, *profile.logs.events))
+    ordered = dataclasses.replace(profile, logs=rules)
+    lines = ["kaboom, then boom", "booom", "kaboom", "nothing here"]
+    read_back = read_lines(pl.DataFrame({"message": lines}), ordered)
+    assert read_back.get_column("event").to_list() == ["first_kind", "second_kind", "first_kind", None]
+    assert read_back.get_column("track").to_list() == ["track_one", "track_two", "track_one", None]
