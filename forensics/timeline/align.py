@@ -33,6 +33,7 @@ from forensics.sources.common.frames import columns_of_frame, replace_columns
 from forensics.profiles import Profile
 from forensics.timeline.clocks import (
     Window,
+    any_offset,
     estimate_offsets,
     in_host_zones,
     line_ts,
@@ -188,7 +189,7 @@ def _on_true_utc(frame: pl.LazyFrame, incident: Incident, offsets: dict[str, flo
     samples at a 128-host fleet: 0.2 s above the rewrite, 0.02 s in the reader)."""
     if any(clock.time_zone.key != "UTC" for clock in incident.hosts.values()):
         frame = frame.with_columns(in_host_zones(incident))
-    if any(round(seconds * 1e6) for seconds in offsets.values()):
+    if any_offset(offsets):
         frame = frame.with_columns(true_time(offsets))
     return frame
 

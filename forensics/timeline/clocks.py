@@ -39,6 +39,11 @@ PLAUSIBLE_MARGIN = timedelta(days=1)  # how far outside the incident a record's 
 JUMP_S = 1.0  # a wall-clock step smaller than this is indistinguishable from logging delays
 
 
+def any_offset(offsets_s: dict[str, float]) -> bool:
+    """Whether any host's clock offset moves a time by a microsecond or more."""
+    return any(round(seconds * 1e6) for seconds in offsets_s.values())
+
+
 def _offset_us(offsets_s: dict[str, float], host: pl.Expr) -> pl.Expr:
     """Each row's host clock offset in microseconds (0 for hosts without one)."""
     offsets = {name: round(seconds * 1e6) for name, seconds in offsets_s.items() if round(seconds * 1e6)}
@@ -296,7 +301,7 @@ def in_host_zones(incident: Incident, column: str = "ts") -> pl.Expr:
 def true_time(offsets: dict[str, float], column: str = "ts") -> pl.Expr:
     """A time `column` with each row's host clock offset taken off (as it is where no host has one:
     the scrapes are asked a dozen questions, and each would map every sample's host anew)."""
-    if not any(round(seconds * 1e6) for seconds in offsets.values()):
+    if not any_offset(offsets):
         return pl.col(column)
     return (pl.col(column) - pl.duration(microseconds=_offset_us(offsets, pl.col("host").cast(pl.String))))\
         .alias(column)
@@ -304,6 +309,6 @@ def true_time(offsets: dict[str, float], column: str = "ts") -> pl.Expr:
 
 def shifted(frame: pl.DataFrame, offsets: dict[str, float], *columns: str) -> pl.DataFrame:
     """`frame` with its time `columns` taken off each row's host clock offset."""
-    if frame.is_empty() or not any(offsets.values()):
+    if frame.is_empty() or not any_offset(offsets):
         return frame
     return frame.with_columns(true_time(offsets, c) for c in columns)

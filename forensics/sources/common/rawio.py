@@ -268,7 +268,7 @@ def read_whole(path: str | os.PathLike[str]) -> tuple[bytes | mmap.mmap, str | N
         return blocks[0][0], reader.damage
     whole, at = populated(size), 0
     for block, n in blocks:
-        whole[at:at + n] = block[:n] if n < READ_BYTES else block
+        whole[at:at + n] = block[:n] if n < len(block) else block
         at += n
         try:
             block.close()
