@@ -20,7 +20,6 @@ those refuse go through the exact reader `forensics.sources.prometheus.promtext.
 
 from __future__ import annotations
 
-import io
 import mmap
 import re
 from pathlib import Path
@@ -50,6 +49,8 @@ _ALLOWED = pl.DataFrame([(t, s) for t, suffixes in promtext.SUFFIXES.items() for
                         schema={"base_type": pl.String, "suffix": pl.String}, orient="row")
 _SNIFF_LINE = re.compile(rf"^(?:# (?:HELP|TYPE|UNIT) |# EOF$|{promtext.METRIC_NAME}(?:\{{.*\}})?[ \t]+(?:{promtext.FLOAT})"
                          rf"(?:[ \t]+\S+)?[ \t]*$)")
+# a line with something on it that is not a capture header (`str.strip` and `\S` agree on what is space)
+_CONTENT_LINE = re.compile(rf"^(?!{re.escape(HEADER_PREFIX)})[^\n]*?\S", re.MULTILINE)
 _TARGET = re.compile(r"^(?:(?P<host>[^:_/]+)[:_])?(?P<port>\d{2,5})$")
 # A JSON document's start: `[`, `{"key":`, or `{}` alone (`{} 3.14` is a sample line, if a bad one).
 _JSON_START = re.compile(rb'\s*(?:\[|\{\s*"(?:[^"\\]|\\.)*"\s*:|\{\s*\}\s*$)')
@@ -95,11 +96,20 @@ def _quarantine(source_file: str, fmt: str, rows: pl.DataFrame) -> pl.DataFrame:
     ).cast(dict(QUARANTINE_SCHEMA))  # type: ignore[arg-type]
 
 
+def _first_content(text: str) -> str | None:
+    """The first line of `text` that is neither blank nor a capture header, or None. Searched for:
+    `io.StringIO(text)` first copied a whole 3 MB scrape file (as UCS-4) to look at two lines."""
+    found = _CONTENT_LINE.search(text)
+    if found is None:
+        return None
+    end = text.find("\n", found.start())
+    return text[found.start():] if end < 0 else text[found.start():end + 1]
+
+
 def _whole_file_problem(text: str) -> str | None:
     """Why a whole file is not a scrape (empty, an HTML page), from its first line of content."""
-    for line in io.StringIO(text):
-        if line.startswith(HEADER_PREFIX) or not line.strip():
-            continue
+    line = _first_content(text)
+    if line is not None:
         if line.lstrip()[:1] != "<":
             return None
         title = re.search(r"<title>(.*?)</title>", text[:4096], re.IGNORECASE | re.DOTALL)
@@ -191,7 +201,7 @@ def parse_text(text: str, source_file: str, fallback: Capture, target: dict[str,
     """Every scrape in one exposition text (a whole file, or a run of whole scrapes of it that
     starts at `first_line` with scrape number `first_scrape`); `not_utf8` names the lines whose
     bytes were not UTF-8 (the text has U+FFFD there) with their reasons."""
-    if not any(line.strip() and not line.startswith(HEADER_PREFIX) for line in io.StringIO(text)):
+    if _first_content(text) is None:
         # promtool accepts an empty exposition; an empty scrape is still worth a word
         return ParseResult("samples", empty(SAMPLES_SCHEMA), empty(QUARANTINE_SCHEMA), 0, parsed_records=0,
                            notes=["empty: no samples and no metadata (the endpoint answered nothing?)"])
