@@ -201,6 +201,12 @@ def _remove_parts(staging: Place, index: int) -> None:
         part.unlink()
 
 
+def _no_rows(entry: dict[str, Any]) -> dict[str, Any]:
+    """What `ingest_input` says of an input before any of its rows are read (or when it failed)."""
+    return {"entry": entry, "frame": None, "hosts": set(), "extras": set(), "rows": 0, "dumps": 0,
+            "first": None, "last": None}
+
+
 def ingest_input(bundle: str, relative: str, source_name: str, staging: str, index: int,
                  held: Held | None = None) -> dict[str, Any]:
     """Read one input of `bundle` (at `relative` in it) part by part into the case being built at
@@ -211,8 +217,7 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
     folder, path, source = location(staging), Path(bundle) / relative, sources.get(source_name)
     hashing = _Hashing(path)
     entry: dict[str, Any] = {"path": relative, "format": source.name, "sha256": None}
-    facts: dict[str, Any] = {"entry": entry, "frame": None, "hosts": set(), "extras": set(), "rows": 0, "dumps": 0,
-                             "first": None, "last": None}
+    facts = _no_rows(entry)
     seen_hosts: set[str | None] = set()
     records = parsed = quarantined = 0
     damage, notes = None, []
@@ -274,8 +279,7 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
         if held is not None:
             held.spill(index)
         entry.update(sha256=hashing.result(), records=0, parsed=0, quarantined=0, error=_failure(error, source.name))
-        return {"entry": entry, "frame": None, "hosts": set(), "extras": set(), "rows": 0, "dumps": 0,
-                "first": None, "last": None}
+        return _no_rows(entry)
     entry.update(sha256=hashing.result(), records=records, parsed=parsed, quarantined=quarantined)
     if damage:
         entry["error"] = damage
