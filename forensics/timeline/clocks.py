@@ -283,11 +283,16 @@ def outside_window(frame: pl.DataFrame, window: Window | None, name: str
     return frame.filter(inside), outside
 
 
+def zoned_hosts(incident: Incident) -> dict[str, str]:
+    """The hosts incident.toml places in a zone other than UTC, with their zones."""
+    return {host: clock.time_zone.key for host, clock in incident.hosts.items() if clock.time_zone.key != "UTC"}
+
+
 def in_host_zones(incident: Incident, column: str = "ts") -> pl.Expr:
     """A snapshot's time `column` placed in its host's zone where it was read from a stamp without
     a zone (`ts_confidence` "medium": a capture header, a file name or a dump's own stamp, read as
     UTC), as a plain log's stamps are (incident.toml's `[hosts."NAME"] time_zone`)."""
-    zoned = {host: clock.time_zone.key for host, clock in incident.hosts.items() if clock.time_zone.key != "UTC"}
+    zoned = zoned_hosts(incident)
     expr = pl.col(column)
     zoneless = pl.col("ts_confidence").cast(pl.String) == "medium"
     for host, zone in zoned.items():
