@@ -64,6 +64,37 @@ def test_a_piece_grows_until_it_holds_a_separator(tmp_path: Path) -> None:
         assert b"".join(bytes(p.data[:p.length]) for p in pieces) == data
 
 
+
+def _views_held_as_a_profiler_holds_them(monkeypatch: pytest.MonkeyPatch) -> list[memoryview]:
+    """Every buffer `_fill` reads into keeps a view alive afterwards, as when Dask's sampling
+    profiler holds the frame of the `readinto` that got it (seen on a worker: the reader failed with
+    "mmap can't resize with extant buffers exported" and the input's rows were left out)."""
+    held: list[memoryview] = []
+    fill = rawio._fill
+
+    def holding(reader, buf, start, end):  # type: ignore[no-untyped-def]
+        held.append(memoryview(buf)[start:end])
+        return fill(reader, buf, start, end)
+
+    monkeypatch.setattr(rawio, "_fill", holding)
+    return held
+
+
+@pytest.mark.parametrize("kind", ["gzip", "zstd"])
+def test_a_view_held_elsewhere_does_not_fail_the_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      kind: str) -> None:
+    held = _views_held_as_a_profiler_holds_them(monkeypatch)
+    small = _records(50)  # one block: its end is given back by a resize
+    path = tmp_path / f"small.{kind}"
+    path.write_bytes(COMPRESSORS[kind](small))
+    data, damage = rawio.read_whole(path)
+    assert damage is None and bytes(data) == small and len(data) == len(small)
+    long_record = b"A=" + b"y" * 50_000 + b"\n\nB=1\n\n"  # a piece grown past its buffer
+    path = tmp_path / f"long.{kind}"
+    path.write_bytes(COMPRESSORS[kind](long_record))
+    assert b"".join(bytes(p.data[:p.length]) for p in rawio.pieces(path, 1024, b"\n\n")) == long_record
+    assert held  # the views were there throughout
+
 @pytest.mark.parametrize("kind", COMPRESSORS)
 def test_empty_files(tmp_path: Path, kind: str) -> None:
     path = tmp_path / f"empty.{kind}"

@@ -211,6 +211,21 @@ def release(data: bytes | mmap.mmap, start: int, end: int) -> None:
         data.madvise(mmap.MADV_DONTNEED, aligned, end - aligned)
 
 
+def _resized(buf: mmap.mmap, size: int) -> mmap.mmap:
+    """`buf` made `size` bytes long in place, or, while a view of it is still held elsewhere (a
+    sampling profiler's frame: Dask's samples every worker thread's stack, and a frame it holds
+    keeps the view `_fill` handed to `readinto`), a new populated buffer with its bytes: a resize is
+    refused while any export of the buffer lives, and that must not fail the input."""
+    try:
+        buf.resize(size)
+        return buf
+    except BufferError:
+        grown = populated(size)
+        kept = min(size, len(buf))
+        grown[:kept] = buf[:kept]
+        return grown
+
+
 def _fill(reader, buf: mmap.mmap, start: int, end: int) -> int:
     """Read into buf[start:end] until it is full or the input ends; the new end."""
     view = memoryview(buf)
@@ -264,8 +279,7 @@ def read_whole(path: str | os.PathLike[str]) -> tuple[bytes | mmap.mmap, str | N
     if size == 0:
         return b"", reader.damage
     if len(blocks) == 1:  # the pages past its end given back, the rest kept in place
-        blocks[0][0].resize(size)
-        return blocks[0][0], reader.damage
+        return _resized(blocks[0][0], size), reader.damage
     whole, at = populated(size), 0
     for block, n in blocks:
         whole[at:at + n] = block[:n] if n < len(block) else block
@@ -481,7 +495,7 @@ def _decompressed_pieces(reader, size: int, separator: bytes, slack: int, buffer
             # long record costs its length in copies, not its length squared over the piece size
             want = min(2 * end, longest + size)
             if len(buf) < want + slack:
-                buf.resize(want + slack)
+                buf = _resized(buf, want + slack)
             searched_to, end = end, _fill(reader, buf, end, want)
             cut = buf.rfind(separator, max(0, searched_to - len(separator) + 1), end)
         if end < want:  # the input ended
