@@ -8,6 +8,7 @@ from bench import (
     analyze_profile,
     analyze_reference,
     bounded_reads,
+    cli_exit,
     cli_startup,
     fleet_scale,
     journal_ingest,
@@ -21,7 +22,7 @@ from bench import (
 BENCHMARKS = {"journal_ingest": journal_ingest.main, "pyspy_parse": pyspy_parse.main,
               "prom_parse": prom_parse.main, "analyze_reference": analyze_reference.main,
               "analyze_profile": analyze_profile.main,
-              "report_render": report_render.main, "cli_startup": cli_startup.main,
+              "report_render": report_render.main, "cli_startup": cli_startup.main, "cli_exit": cli_exit.main,
               "watch_capture": watch_capture.main, "fleet_scale": fleet_scale.main,
               "object_store": object_store.main, "bounded_reads": bounded_reads.main}
 

@@ -6,11 +6,14 @@ bundle, `reference` / `synth` generated data."""
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import sys
+import threading
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from forensics.capture.kubernetes import add_flags as add_kubernetes_flags, run_from_args as run_kubernetes
 from forensics.case.bundle import open_bundle
@@ -287,6 +290,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout, sys.stderr = out, err
 
 
+def console() -> NoReturn:
+    """The `forensics` console script: `main`, then an exit without the interpreter's teardown.
+
+    After an analysis the interpreter spent ~0.15 s taking every module and object apart, memory
+    the kernel takes back at once (measured: `bench/cli_exit.py`). Its shutdown steps that do work
+    are taken first, in its own order: threads still running are waited for (and thread pools shut
+    down), atexit handlers run (logging, temporary folders left for exit, Dask clients), output is
+    flushed. Only objects of a module's globals that write in `__del__` would miss their turn."""
+    try:
+        code: object = main()
+    except SystemExit as done:  # argparse's --help and usage errors
+        code = done.code
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is None:  # not CPython's threading module: the ordinary exit
+        sys.exit(code)  # type: ignore[arg-type]
+    if isinstance(code, str):  # sys.exit("why") prints why and exits with 1
+        print(code, file=sys.stderr)
+    status = code if isinstance(code, int) else 0 if code is None else 1
+    shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # a reader gone (`| head`), or closed: exit 120, as the interpreter does
+            status = status or 120
+    os._exit(status)
+
+
 def _main(args: argparse.Namespace) -> int:
     """Run the parsed command, its failures as one line each."""
     try:
@@ -542,4 +574,4 @@ _COMMANDS = {"report": _run_report, "batch": _run_batch, "ingest": _run_ingest, 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

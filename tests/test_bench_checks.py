@@ -139,6 +139,18 @@ def test_cli_startup_checks_each_commands_exit_status_and_words() -> None:
         timed([sys.executable, "-c", "print('usage: something else')"], 0, "usage: forensics", rounds=1)
 
 
+def test_cli_exit_checks_each_runs_status_and_verdict() -> None:
+    from bench.cli_exit import tail_timed
+
+    said = "print('decode froze at 21:34:47 ... TP_DESYNC')"
+    whole, tail = tail_timed([sys.executable, "-c", said])
+    assert whole >= tail >= 0
+    with pytest.raises(RuntimeError, match="exit status 3"):
+        tail_timed([sys.executable, "-c", said + "; raise SystemExit(3)"])
+    with pytest.raises(RuntimeError, match="not the work timed"):
+        tail_timed([sys.executable, "-c", "print('decode froze at 21:34:47 (NO_VERDICT)')"])
+
+
 LAST = {"sglang-dsv4-decode.service": "2026-06-18 21:44:59.594", "sglang-dsv4-prefill.service": "2026-06-18 21:44:59.508"}
 
 
