@@ -12,6 +12,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from forensics.sources.common.frames import arrow_series
+
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 SLACK = 16  # bytes read past a value's start to fill the inline part of its view
 
@@ -54,7 +56,7 @@ def binary_views(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid: n
         views[:, 3] = np.where(inline, (next4 & mask_hi).astype(np.uint32), starts.astype(np.uint32))
     validity = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
     array = pa.Array.from_buffers(pa.binary_view(), n, [validity, pa.py_buffer(views), pa.py_buffer(buf)])
-    return pl.Series(array)
+    return arrow_series(array)
 
 
 def dense_binary(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid: np.ndarray | None = None

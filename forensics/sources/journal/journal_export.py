@@ -26,6 +26,7 @@ import polars as pl
 import pyarrow as pa
 
 from forensics.sources.common.byteviews import SLACK, binary_views, dense_binary
+from forensics.sources.common.frames import arrow_series
 from forensics.errors import ParseError
 from forensics.sources.journal.cursor import OWN, PARSED
 from forensics.sources.journal.fields import (CATEGORY_FIELDS, FIELD_NAME, MAX_NAMES, SCANNED_INTEGERS, assemble_events,
@@ -141,8 +142,8 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
         name = name_bytes.decode("ascii")
         if held is not None and name_bytes in _INTEGER_NAMES:  # the plain numbers; the text holds the rest
             numbers, parsed = held
-            columns[f"@int {name}"] = pl.Series(f"@int {name}", pa.Array.from_buffers(
-                pa.int64(), n_entries, [pa.py_buffer(parsed), pa.py_buffer(numbers)]))
+            columns[f"@int {name}"] = arrow_series(pa.Array.from_buffers(
+                pa.int64(), n_entries, [pa.py_buffer(parsed), pa.py_buffer(numbers)]), f"@int {name}")
         elif held is not None:
             columns.update(_cursor_values(held, n_entries))
         kind = pa.string_view() if utf8 else pa.binary_view()
@@ -153,7 +154,7 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
             columns[name] = _coded_column(name, kind, views, dense, codes, present, n_entries)
         else:
             data = piece if dense is None else pa.py_buffer(dense)
-            columns[name] = pl.Series(name, pa.Array.from_buffers(kind, n_entries, [present, pa.py_buffer(views), data]))
+            columns[name] = arrow_series(pa.Array.from_buffers(kind, n_entries, [present, pa.py_buffer(views), data]), name)
         if later is not None:
             rows, starts, ends = map(_int64, later)
             values = binary_views if dense is None else dense_binary
@@ -168,7 +169,7 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
         pl.Series("@offset", entry_start + byte_base, dtype=pl.Int64),
         pl.Series("@line", entry_line + 1 + line_base, dtype=pl.Int64),
         pl.Series("@problem", located, dtype=pl.String) if located else pl.lit(None, pl.String).alias("@problem"),
-        pl.Series("@excerpt", excerpts),
+        arrow_series(excerpts, "@excerpt"),
     )
     if unclosed:
         frame = frame.with_columns((pl.int_range(pl.len()) == n_entries - 1).alias("@unclosed"))
@@ -192,8 +193,8 @@ def _coded_column(name: str, kind: pa.DataType, values: object, data: object, co
                                                                               pa.py_buffer(data)])
     indices = pa.Array.from_buffers(pa.uint32(), n_entries, [present, pa.py_buffer(codes)])
     if kind == pa.string_view():
-        return pl.Series(name, pa.DictionaryArray.from_arrays(indices, dictionary))
-    return pl.Series(name, dictionary).gather(pl.Series(indices))  # a null code gives a null
+        return arrow_series(pa.DictionaryArray.from_arrays(indices, dictionary), name)
+    return arrow_series(dictionary, name).gather(arrow_series(indices))  # a null code gives a null
 
 
 def _cursor_values(cursor: tuple, n_entries: int) -> dict[str, pl.Series]:
@@ -203,13 +204,13 @@ def _cursor_values(cursor: tuple, n_entries: int) -> dict[str, pl.Series]:
     ids = pa.Array.from_buffers(pa.string_view(), len(memoryview(id_views)) // 16,
                                 [None, pa.py_buffer(id_views), pa.py_buffer(id_data)])
     present = pa.py_buffer(parsed)
-    values = [pl.Series(pa.DictionaryArray.from_arrays(
+    values = [arrow_series(pa.DictionaryArray.from_arrays(
         pa.Array.from_buffers(pa.uint32(), n_entries, [present, pa.py_buffer(codes)]), ids))
         for codes in codes_and_numbers[:2]]
-    values += [pl.Series(pa.Array.from_buffers(pa.uint64(), n_entries, [present, pa.py_buffer(numbers)]))
+    values += [arrow_series(pa.Array.from_buffers(pa.uint64(), n_entries, [present, pa.py_buffer(numbers)]))
                for numbers in codes_and_numbers[2:]]
     s, b, i, m, t, x = values
-    held = pl.Series(OWN, pa.Array.from_buffers(pa.bool_(), n_entries, [None, pa.py_buffer(own)]))
+    held = arrow_series(pa.Array.from_buffers(pa.bool_(), n_entries, [None, pa.py_buffer(own)]), OWN)
     return {OWN: held, **{name: value.alias(name) for name, value in zip(PARSED, (s, i, b, m, t, x))}}
 
 
