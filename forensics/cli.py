@@ -299,7 +299,7 @@ def console() -> NoReturn:
     down), atexit handlers run (logging, temporary folders left for exit, Dask clients), Python's
     and C's output buffers are flushed. What is skipped is the last collection: a `__del__` of an
     object in a reference cycle, or of a file left open in a module's globals, does not run (none
-    is left after any command, checked after an analysis)."""
+    was left after an analysis, checked; the other commands close what they open in `with`)."""
     try:
         code: object = main()
     except SystemExit as done:  # argparse's --help and usage errors
