@@ -16,7 +16,7 @@ import pytest
 
 from forensics.case import ingest, load_case
 from forensics.cli import main as cli
-from forensics.detect.stack_verdict import ALL_IDLE, STUCK, TP_DESYNC
+from forensics.detect.stack_verdict import ALL_IDLE, ORDINARY_WORK, STUCK, TP_DESYNC, Verdict
 from forensics.detect.stacks import judge, latest
 from forensics.analyze import analyze
 from forensics.lab.tp_desync import TpDesyncLab
@@ -43,6 +43,19 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
+def _idle_or_caught_between_calls(prefill: Verdict) -> bool:
+    """The idle prefill group as a snapshot can show it: every rank idle, or (`ORDINARY_WORK`, which
+    is what the stacks then show) the ranks that are not idle stopped in their loop's own code, their
+    stack the outer part of an idle peer's, at the same line (sampled as the loop calls `on_idle`).
+    Seen once in CI: py-spy caught prefill rank 2 with its event loop innermost on that call's line."""
+    if prefill.verdict == ALL_IDLE:
+        return True
+    idle = [r.frames for r in prefill.ranks if r.phase.phase == "idle"]
+    others = [r.frames for r in prefill.ranks if r.phase.phase != "idle"]
+    return (prefill.verdict == ORDINARY_WORK and bool(idle) and bool(others)
+            and all(any(0 < len(o) < len(i) and i[len(i) - len(o):] == o for i in idle) for o in others))
+
+
 @pytest.mark.parametrize("form", ["text", "json"])
 def test_the_verdict_names_the_split_decode_ranks_and_spares_prefill(
         lab_run: tuple[Path, list[int]], tmp_path: Path, form: str) -> None:
@@ -62,7 +75,7 @@ def test_the_verdict_names_the_split_decode_ranks_and_spares_prefill(
     assert "Ranks 0, 1, 2 wait in `all_reduce`" in decode.explanation
     assert "Rank 3 is idle in `Scheduler.on_idle`" in decode.explanation
     prefill = verdicts["prefill"]
-    assert prefill.verdict == ALL_IDLE, prefill.explanation
+    assert _idle_or_caught_between_calls(prefill), prefill.explanation
     assert "collective" not in prefill.ranks_by_phase
 
 
@@ -73,7 +86,9 @@ def test_the_stacks_command_prints_each_groups_verdict(lab_run: tuple[Path, list
     capsys.readouterr()
     assert cli(["stacks", str(tmp_path / "case"), "--expect", "decode=4"]) == 0
     out = capsys.readouterr().out
-    assert "== decode: TP_DESYNC" in out and "== prefill: ALL_IDLE" in out
+    prefill = next(v for v in latest(judge(load_case(tmp_path / "case").stacks)) if v.group == "prefill")
+    assert _idle_or_caught_between_calls(prefill), prefill.explanation
+    assert "== decode: TP_DESYNC" in out and f"== prefill: {prefill.verdict}" in out
     assert out.count(" collective  all_reduce (torch/distributed/distributed_c10d.py:") == 3
 
 
