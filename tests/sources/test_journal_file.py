@@ -8,9 +8,11 @@ from __future__ import annotations
 import io
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -242,17 +244,58 @@ def test_a_hand_over_that_does_not_continue_what_was_written_is_named(journals: 
     journal = journals["regular"]
     text = _journalctl(journal)
     beyond = len(text) + 100  # more written before than journalctl's whole export
-    for skip, tail, differs in ((1200, text[1000:1200], False), (1200, b"x" * 200, True), (beyond, text[-200:], True)):
+    short = f"ends at byte {len(text):,}, before the {beyond:,} bytes written from it before journalctl took over"
+    for skip, tail, said in ((1200, text[1000:1200], None), (1200, b"x" * 200, "not what was written from it before"),
+                             (beyond, text[-200:], short)):
         with journal_native._ExportOf("journalctl", journal, skip=skip, tail=tail) as rest:
             out, buffer = bytearray(), memoryview(bytearray(4096))
             while got := rest.readinto(buffer):
                 out += buffer[:got]
             assert bytes(out) == text[skip:]
-            if differs:
-                with pytest.raises(ParseError, match="not what was written from it before journalctl took over"):
+            if said:
+                with pytest.raises(ParseError, match=re.escape(said)):
                     rest.raise_damage()
             else:
                 rest.raise_damage()
+
+
+SHRINK = """
+import os, sys
+from pathlib import Path
+from forensics.errors import ParseError
+from forensics.sources.journal import journal_native
+path, program = Path(sys.argv[1]), sys.argv[2] or None
+out, buffer = bytearray(), memoryview(bytearray(4096))
+with journal_native._FileExport(program, path) as reader:
+    out += buffer[:reader.readinto(buffer)]
+    os.truncate(path, 4096)  # the header's page stays; every object past it is gone
+    while got := reader.readinto(buffer):
+        out += buffer[:got]
+    try:
+        reader.raise_damage()
+    except ParseError as error:
+        print(error)
+sys.stdout.buffer.write(bytes(out))
+"""
+
+
+@pytest.mark.parametrize("program", ["journalctl", ""])
+def test_a_file_that_shrinks_while_it_is_read_ends_its_reading_with_that_said(
+        journals: dict[str, Path], tmp_path: Path, program: str) -> None:
+    """Truncated by another program while mapped, a journal's next page would raise SIGBUS and end
+    the process: the reading stops there instead, keeps the whole entries written before, and
+    says the file shrank (journalctl is not asked to continue a file that is changing)."""
+    journal = tmp_path / "shrinking.journal"
+    shutil.copy(journals["regular"], journal)
+    expected = _journalctl(journal)
+    done = subprocess.run([sys.executable, "-c", SHRINK, str(journal), program], capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    said, _, written = done.stdout.partition(b"\n")
+    entries = written.count(b"\n__CURSOR=") + written.startswith(b"__CURSOR=")
+    assert 0 < len(written) <= 4096 and expected.startswith(written) and written.endswith(b"\n\n")
+    assert said.decode().startswith(f"{journal}: the file shrank while it was read (another program truncated or "
+                                    "rewrote it) at byte ")
+    assert said.decode().endswith(f"; the {entries} entries before it were read")
 
 
 def test_with_neither_journalctl_nor_python_systemd_this_reader_reads_alone(
@@ -278,3 +321,29 @@ def test_with_neither_journalctl_nor_python_systemd_this_reader_reads_alone(
     broken.write_bytes(b"LPKSHHRH" + b"\0" * 100)
     with pytest.raises(ParseError, match="systemd cannot open it as a journal: no journal header"):
         journal_native.parse(broken)
+
+
+FOREIGN_FAULT = """
+import faulthandler, mmap, os, sys
+from pathlib import Path
+faulthandler.enable()
+from forensics.sources.journal import journal_native
+path, other = Path(sys.argv[1]), Path(sys.argv[2])
+with journal_native._FileExport(None, path) as reader:  # the guard installed, and released after
+    reader.readinto(memoryview(bytearray(4096)))
+other.write_bytes(b"x" * 65536)
+with open(other, "rb") as f:
+    mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+os.truncate(other, 0)
+print("read past the end:", mapped[40000])
+"""
+
+
+def test_a_fault_in_memory_no_journal_reading_guards_is_left_to_the_handler_before(
+        journals: dict[str, Path], tmp_path: Path) -> None:
+    """The guard takes only faults in a file a call is reading: any other SIGBUS reaches what
+    handled it before (here Python's faulthandler, which names it; then the process ends by it)."""
+    done = subprocess.run([sys.executable, "-c", FOREIGN_FAULT, str(journals["regular"]), str(tmp_path / "other")],
+                          capture_output=True, text=True)
+    assert done.returncode == -7 and "read past the end" not in done.stdout
+    assert "Fatal Python error: Bus error" in done.stderr

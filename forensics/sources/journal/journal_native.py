@@ -148,8 +148,12 @@ class _ExportOf:
     def raise_damage(self) -> None:
         code = self._child.wait()
         self._listener.join()
+        if self.differs and self._skip:
+            raise ParseError(str(self.path), f"journalctl's export of the file ends at byte {self.done:,}, before the "
+                                             f"{self.done + self._skip:,} bytes written from it before journalctl took "
+                                             "over: the file changed while it was read, entries may be missing")
         if self.differs:
-            raise ParseError(str(self.path), f"journalctl's export of the file up to byte {self.done - self._skip:,} is "
+            raise ParseError(str(self.path), f"journalctl's export of the file up to byte {self.done:,} is "
                                              "not what was written from it before journalctl took over: entries "
                                              "there may be missing or doubled")
         if code == 0:
@@ -239,7 +243,9 @@ class _FileExport:
     def _hand_on(self) -> None:
         """journalctl reads on from the first byte not written here, or the reading ends with its damage."""
         why, at = self._stopped or ("", 0)
-        if self._program is not None:
+        # a file that shrank under the reading is changing: journalctl's reading of it from the
+        # start could not continue this one, so what was read stands and the shrinking is said
+        if self._program is not None and why != _journal_file.SHRANK:
             # From the start: its seeking by cursor in a damaged file can miss what its reading
             # from the start finds, and what is written here is what it writes up to that point.
             self._rest = _ExportOf(self._program, self.path, skip=self.done, tail=self._tail)
