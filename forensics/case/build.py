@@ -37,10 +37,11 @@ from typing import Any
 import polars as pl
 
 from forensics import sources
-from forensics.errors import CaseError, ForensicsError
+from forensics.errors import CaseError, ForensicsError, ParseError
 from forensics.case.incident import load_incident
 from forensics.case import cluster
 from forensics.case.cluster import Progress, Runner
+from forensics.sources.common import mapguard
 from forensics.sources.common.schema import EXCERPT_CHARS, QUARANTINE_SCHEMA, SCHEMAS, empty, validate
 from forensics.case.discovery import discover
 from forensics.case.opened import MANIFEST_VERSION, load_case
@@ -219,8 +220,7 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
     entry: dict[str, Any] = {"path": relative, "format": source.name, "sha256": None}
     facts = _no_rows(entry)
     seen_hosts: set[str | None] = set()
-    records = parsed = quarantined = 0
-    damage, notes = None, []
+    records, parsed, quarantined, damage, notes = 0, 0, 0, None, []
     waiting: list[pl.DataFrame] = []  # parts read, written together once PART_ROWS or PART_BYTES are waiting
     refusals: list[pl.DataFrame] = []
     written = waiting_rows = waiting_bytes = 0
@@ -274,7 +274,9 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
             if waiting_rows >= PART_ROWS or waiting_bytes >= PART_BYTES:
                 write()
         write()
+        _check_unshrunk(path)
     except Exception as error:  # noqa: BLE001 - one input's reader failing is that input's error, never the run's
+        error = _shrink_error(path) or error  # what a reader met past a file's new end is no fault of the file's
         _remove_parts(folder, index)
         if held is not None:
             held.spill(index)
@@ -286,6 +288,20 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
     if notes:
         entry["notes"] = notes
     return facts
+
+
+def _shrink_error(path: Path) -> ParseError | None:
+    """The input's error when a file of it shrank while it was mapped (`mapguard`), else None."""
+    shrunk = mapguard.shrunk_under(path)
+    return None if shrunk is None else ParseError(
+        shrunk[0], f"{mapguard.SHRANK} at byte {shrunk[1]:,}: what was read of it past that byte was not the "
+                   "file's, so none of its records are kept")
+
+
+def _check_unshrunk(path: Path) -> None:
+    """Raise `_shrink_error` if a file of the input shrank while it was mapped."""
+    if (shrunk := _shrink_error(path)) is not None:
+        raise shrunk
 
 
 def _failure(error: Exception, reader: str) -> str:
@@ -353,6 +369,9 @@ def build_case(bundle: Path, staging: Place, progress: Progress | None = None, r
                                                extras if name == "events" else [])
                                               for name, hosts in partitions.items() for host in hosts],
                            "partitions", progress)
+    if (shrunk := mapguard.shrunk_under(root)) is not None:  # after its rows were read, before they were written
+        raise CaseError(f"{shrunk[0]}: {mapguard.SHRANK} at byte {shrunk[1]:,}, after it was read: the case would "
+                        "hold bytes that were not the file's; ingest again once nothing writes to the bundle")
     for dropped in finished:
         for path, count in dropped.items():
             duplicates[path] = duplicates.get(path, 0) + count

@@ -25,6 +25,7 @@ import numpy as np
 import zstandard
 
 from forensics.errors import ParseError
+from forensics.sources.common import mapguard
 
 # Bounds on what one input may expand to when read whole (a gzip of 18 MB can hold 4 GiB of
 # newlines): the smaller of this ratio to its compressed size and this many bytes. Set either in the
@@ -199,8 +200,12 @@ class _FileMap(mmap.mmap):
 
 
 def _map_file(f) -> mmap.mmap:
+    """A guarded map of the open file `f` (`mapguard`: a page gone from the file reads as zeros,
+    and the file is noted, instead of SIGBUS ending the process)."""
     # MAP_POPULATE maps every page in one go: far fewer page faults than touching them later.
-    return _FileMap(f.fileno(), 0, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+    data = _FileMap(f.fileno(), 0, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+    mapguard.guard(data, f.name)
+    return data
 
 
 def release(data: bytes | mmap.mmap, start: int, end: int) -> None:
@@ -252,8 +257,8 @@ def read_all(path: str | os.PathLike[str]) -> bytes | mmap.mmap:
 def read_whole(path: str | os.PathLike[str]) -> tuple[bytes | mmap.mmap, str | None]:
     """The whole (decompressed) file, and why it broke off if a compressed copy is damaged or cut
     short (None when whole): the bytes before the break are returned either way. Plain files are
-    memory-mapped (frames built from the map may keep referring to it, so inputs must not be
-    truncated while a parse runs); empty files give b""."""
+    memory-mapped (frames built from the map may keep referring to it; a file that shrinks under
+    it reads as zeros past its new end, and `mapguard.shrunk_under` tells); empty files give b""."""
     path = Path(path)
     with open(path, "rb") as f:
         head = f.read(8)

@@ -22,12 +22,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #if defined(WITH_ZSTD)
 #include <zstd.h>
 #endif
@@ -59,82 +55,6 @@
 /* An entry's export longer than this is left to journalctl, which streams it: written here it
    would be held whole in memory (a few bytes of zstd can claim hundreds of megabytes). */
 #define ENTRY_LIMIT (64ULL << 20)
-
-/* A file another program truncates while it is mapped (a bundle still being copied or rewritten):
- * reading a page past its new end raises SIGBUS, which would end the whole process. As systemd's
- * own reader does (sd-journal's sigbus handling), the page is replaced with zeros, the fault is
- * noted, and the call that read it stops and says the file shrank; what it wrote is dropped, as
- * it may hold those zeros. A fault anywhere else goes to whatever handled SIGBUS before. */
-#define GUARDED 64 /* calls reading at once (one per thread) */
-static struct {
-    _Atomic uintptr_t start, end; /* the file's bytes this call reads; 0: a free slot */
-    _Atomic uintptr_t fault;      /* where the first fault was, + 1 (0: none) */
-} guarded[GUARDED];
-#define SHRANK "the file shrank while it was read (another program truncated or rewrote it)"
-static struct sigaction sigbus_before;
-static uintptr_t page_size;
-
-static void on_sigbus(int sig, siginfo_t *info, void *context)
-{
-    const uintptr_t at = (uintptr_t)info->si_addr;
-    if (info->si_code > 0) /* raised by a memory access, not sent */
-        for (int i = 0; i < GUARDED; i++) {
-            const uintptr_t start = atomic_load(&guarded[i].start), end = atomic_load(&guarded[i].end);
-            if (!start || at < start || at >= end)
-                continue;
-            if (mmap((void *)(at & ~(page_size - 1)), page_size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                     -1, 0) == MAP_FAILED)
-                break;
-            uintptr_t none = 0;
-            atomic_compare_exchange_strong(&guarded[i].fault, &none, at - start + 1);
-            return;
-        }
-    /* not a read of ours: the handling before ours, met again as the access is retried */
-    sigaction(SIGBUS, &sigbus_before, NULL);
-    (void)sig;
-    (void)context;
-}
-
-/* Install on_sigbus unless it is the handler already (another library may have put its own in
- * since): called with the GIL held, so threads do not race to install it. */
-static int guard_installed(void)
-{
-    struct sigaction now;
-    if (sigaction(SIGBUS, NULL, &now) < 0)
-        return -1;
-    if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_sigbus)
-        return 0;
-    struct sigaction ours = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_NODEFER};
-    sigemptyset(&ours.sa_mask);
-    page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
-    return sigaction(SIGBUS, &ours, &sigbus_before);
-}
-
-/* A free slot guarding [start, start + size), or -1 when every slot is taken (read unguarded). */
-static int guard(const void *start, uint64_t size)
-{
-    for (int i = 0; i < GUARDED; i++) {
-        uintptr_t free_slot = 0;
-        if (atomic_compare_exchange_strong(&guarded[i].start, &free_slot, (uintptr_t)1)) {
-            atomic_store(&guarded[i].fault, 0);
-            atomic_store(&guarded[i].end, (uintptr_t)start + size);
-            atomic_store(&guarded[i].start, (uintptr_t)start);
-            return i;
-        }
-    }
-    return -1;
-}
-
-/* Free slot `i`; the byte of the file that faulted first, + 1 (0: none did). */
-static uint64_t unguard(int i)
-{
-    if (i < 0)
-        return 0;
-    const uintptr_t fault = atomic_load(&guarded[i].fault);
-    atomic_store(&guarded[i].end, 0);
-    atomic_store(&guarded[i].start, 0);
-    return fault;
-}
 
 /* How write_entries ends. */
 enum { FULL = 0, END = 1, STOP = 2, TOO_BIG = 3 };
@@ -444,13 +364,6 @@ static PyObject *py_write_entries(PyObject *self, PyObject *args)
     File f = {.file = file.buf, .size = (uint64_t)file.len};
     Out o = {.out = out.buf, .cap = (uint64_t)out.len};
     int status = END;
-    const unsigned long long from[5] = {array_at, index, done, last_entry, last_seqnum};
-    if (guard_installed() < 0) {
-        PyBuffer_Release(&file);
-        PyBuffer_Release(&out);
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    const int slot = guard(f.file, f.size);
     Py_BEGIN_ALLOW_THREADS
     const uint8_t *h = f.file;
     if (f.size < H_MIN_SIZE || memcmp(h, "LPKSHHRH", 8) != 0) {
@@ -545,13 +458,6 @@ static PyObject *py_write_entries(PyObject *self, PyObject *args)
     }
 ended:
     Py_END_ALLOW_THREADS
-    const uint64_t fault = unguard(slot);
-    if (fault) { /* the file shrank under the reading: nothing this call wrote is kept */
-        array_at = from[0], index = from[1], done = from[2], last_entry = from[3], last_seqnum = from[4];
-        o.at = 0;
-        status = STOP;
-        stop(&f, fault - 1, SHRANK);
-    }
 #if defined(WITH_ZSTD)
     ZSTD_freeDCtx(f.zstd);
 #endif
@@ -578,7 +484,6 @@ PyMODINIT_FUNC PyInit__journal_file(void)
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "FULL", FULL) || PyModule_AddIntConstant(m, "END", END)
               || PyModule_AddIntConstant(m, "STOP", STOP) || PyModule_AddIntConstant(m, "TOO_BIG", TOO_BIG)
-              || PyModule_AddStringConstant(m, "SHRANK", SHRANK)
               || PyModule_AddIntConstant(m, "ZSTD", 0
 #if defined(WITH_ZSTD)
                                                         + 1

@@ -35,6 +35,7 @@ import polars as pl
 
 from forensics.errors import MissingSystemDependency, ParseError
 from forensics.sources.journal.fields import FieldFrameBuilder, JournalValue, assemble_events
+from forensics.sources.common import mapguard
 from forensics.sources.common.rawio import pieces_from
 from forensics.sources import ParseResult, combine, register
 from forensics.sources.journal import _journal_file
@@ -197,9 +198,11 @@ class _FileExport:
         if program is not None and not _systemd_opens(program, path):
             self._stopped = (CANNOT_OPEN, 0)
             return
+        self._guard: mapguard.Guard | None = None
         try:  # a file that cannot be mapped reads as no header: journalctl says why it cannot open it
             with path.open("rb") as f:
                 self._data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._guard = mapguard.guard(self._data, path)
         except (OSError, ValueError):
             pass
 
@@ -235,6 +238,11 @@ class _FileExport:
     def _write(self, view: memoryview) -> tuple[int, int]:
         """Entries into `view`: bytes written (or needed, for TOO_BIG) and how it ended."""
         written, *place, status, why, at = _journal_file.write_entries(self._data, *self._place, view)
+        if self._guard is not None and (gone := self._guard.shrunk()) >= 0:
+            # the file shrank under this call: what it wrote may hold zeros read in place of the
+            # file's bytes, so none of it is kept, and the reading stops where it began
+            self._stopped = (mapguard.SHRANK, gone)
+            return 0, _journal_file.STOP
         self._place = tuple(place)
         if status == _journal_file.STOP:
             self._stopped = (why, at)
@@ -245,7 +253,7 @@ class _FileExport:
         why, at = self._stopped or ("", 0)
         # a file that shrank under the reading is changing: journalctl's reading of it from the
         # start could not continue this one, so what was read stands and the shrinking is said
-        if self._program is not None and why != _journal_file.SHRANK:
+        if self._program is not None and why != mapguard.SHRANK:
             # From the start: its seeking by cursor in a damaged file can miss what its reading
             # from the start finds, and what is written here is what it writes up to that point.
             self._rest = _ExportOf(self._program, self.path, skip=self.done, tail=self._tail)

@@ -1,0 +1,102 @@
+"""Inputs that shrink while forensics has them mapped (another program truncating or rewriting a
+file of the bundle): the read past the new end would raise SIGBUS and end the process. Each case
+runs in a child process, so that a guard that fails shows as its death by SIGBUS (exit -7), not
+as the test run's."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from forensics.lab.synth import entries, write_export_entry
+from forensics.sources.common.mapguard import SHRANK
+
+READ_PAST_THE_END = """
+import os, sys
+from forensics.sources.common import mapguard, rawio
+path = sys.argv[1]
+data, damage = rawio.read_whole(path)
+os.truncate(path, 4096)
+print(bytes(data[8192:8200]) == bytes(8), mapguard.shrunk_under(os.path.dirname(path)),
+      mapguard.shrunk_under(os.path.dirname(path)))
+"""
+
+
+def _export(path: Path, n: int, seed: int) -> None:
+    out = io.BytesIO()
+    for fields in entries(n, hosts=1, seed=seed):
+        write_export_entry(out, fields)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(out.getvalue())
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True)
+    assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+    return done
+
+
+def test_a_mapped_file_that_shrinks_reads_as_zeros_past_its_end_and_is_told_once(tmp_path: Path) -> None:
+    path = tmp_path / "logs" / "a.export"
+    _export(path, 200, seed=1)
+    said = _run(READ_PAST_THE_END, str(path)).stdout.strip()
+    assert said == f"True {(str(path.resolve()), 8192)} None"
+
+
+INGEST = """
+import os, sys
+from pathlib import Path
+import forensics.case.build as build
+import forensics.sources.journal.journal_export as export
+bundle, case, when = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+shrinking = bundle / "journal" / "shrinks.export"
+
+def truncating(original):
+    def wrapped(*args, **kwargs):
+        if shrinking.stat().st_size > 4096:
+            os.truncate(shrinking, 4096)
+        return original(*args, **kwargs)
+    return wrapped
+
+if when == "while it is read":
+    export._parse_chunk = truncating(export._parse_chunk)
+else:  # after its rows were read, before the case is written from them
+    build.finish_held = truncating(build.finish_held)
+try:
+    manifest = build.ingest(bundle, case)
+except Exception as error:
+    print(type(error).__name__, error)
+    print("case written:", Path(case).exists())
+else:
+    print(json.dumps(manifest["inputs"]))
+"""
+
+
+def _bundle(tmp_path: Path) -> Path:
+    bundle = tmp_path / "bundle"
+    _export(bundle / "journal" / "shrinks.export", 400, seed=2)
+    _export(bundle / "journal" / "stays.export", 300, seed=3)
+    return bundle
+
+
+def test_an_input_that_shrinks_while_it_is_read_is_that_inputs_error_and_the_others_are_read(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path)
+    said = _run("import json\n" + INGEST, str(bundle), str(tmp_path / "case"), "while it is read").stdout
+    inputs = {e["path"]: e for e in json.loads(said)}
+    shrunk, stayed = inputs["journal/shrinks.export"], inputs["journal/stays.export"]
+    assert (shrunk["records"], shrunk["parsed"], shrunk["quarantined"]) == (0, 0, 0)
+    assert shrunk["error"].startswith(f"{(bundle / 'journal' / 'shrinks.export').resolve()}: {SHRANK} at byte ")
+    assert shrunk["error"].endswith("so none of its records are kept")
+    assert (stayed["records"], stayed["parsed"], stayed.get("error")) == (300, 300, None)
+
+
+def test_a_file_that_shrinks_after_it_was_read_stops_the_case_with_that_said(tmp_path: Path) -> None:
+    """Its rows still point into the map until the case is written: written, they would hold zeros."""
+    bundle = _bundle(tmp_path)
+    said = _run("import json\n" + INGEST, str(bundle), str(tmp_path / "case"), "after it was read").stdout
+    first, written = said.strip().splitlines()
+    assert first.startswith(f"CaseError {(bundle / 'journal' / 'shrinks.export').resolve()}: {SHRANK} at byte ")
+    assert first.endswith("ingest again once nothing writes to the bundle") and written == "case written: False"
