@@ -25,7 +25,6 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from forensics.sources.common.frames import numpy_series
 from forensics.timeline import _lines
 from forensics.profiles import LogRules, Profile, load_profile, matches_nothing
 
@@ -66,7 +65,7 @@ def label_numbers(messages: pl.Series, fields: dict[str, tuple[str, ...]], only:
     labels = [(label.encode(), column) for column, name in enumerate(fields) for label in fields[name]]
     numbers = _lines.label_numbers(views, validity, data, array.offset, len(array), labels, len(fields))
     block = np.frombuffer(numbers, np.float64).reshape(len(fields), len(array))
-    return pl.DataFrame([numpy_series(block[i], name).fill_nan(None) for i, name in enumerate(fields)],
+    return pl.DataFrame([pl.Series(name, block[i], nan_to_null=True) for i, name in enumerate(fields)],
                         schema={name: pl.Float64 for name in fields})
 
 
@@ -205,11 +204,11 @@ def distinct_messages(messages: pl.Series) -> tuple[pl.Series, pl.Series | None]
     if found is None:  # lines crafted to share hashes: each read as its own
         return text, None
     place, first = found
-    first = numpy_series(np.frombuffer(first, np.bool_))
+    first = pl.Series(np.frombuffer(first, np.bool_))
     distinct = text.filter(first)  # in order of appearance (a filter keeps the text where it is)
     if distinct.len() == text.len():
         return text, None
-    return distinct, numpy_series(np.frombuffer(place, np.uint32))
+    return distinct, pl.Series(np.frombuffer(place, np.uint32))
 
 
 def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = None) -> pl.DataFrame:

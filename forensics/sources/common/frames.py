@@ -34,21 +34,6 @@ def arrow_series(array: Any, name: str = "") -> pl.Series:
     return pl.Series(_ArrowCArray(array)).alias(name)
 
 
-def numpy_series(values: Any, name: str = "") -> pl.Series:
-    """A one-dimensional numpy array of numbers or booleans as a polars Series, through Arrow
-    (`arrow_series`): polars' and pyarrow's own numpy paths import `numpy.ma` on their first call
-    (~15 ms, in the first piece a journal scanner's worker read, the import lock held). NaN stays NaN."""
-    import numpy as np
-    import pyarrow as pa
-
-    values = np.ascontiguousarray(values)
-    if values.dtype == np.bool_:  # Arrow's booleans are bits
-        kind, data = pa.bool_(), np.packbits(values, bitorder="little")
-    else:
-        kind, data = pa.from_numpy_dtype(values.dtype), values
-    return arrow_series(pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(data)]), name)
-
-
 def columns_of_frame(frame: pl.DataFrame, names: list[str], *added: pl.Series) -> pl.DataFrame:
     """`frame`'s columns `names`, in that order, as they are, then the `added` columns (cut into
     the same pieces). Polars' eager `select`, `drop` and `with_columns` put a frame of many pieces

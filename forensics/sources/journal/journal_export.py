@@ -26,7 +26,7 @@ import polars as pl
 import pyarrow as pa
 
 from forensics.sources.common.byteviews import SLACK, binary_views, dense_binary
-from forensics.sources.common.frames import arrow_series, numpy_series
+from forensics.sources.common.frames import arrow_series
 from forensics.errors import ParseError
 from forensics.sources.journal.cursor import OWN, PARSED
 from forensics.sources.journal.fields import (CATEGORY_FIELDS, FIELD_NAME, MAX_NAMES, SCANNED_INTEGERS, assemble_events,
@@ -166,8 +166,8 @@ def _parse_chunk(readable: np.ndarray, m: int, at_eof: bool, byte_base: int, lin
     excerpts = pa.Array.from_buffers(pa.binary_view(), n_entries, [None, pa.py_buffer(excerpt_views), piece])
     frame = pl.DataFrame(columns, height=n_entries) if columns else pl.DataFrame(height=n_entries)
     frame = frame.with_columns(
-        numpy_series(entry_start + byte_base, "@offset"),
-        numpy_series(entry_line + 1 + line_base, "@line"),
+        pl.Series("@offset", entry_start + byte_base, dtype=pl.Int64),
+        pl.Series("@line", entry_line + 1 + line_base, dtype=pl.Int64),
         pl.Series("@problem", located, dtype=pl.String) if located else pl.lit(None, pl.String).alias("@problem"),
         arrow_series(excerpts, "@excerpt"),
     )
