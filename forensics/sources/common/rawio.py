@@ -485,18 +485,10 @@ def _plain_pieces(mapped: mmap.mmap, size: int, separator: bytes, slack: int, so
         lo = hi
 
 
-# The first piece of a decompressed input holds this share of a piece, the next twice as much, and
-# so on up to a whole piece: the reader of the pieces waits for the first one only, and a whole
-# piece of a 40 MB zstd journal took ~50 ms to decompress while both cores waited for it.
-FIRST_PIECE_SHARE = 16
-
-
 def _decompressed_pieces(reader, size: int, separator: bytes, slack: int, buffers: _Buffers) -> Iterator[Piece]:
     carry, offset, longest = b"", 0, _setting(MAX_RECORD_ENV, MAX_RECORD)
-    step = max(size // FIRST_PIECE_SHARE, min(size, FIRST_BLOCK))
     while True:
-        want = len(carry) + step
-        step = min(2 * step, size)
+        want = len(carry) + size
         buf = buffers.take(want + slack)
         buf[:len(carry)] = carry
         end = _fill(reader, buf, len(carry), want)
