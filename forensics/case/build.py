@@ -274,9 +274,9 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
             if waiting_rows >= PART_ROWS or waiting_bytes >= PART_BYTES:
                 write()
         write()
-        _check_unshrunk(path)
+        _check_unshrunk(path, Path(bundle))
     except Exception as error:  # noqa: BLE001 - one input's reader failing is that input's error, never the run's
-        error = _shrink_error(path) or error  # what a reader met past a file's new end is no fault of the file's
+        error = _shrink_error(path, Path(bundle)) or error  # what a reader met past a file's new end is no fault of the file's
         _remove_parts(folder, index)
         if held is not None:
             held.spill(index)
@@ -290,18 +290,34 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
     return facts
 
 
-def _shrink_error(path: Path) -> ParseError | None:
+def _shrink_error(path: Path, bundle: Path) -> ParseError | None:
     """The input's error when a file of it shrank while it was mapped (`mapguard`), else None."""
     shrunk = mapguard.shrunk_under(path)
     return None if shrunk is None else ParseError(
-        shrunk[0], f"{mapguard.SHRANK} at byte {shrunk[1]:,}: what was read of it past that byte was not the "
-                   "file's, so none of its records are kept")
+        _shown(shrunk.path, bundle), f"{shrunk.said()}: none of its records are kept (read it again once nothing "
+                                     "writes to it)")
 
 
-def _check_unshrunk(path: Path) -> None:
+def _shown(path: str, bundle: Path) -> str:
+    """`path` (real) as the bundle names it, where it lies in the bundle."""
+    root = os.path.realpath(bundle)
+    return os.path.relpath(path, root) if path.startswith(root.rstrip(os.sep) + os.sep) else path
+
+
+def _check_unshrunk(path: Path, bundle: Path) -> None:
     """Raise `_shrink_error` if a file of the input shrank while it was mapped."""
-    if (shrunk := _shrink_error(path)) is not None:
+    if (shrunk := _shrink_error(path, bundle)) is not None:
         raise shrunk
+
+
+def _check_held_unshrunk(bundle: Path) -> None:
+    """A CaseError if a file of `bundle` shrank after its records were read: held rows still point
+    into their files' maps until written (in this process; with Dask nothing is held, and each
+    worker's `ingest_input` said its own inputs' shrinking)."""
+    if (shrunk := mapguard.shrunk_under(bundle)) is not None:
+        raise CaseError(f"{_shown(shrunk.path, bundle)}: {shrunk.said()}, after its records were read and before "
+                        "they were written: the case would hold zeros for them, so none is written (ingest again "
+                        "once nothing writes to the bundle)")
 
 
 def _failure(error: Exception, reader: str) -> str:
@@ -343,6 +359,7 @@ def build_case(bundle: Path, staging: Place, progress: Progress | None = None, r
     else:
         held = None  # workers elsewhere write their own parts
     found, skipped = discover(bundle, load_incident(bundle).inputs)
+    mapguard.forget_under(bundle)  # what an earlier reading of this bundle met is not this one's
     if held is not None and sum(_size(path) for path, _ in found) > HOLD_INPUT_BYTES:
         held.limit = 0
     root = bundle.absolute()
@@ -369,9 +386,7 @@ def build_case(bundle: Path, staging: Place, progress: Progress | None = None, r
                                                extras if name == "events" else [])
                                               for name, hosts in partitions.items() for host in hosts],
                            "partitions", progress)
-    if (shrunk := mapguard.shrunk_under(root)) is not None:  # after its rows were read, before they were written
-        raise CaseError(f"{shrunk[0]}: {mapguard.SHRANK} at byte {shrunk[1]:,}, after it was read: the case would "
-                        "hold bytes that were not the file's; ingest again once nothing writes to the bundle")
+    _check_held_unshrunk(bundle)
     for dropped in finished:
         for path, count in dropped.items():
             duplicates[path] = duplicates.get(path, 0) + count

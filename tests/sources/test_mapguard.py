@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from forensics.lab.synth import entries, write_export_entry
-from forensics.sources.common.mapguard import SHRANK
+from forensics.sources.common.mapguard import SHRANK, Shrunk
 
 READ_PAST_THE_END = """
 import os, sys
@@ -43,7 +43,7 @@ def test_a_mapped_file_that_shrinks_reads_as_zeros_past_its_end_and_is_told_once
     path = tmp_path / "logs" / "a.export"
     _export(path, 200, seed=1)
     said = _run(READ_PAST_THE_END, str(path)).stdout.strip()
-    assert said == f"True {(str(path.resolve()), 8192)} None"
+    assert said == f"True {Shrunk(str(path.resolve()), 8192, 4096)} None"
 
 
 INGEST = """
@@ -88,8 +88,9 @@ def test_an_input_that_shrinks_while_it_is_read_is_that_inputs_error_and_the_oth
     inputs = {e["path"]: e for e in json.loads(said)}
     shrunk, stayed = inputs["journal/shrinks.export"], inputs["journal/stays.export"]
     assert (shrunk["records"], shrunk["parsed"], shrunk["quarantined"]) == (0, 0, 0)
-    assert shrunk["error"].startswith(f"{(bundle / 'journal' / 'shrinks.export').resolve()}: {SHRANK} at byte ")
-    assert shrunk["error"].endswith("so none of its records are kept")
+    assert shrunk["error"].startswith(f"journal/shrinks.export: {SHRANK}: it ends at byte 4,096 now, and byte ")
+    assert shrunk["error"].endswith(" on was read as zeros: none of its records are kept (read it again once nothing "
+                                    "writes to it)")
     assert (stayed["records"], stayed["parsed"], stayed.get("error")) == (300, 300, None)
 
 
@@ -98,5 +99,51 @@ def test_a_file_that_shrinks_after_it_was_read_stops_the_case_with_that_said(tmp
     bundle = _bundle(tmp_path)
     said = _run("import json\n" + INGEST, str(bundle), str(tmp_path / "case"), "after it was read").stdout
     first, written = said.strip().splitlines()
-    assert first.startswith(f"CaseError {(bundle / 'journal' / 'shrinks.export').resolve()}: {SHRANK} at byte ")
-    assert first.endswith("ingest again once nothing writes to the bundle") and written == "case written: False"
+    assert first.startswith(f"CaseError journal/shrinks.export: {SHRANK}: it ends at byte 4,096 now, and byte ")
+    assert first.endswith(" on was read as zeros, after its records were read and before they were written: the case "
+                          "would hold zeros for them, so none is written (ingest again once nothing writes to the "
+                          "bundle)") and written == "case written: False"
+
+
+STALE = """
+import gc, os, sys
+from forensics.sources.common import mapguard, rawio
+a, b = sys.argv[1], sys.argv[2]
+first, _ = rawio.read_whole(a)
+first.close()  # unmapped: no longer guarded, though the object lives on
+del first
+gc.collect()
+second, _ = rawio.read_whole(b)  # of the same size: often mapped where the first was
+os.truncate(b, 0)
+print(bytes(second[40000:40004]) == bytes(4), mapguard.shrunk_under(os.path.dirname(a)),
+      mapguard.shrunk_under(os.path.dirname(b)).path == os.path.realpath(b))
+"""
+
+
+def test_a_map_no_longer_guarded_is_never_blamed_for_a_later_one(tmp_path: Path) -> None:
+    """A map stops being guarded before its memory is given back, so the next map at the same
+    address is the one named (a guard outliving its map named the wrong file)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for name in ("a/one.log", "b/two.log"):
+        (tmp_path / name).write_bytes(b"x" * 65536)
+    said = _run(STALE, str(tmp_path / "a" / "one.log"), str(tmp_path / "b" / "two.log")).stdout.split()
+    assert said == ["True", "None", "True"]
+
+
+SENT = """
+import os, signal, sys
+from forensics.sources.common import rawio
+data, _ = rawio.read_whole(sys.argv[1])  # the guard installed
+os.kill(os.getpid(), signal.SIGBUS)
+print("survived a SIGBUS sent by kill")
+"""
+
+
+def test_a_sigbus_sent_by_another_program_still_ends_the_process(tmp_path: Path) -> None:
+    """Only a read past a guarded map's end is taken; a SIGBUS sent with kill is handled as it was
+    before the guard (here: the default, the process ends by it)."""
+    path = tmp_path / "a.log"
+    path.write_bytes(b"x" * 65536)
+    done = subprocess.run([sys.executable, "-c", SENT, str(path)], capture_output=True, text=True)
+    assert done.returncode == -7 and "survived" not in done.stdout

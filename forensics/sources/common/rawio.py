@@ -195,7 +195,7 @@ def populated(size: int) -> mmap.mmap:
     return mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE)
 
 
-class _FileMap(mmap.mmap):
+class _FileMap(mapguard.GuardedMap):
     """A read-only map of a file: its pages can be dropped and are read back from the file."""
 
 
@@ -204,7 +204,7 @@ def _map_file(f) -> mmap.mmap:
     and the file is noted, instead of SIGBUS ending the process)."""
     # MAP_POPULATE maps every page in one go: far fewer page faults than touching them later.
     data = _FileMap(f.fileno(), 0, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
-    mapguard.guard(data, f.name)
+    data.guard(f.name)
     return data
 
 

@@ -195,14 +195,14 @@ class _FileExport:
         self._stopped: tuple[str, int] | None = None
         self._ended = False
         self.damage: str | None = None
+        self._shrunk: mapguard.Shrunk | None = None  # the file, found shrunk under the reading
         if program is not None and not _systemd_opens(program, path):
             self._stopped = (CANNOT_OPEN, 0)
             return
-        self._guard: mapguard.Guard | None = None
         try:  # a file that cannot be mapped reads as no header: journalctl says why it cannot open it
             with path.open("rb") as f:
-                self._data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            self._guard = mapguard.guard(self._data, path)
+                self._data = mapguard.GuardedMap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._data.guard(path)
         except (OSError, ValueError):
             pass
 
@@ -238,10 +238,10 @@ class _FileExport:
     def _write(self, view: memoryview) -> tuple[int, int]:
         """Entries into `view`: bytes written (or needed, for TOO_BIG) and how it ended."""
         written, *place, status, why, at = _journal_file.write_entries(self._data, *self._place, view)
-        if self._guard is not None and (gone := self._guard.shrunk()) >= 0:
+        if isinstance(self._data, mapguard.GuardedMap) and (shrunk := self._data.shrunk()) is not None:
             # the file shrank under this call: what it wrote may hold zeros read in place of the
             # file's bytes, so none of it is kept, and the reading stops where it began
-            self._stopped = (mapguard.SHRANK, gone)
+            self._shrunk, self._stopped = shrunk, (mapguard.SHRANK, shrunk.at)
             return 0, _journal_file.STOP
         self._place = tuple(place)
         if status == _journal_file.STOP:
@@ -253,7 +253,7 @@ class _FileExport:
         why, at = self._stopped or ("", 0)
         # a file that shrank under the reading is changing: journalctl's reading of it from the
         # start could not continue this one, so what was read stands and the shrinking is said
-        if self._program is not None and why != mapguard.SHRANK:
+        if self._program is not None and self._shrunk is None:
             # From the start: its seeking by cursor in a damaged file can miss what its reading
             # from the start finds, and what is written here is what it writes up to that point.
             self._rest = _ExportOf(self._program, self.path, skip=self.done, tail=self._tail)
@@ -262,6 +262,9 @@ class _FileExport:
         self._stopped = None
         written = self._place[2]
         # nothing read at all is a file that cannot be opened, in the words journalctl's refusal has
+        if self._shrunk is not None:
+            self.damage = f"{self._shrunk.said()}; the {written:,} entries read before that were kept"
+            return
         self.damage = (f"{CANNOT_OPEN}: {why} at byte {at:,}" if not written
                        else f"{why} at byte {at:,}; the {written:,} entries before it were read")
 
