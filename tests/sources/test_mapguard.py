@@ -54,17 +54,22 @@ import forensics.sources.journal.journal_export as export
 bundle, case, when = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 shrinking = bundle / "journal" / "shrinks.export"
 
-def truncating(original):
+calls = []
+
+def truncating(original, only_while_read):
     def wrapped(*args, **kwargs):
-        if shrinking.stat().st_size > 4096:
+        reading = only_while_read and str(args[2]).endswith("shrinks.export")  # a piece of it
+        calls.extend([1] if reading else [])
+        if (reading or not only_while_read) and shrinking.stat().st_size > 4096:
             os.truncate(shrinking, 4096)
         return original(*args, **kwargs)
     return wrapped
 
-if when == "while it is read":
-    export._parse_chunk = truncating(export._parse_chunk)
+if when == "while it is read":  # in its first piece's reading, the piece still to be read
+    export.CHUNK_BYTES = 16384  # pieces of 16 KiB: the input is many
+    export._read_piece = truncating(export._read_piece, True)
 else:  # after its rows were read, before the case is written from them
-    build.finish_held = truncating(build.finish_held)
+    build.finish_held = truncating(build.finish_held, False)
 try:
     manifest = build.ingest(bundle, case)
 except Exception as error:
@@ -72,6 +77,7 @@ except Exception as error:
     print("case written:", Path(case).exists())
 else:
     print(json.dumps(manifest["inputs"]))
+    print("pieces parsed:", len(calls))
 """
 
 
@@ -84,8 +90,10 @@ def _bundle(tmp_path: Path) -> Path:
 
 def test_an_input_that_shrinks_while_it_is_read_is_that_inputs_error_and_the_others_are_read(tmp_path: Path) -> None:
     bundle = _bundle(tmp_path)
-    said = _run("import json\n" + INGEST, str(bundle), str(tmp_path / "case"), "while it is read").stdout
+    said, parsed = _run("import json\n" + INGEST, str(bundle), str(tmp_path / "case"), "while it is read"
+                        ).stdout.strip().splitlines()
     inputs = {e["path"]: e for e in json.loads(said)}
+    assert (bundle / "journal" / "shrinks.export").stat().st_size == 4096 and parsed != "pieces parsed: 0"
     shrunk, stayed = inputs["journal/shrinks.export"], inputs["journal/stays.export"]
     assert (shrunk["records"], shrunk["parsed"], shrunk["quarantined"]) == (0, 0, 0)
     assert shrunk["error"].startswith(f"journal/shrinks.export: {SHRANK}: it ends at byte 4,096 now, and byte ")
