@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import polars as pl
 
 from forensics.timeline.align import LEAN_ABOVE, Timeline, build_timeline
-from forensics.case.build import Held, ingest
+from forensics.case.build import Held, check_held_unshrunk, ingest
 from forensics.case.opened import Case, load_case
 from forensics.case.places import location
 from forensics.case.cluster import Progress
@@ -376,6 +376,8 @@ def _analyze(bundle: Path, case_dir: str | Path | None, profile: Profile | None,
         ctx = run_detectors(timeline)
     finally:
         DISPLAY_DATED.reset(dated)
+    check_held_unshrunk(bundle, "after the case was written, while its records were read from memory",
+                        "the findings may rest on those zeros, so none is given")
     found, verdicts, times = ctx.found, ctx.verdicts, ctx.times
     if not any(is_anomaly(f) for f in found):
         # Stacks of healthy processes are a check that was made, not an incident: no track of its own.

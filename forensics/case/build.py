@@ -294,7 +294,7 @@ def _shrink_error(path: Path, bundle: Path) -> ParseError | None:
     """The input's error when a file of it shrank while it was mapped (`mapguard`), else None."""
     shrunk = mapguard.shrunk_under(path)
     return None if shrunk is None else ParseError(
-        _shown(shrunk.path, bundle), f"{shrunk.said()}: none of its records are kept (read it again once nothing "
+        _shown(shrunk.path, bundle), f"{shrunk.said()}; none of its records are kept (read it again once nothing "
                                      "writes to it)")
 
 
@@ -310,14 +310,13 @@ def _check_unshrunk(path: Path, bundle: Path) -> None:
         raise shrunk
 
 
-def _check_held_unshrunk(bundle: Path) -> None:
-    """A CaseError if a file of `bundle` shrank after its records were read: held rows still point
-    into their files' maps until written (in this process; with Dask nothing is held, and each
-    worker's `ingest_input` said its own inputs' shrinking)."""
+def check_held_unshrunk(bundle: Path, when: str, consequence: str) -> None:
+    """A CaseError if a file of `bundle` shrank `when` (with its `consequence`): rows held in memory
+    point into their files' maps (in this process; with Dask nothing is held, and each worker's
+    `ingest_input` said its own inputs' shrinking)."""
     if (shrunk := mapguard.shrunk_under(bundle)) is not None:
-        raise CaseError(f"{_shown(shrunk.path, bundle)}: {shrunk.said()}, after its records were read and before "
-                        "they were written: the case would hold zeros for them, so none is written (ingest again "
-                        "once nothing writes to the bundle)")
+        raise CaseError(f"{_shown(shrunk.path, bundle)}: {shrunk.said(when)}; {consequence} (ingest again once "
+                        "nothing writes to the bundle)")
 
 
 def _failure(error: Exception, reader: str) -> str:
@@ -386,7 +385,8 @@ def build_case(bundle: Path, staging: Place, progress: Progress | None = None, r
                                                extras if name == "events" else [])
                                               for name, hosts in partitions.items() for host in hosts],
                            "partitions", progress)
-    _check_held_unshrunk(bundle)
+    check_held_unshrunk(bundle, "after it was read, before its records were written",
+                        "the case would hold zeros for them, so none is written")
     for dropped in finished:
         for path, count in dropped.items():
             duplicates[path] = duplicates.get(path, 0) + count

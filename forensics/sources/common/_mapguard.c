@@ -9,9 +9,10 @@
  * carries on, and whoever reads the file asks afterwards whether it shrank (`fault`), and says so
  * instead of trusting what it read past that point.
  *
- * Only BUS_ADRERR (an access past the end of the mapped file) inside a guarded map is taken. Any
- * other SIGBUS (a fault elsewhere, an I/O error, a misaligned access, one sent by `kill`) goes on to
- * the handling there was before the first guard, called from here. The handler is installed once:
+ * Only BUS_ADRERR inside a guarded map is taken (an access past the end of the mapped file; Linux
+ * gives the same code for a page the disk or a network file system failed to read, which the
+ * reader tells apart by the file's size). Any other SIGBUS (a fault elsewhere, a misaligned access,
+ * one sent by `kill`) goes on to the handling there was before the first guard, called from here. The handler is installed once:
  * a SIGBUS handler installed after it (faulthandler.enable() later) comes first, and may end the
  * process on a guarded fault as before there was a guard.
  */
@@ -24,8 +25,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* Maps guarded at once: past this a map is read unguarded, as before there was a guard. */
-#define SLOTS 4096
+/* Maps guarded at once: past this a map is read unguarded, as before there was a guard (a bundle
+ * of more small inputs than this, held in memory at once). */
+#define SLOTS 16384
 
 /* A slot's fields are written between two steps of its generation (odd while they change), so that
  * the handler, which may interrupt a thread claiming or freeing any slot, reads a whole slot or
@@ -34,7 +36,7 @@ static struct {
     _Atomic uint64_t generation; /* even: the fields hold; odd: being written */
     _Atomic uint64_t token;      /* the map's own number (never reused), 0: a free slot */
     _Atomic uintptr_t start, end;
-    _Atomic uintptr_t fault; /* the first fault's offset in the map, + 1 (0: none) */
+    _Atomic uintptr_t fault; /* the lowest page found gone: its offset in the map, + 1 (0: none) */
 } slots[SLOTS];
 static struct sigaction before;
 static int installed;
@@ -43,15 +45,14 @@ static uintptr_t page_size;
 /* SIGBUS as it would have been handled without the guard. */
 static void pass_on(int sig, siginfo_t *info, void *context)
 {
-    if (before.sa_flags & SA_SIGINFO) {
-        if (before.sa_sigaction)
-            before.sa_sigaction(sig, info, context);
-        return;
-    }
+    /* sa_handler and sa_sigaction share their storage: SIG_DFL and SIG_IGN whatever the flags say */
     if (before.sa_handler == SIG_IGN && info->si_code <= 0)
         return; /* a sent SIGBUS that was ignored stays ignored (a fault cannot be) */
     if (before.sa_handler != SIG_DFL && before.sa_handler != SIG_IGN) {
-        before.sa_handler(sig);
+        if (before.sa_flags & SA_SIGINFO)
+            before.sa_sigaction(sig, info, context);
+        else
+            before.sa_handler(sig);
         return;
     }
     /* the default: the process ends by this signal, a fault as the access is retried, a sent one
@@ -79,8 +80,11 @@ static void on_sigbus(int sig, siginfo_t *info, void *context)
             if (mmap((void *)(at & ~(page_size - 1)), page_size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
                      -1, 0) == MAP_FAILED)
                 break;
-            uintptr_t none = 0;
-            atomic_compare_exchange_strong(&slots[i].fault, &none, at - start + 1);
+            /* the lowest page gone, whichever thread met it first */
+            const uintptr_t page = ((at & ~(page_size - 1)) > start ? (at & ~(page_size - 1)) - start : 0) + 1;
+            uintptr_t known = atomic_load(&slots[i].fault);
+            while ((!known || page < known) && !atomic_compare_exchange_weak(&slots[i].fault, &known, page))
+                ;
             errno = saved_errno;
             return; /* the access is retried, and reads zeros */
         }
@@ -149,8 +153,8 @@ static PyObject *py_guard(PyObject *self, PyObject *args)
     return PyLong_FromLong(-1);
 }
 
-/* fault(slot, token) -> the offset in the map of the first page that was gone when read; -1 when
- * none was, or when the slot no longer holds that map. */
+/* fault(slot, token) -> the offset in the map of the lowest page found gone when read; -1 when none
+ * was, or when the slot no longer holds that map. */
 static PyObject *py_fault(PyObject *self, PyObject *args)
 {
     Py_ssize_t slot;
