@@ -49,8 +49,8 @@ class Shrunk(NamedTuple):
     def said(self, when: str = "while it was read") -> str:
         """What happened to the file (`when`), in words."""
         if self.size_now is not None and self.size_now < self.length:
-            return (f"{SHRANK} {when}: it was {self.length:,} bytes, it is {self.size_now:,} now, and the bytes "
-                    f"from {self.at:,} on read as zeros")
+            return (f"{SHRANK} {when}: it was {self.length:,} bytes, it is {self.size_now:,} now, and whatever "
+                    f"was read of it from byte {self.at:,} on read as zeros")
         return (f"a read of the file failed {when}, at byte {self.at:,} (it was cut and has grown again, or the "
                 "disk or network file system failed to read it): the bytes from there on read as zeros")
 
