@@ -152,7 +152,7 @@ class _ExportOf:
         if self.differs and self._skip:
             raise ParseError(str(self.path), f"journalctl's export of the file ends at byte {self.done:,}, before the "
                                              f"{self.done + self._skip:,} bytes written from it before journalctl took "
-                                             "over: the file changed while it was read, entries may be missing")
+                                             "over: entries there may be missing")
         if self.differs:
             raise ParseError(str(self.path), f"journalctl's export of the file up to byte {self.done:,} is "
                                              "not what was written from it before journalctl took over: entries "
