@@ -276,7 +276,7 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
         write()
         _check_unshrunk(path, Path(bundle))
     except Exception as error:  # noqa: BLE001 - one input's reader failing is that input's error, never the run's
-        error = _shrink_error(path, Path(bundle)) or error  # what a reader met past a file's new end is no fault of the file's
+        error = _shrink_error(path, Path(bundle)) or error
         _remove_parts(folder, index)
         if held is not None:
             held.spill(index)
@@ -291,7 +291,8 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
 
 
 def _shrink_error(path: Path, bundle: Path) -> ParseError | None:
-    """The input's error when a file of it shrank while it was mapped (`mapguard`), else None."""
+    """The input's error when a file of it shrank while it was mapped (`mapguard`), else None; it
+    stands before any other error of the reading, which met zeros past the file's new end."""
     shrunk = mapguard.shrunk_under(path)
     return None if shrunk is None else ParseError(
         _shown(shrunk.path, bundle), f"{shrunk.said()}; none of its records are kept (read it again once nothing "

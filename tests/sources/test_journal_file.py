@@ -294,7 +294,8 @@ def test_a_file_that_shrinks_while_it_is_read_ends_its_reading_with_that_said(
     entries = written.count(b"\n__CURSOR=") + written.startswith(b"__CURSOR=")
     assert 0 < len(written) <= 4096 and expected.startswith(written) and written.endswith(b"\n\n")
     assert said.decode() == (f"{journal}: the file shrank while it was read: it was {size:,} bytes, it is 4,096 now, "
-                             f"and whatever was read of it from byte 4,096 on read as zeros; the {entries} entries read before that were kept")
+                             "and whatever was read of it from byte 4,096 on read as zeros; "
+                             f"the {entries} entries read before that were kept")
 
 
 def test_with_neither_journalctl_nor_python_systemd_this_reader_reads_alone(

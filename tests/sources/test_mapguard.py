@@ -99,8 +99,8 @@ def test_an_input_that_shrinks_while_it_is_read_is_that_inputs_error_and_the_oth
     shrunk, stayed = inputs["journal/shrinks.export"], inputs["journal/stays.export"]
     assert (shrunk["records"], shrunk["parsed"], shrunk["quarantined"]) == (0, 0, 0)
     assert shrunk["error"] == (f"journal/shrinks.export: the file shrank while it was read: it was {size:,} bytes, "
-                               "it is 4,096 now, and whatever was read of it from byte 4,096 on read as zeros; none of its records are "
-                               "kept (read it again once nothing writes to it)")
+                               "it is 4,096 now, and whatever was read of it from byte 4,096 on read as zeros; "
+                               "none of its records are kept (read it again once nothing writes to it)")
     assert (stayed["records"], stayed["parsed"], stayed.get("error")) == (300, 300, None)
 
 
@@ -111,9 +111,9 @@ def test_a_file_that_shrinks_after_it_was_read_stops_the_case_with_that_said(tmp
     said = _run("import json\n" + INGEST, str(bundle), str(tmp_path / "case"), "after it was read").stdout
     first, written = said.strip().splitlines()
     assert first == (f"CaseError journal/shrinks.export: the file shrank after it was read, before its records were "
-                     f"written: it was {size:,} bytes, it is 4,096 now, and whatever was read of it from byte 4,096 on read as zeros; the "
-                     "case would hold zeros for them, so none is written (ingest again once nothing writes to the "
-                     "bundle)")
+                     f"written: it was {size:,} bytes, it is 4,096 now, and whatever was read of it from byte 4,096 "
+                     "on read as zeros; the case would hold zeros for them, so none is written (ingest again once "
+                     "nothing writes to the bundle)")
     assert written == "case written: False"
 
 
@@ -231,5 +231,5 @@ def test_a_file_that_shrinks_while_the_analysis_reads_its_rows_from_memory_gives
     said = _run(ANALYSIS, str(bundle), str(tmp_path / "case")).stdout.strip()
     assert said == ("CaseError journal/shrinks.export: the file shrank after the case was written, while its records "
                     f"were read from memory: it was {size:,} bytes, it is 4,096 now, and whatever was read of it from "
-                    "byte 4,096 on read as zeros; the findings may rest on those zeros, so none is given (ingest again once nothing "
-                    "writes to the bundle)")
+                    "byte 4,096 on read as zeros; the findings may rest on those zeros, so none is given (ingest "
+                    "again once nothing writes to the bundle)")
