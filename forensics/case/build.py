@@ -53,8 +53,12 @@ from forensics.case.targets import check_case_target
 
 
 def _size(path: Path) -> int:
-    """Bytes of an input: a file's, or every file's in a folder read whole."""
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+    """Bytes of an input: a file's, or every file's in a folder read whole (0 for one gone since it
+    was found: its reading says so)."""
+    try:
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _sha256(path: Path) -> str:
@@ -86,14 +90,12 @@ class _Hashing(threading.Thread):
     def run(self) -> None:
         try:
             self.digest = _sha256(self.path)
-        except OSError as error:  # said by the input's own read, or here when only the hash failed
+        except OSError as error:  # said by the input's own read, or in its notes when only the hash failed
             self.error = error
 
-    def result(self) -> str:
+    def result(self) -> str | None:
+        """The digest, or None when the file could not be hashed (`error` says why)."""
         self.join()
-        if self.error is not None:
-            raise self.error
-        assert self.digest is not None
         return self.digest
 
 
@@ -282,12 +284,21 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
             held.spill(index)
         entry.update(sha256=hashing.result(), records=0, parsed=0, quarantined=0, error=_failure(error, source.name))
         return _no_rows(entry)
-    entry.update(sha256=hashing.result(), records=records, parsed=parsed, quarantined=quarantined)
+    entry.update(records=records, parsed=parsed, quarantined=quarantined)
+    _finish_entry(entry, hashing, damage, notes)
+    return facts
+
+
+def _finish_entry(entry: dict[str, Any], hashing: _Hashing, damage: str | None, notes: list[str]) -> None:
+    """An input read: its hash, damage and notes in its manifest entry (a hash that could not be
+    taken, the file gone or unreadable after it was read, is a note)."""
+    entry["sha256"] = hashing.result()
+    if hashing.error is not None:
+        notes = [*notes, f"its SHA-256 could not be taken: {hashing.error}"]
     if damage:
         entry["error"] = damage
     if notes:
         entry["notes"] = notes
-    return facts
 
 
 def _shrink_error(path: Path, bundle: Path) -> ParseError | None:
@@ -322,9 +333,12 @@ def check_held_unshrunk(bundle: Path, when: str, consequence: str) -> None:
 
 def _failure(error: Exception, reader: str) -> str:
     """What an input's entry says of the error that ended its reading: a ForensicsError's own
-    words; anything else is a reader's fault met on this input, named with its type."""
+    words, the system's for a file it could not read; anything else is a reader's fault met on this
+    input, named with its type."""
     if isinstance(error, ForensicsError):
         return str(error)
+    if isinstance(error, OSError):  # the system's, not the reader's: gone since it was found, unreadable
+        return f"it could not be read: {error}"
     said = str(error).strip().splitlines()
     return (f"the {reader} reader failed on this input ({type(error).__name__}: {said[0][:300] if said else ''}); "
             "none of its records are in the case — a fault of forensics: please report it with the file")

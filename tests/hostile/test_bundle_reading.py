@@ -260,3 +260,48 @@ def test_a_tarball_bundle_is_read_without_extraction_tricks(tmp_path: Path, caps
     for member in ("../escape.export", "metrics/shadow.prom"):
         assert f"skipped {member}: not extracted from the tarball" in printed, member
     assert not (tmp_path.parent / "escape.export").exists() and not Path("/etc/evil.export").exists()
+
+
+def test_a_file_gone_between_its_finding_and_its_reading_is_that_inputs_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bundle read while something still moves files in it (a rotation, a copy being replaced):
+    the input that vanished after discovery says so, the others are read."""
+    import forensics.case.build as build
+
+    bundle = tmp_path / "bundle"
+    (bundle / "journal").mkdir(parents=True)
+    (bundle / "journal" / "stays.export").write_bytes(entries(3))
+    (bundle / "journal" / "vanishes.export").write_bytes(entries(4))
+    found = build.discover
+
+    def discover_then_delete(*args: object, **kwargs: object) -> object:
+        inputs = found(*args, **kwargs)
+        (bundle / "journal" / "vanishes.export").unlink()
+        return inputs
+
+    monkeypatch.setattr(build, "discover", discover_then_delete)
+    manifest = ingest(bundle, tmp_path / "case")
+    inputs = {e["path"]: e for e in manifest["inputs"]}
+    gone = inputs["journal/vanishes.export"]
+    assert (gone["records"], gone["sha256"]) == (0, None)
+    assert gone["error"] == (f"it could not be read: [Errno 2] No such file or directory: "
+                             f"'{bundle / 'journal' / 'vanishes.export'}'")
+    assert (inputs["journal/stays.export"]["records"], manifest["totals"]["events"]) == (3, 3)
+
+
+def test_an_input_read_whole_whose_hash_could_not_be_taken_keeps_its_records_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import forensics.case.build as build
+
+    bundle = tmp_path / "bundle"
+    (bundle / "journal").mkdir(parents=True)
+    (bundle / "journal" / "a.export").write_bytes(entries(3))
+
+    def unreadable(path: Path) -> str:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(build, "_sha256", unreadable)
+    (entry,) = ingest(bundle, tmp_path / "case")["inputs"]
+    assert (entry["records"], entry["sha256"], entry.get("error")) == (3, None, None)
+    assert entry["notes"] == [f"its SHA-256 could not be taken: [Errno 13] Permission denied: "
+                              f"'{bundle / 'journal' / 'a.export'}'"]
