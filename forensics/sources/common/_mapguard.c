@@ -106,10 +106,14 @@ static int install(void)
     return 0;
 }
 
-/* The slot holding the map numbered `token`, or -1. */
-static int slot_of(uint64_t token, Py_ssize_t slot)
+/* Read (slot, token) from `args`: 1 when the slot holds the map numbered `token`, 0 when it no
+ * longer does, -1 with an exception set when the arguments are wrong. */
+static int held_slot(PyObject *args, Py_ssize_t *slot)
 {
-    return slot >= 0 && slot < SLOTS && token && atomic_load(&slots[slot].token) == token ? (int)slot : -1;
+    unsigned long long token;
+    if (!PyArg_ParseTuple(args, "nK", slot, &token))
+        return -1;
+    return *slot >= 0 && *slot < SLOTS && token && atomic_load(&slots[*slot].token) == token;
 }
 
 /* guard(map, token) -> slot: guard the bytes of `map` (anything with a buffer), numbered `token`
@@ -158,11 +162,9 @@ static PyObject *py_guard(PyObject *self, PyObject *args)
 static PyObject *py_fault(PyObject *self, PyObject *args)
 {
     Py_ssize_t slot;
-    unsigned long long token;
-    if (!PyArg_ParseTuple(args, "nK", &slot, &token))
-        return NULL;
-    if (slot_of(token, slot) < 0)
-        return PyLong_FromLong(-1);
+    const int held = held_slot(args, &slot);
+    if (held <= 0)
+        return held < 0 ? NULL : PyLong_FromLong(-1);
     return PyLong_FromLongLong((long long)atomic_load(&slots[slot].fault) - 1);
 }
 
@@ -171,11 +173,9 @@ static PyObject *py_fault(PyObject *self, PyObject *args)
 static PyObject *py_release(PyObject *self, PyObject *args)
 {
     Py_ssize_t slot;
-    unsigned long long token;
-    if (!PyArg_ParseTuple(args, "nK", &slot, &token))
-        return NULL;
-    if (slot_of(token, slot) < 0)
-        return PyLong_FromLong(-1);
+    const int held = held_slot(args, &slot);
+    if (held <= 0)
+        return held < 0 ? NULL : PyLong_FromLong(-1);
     const long long fault = (long long)atomic_load(&slots[slot].fault) - 1;
     const uint64_t generation = atomic_load(&slots[slot].generation);
     atomic_store(&slots[slot].generation, generation + 1);
