@@ -44,7 +44,6 @@ from forensics.timeline.progress import (
     progress_of,
 )
 
-STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
 PLAIN_LOG = "log:line"  # the data_type of plain-text server log records
 #: The columns of `events` the detectors read (the rest stay in the case for whoever digs further).
 EVENT_COLUMNS = ("ts", "__REALTIME_TIMESTAMP", "__MONOTONIC_TIMESTAMP", "_BOOT_ID", "host", "unit", "identifier",
@@ -83,7 +82,7 @@ SLICES_AT_ONCE, HELD_SLICE_ABOVE = max(1, len(os.sched_getaffinity(0))), 200_000
 LEAN_FIELDS = ("running_req", "queue_req", "inflight_req")
 LEAN_CATEGORIES = ("tag", "progress", "event", "track", "component")
 LEAN_RANKS = ("line_dp", "line_tp", "line_pp", "line_ep")  # Int16 (a rank is below 32768)
-LEAN_DROPPED = ("invocation_id", "stamp")
+LEAN_DROPPED = ("invocation_id",)
 # text on few lines, cut out of each batch's messages (copied out: see `_kept_text`)
 LEAN_SPARSE_TEXT = ("message", "message_id", "rid_sent", "rid_received", "http_method", "http_path")
 # lines whose text a detector reads although no profile rule names them: tracebacks, systemctl
@@ -128,12 +127,6 @@ def _lean(events: pl.DataFrame, profile: Profile) -> pl.DataFrame:
         pl.col("pid").cast(pl.Int32),
     ).drop(*fields, *LEAN_DROPPED, strict=False)
     return lean.with_columns(_kept_text(lean.get_column(c)) for c in LEAN_SPARSE_TEXT if c in lean.columns)
-
-
-def _local_stamp() -> pl.Expr:
-    """The log line's own stamp as a naive time (its host's zone and offset are applied later)."""
-    return pl.coalesce([pl.col("stamp").str.to_datetime(f, strict=False, time_unit="us")
-                        for f in STAMP_FORMATS]).alias("line_local")
 
 
 def _with_component(events: pl.DataFrame, incident: Incident, profile: Profile) -> pl.DataFrame:
@@ -191,7 +184,7 @@ def read_batch(batch: pl.DataFrame, host: str | None, incident: Incident, profil
         placed = pl.col("LOG_ZONE").is_not_null() if "LOG_ZONE" in batch.columns else pl.lit(False)
         batch = batch.with_columns(pl.when((pl.col("data_type") == PLAIN_LOG) & ~placed).then(local)
                                    .otherwise(pl.col("ts")).alias("ts"))
-    return _with_component(read_lines(batch, profile).with_columns(_local_stamp()), incident, profile)
+    return _with_component(read_lines(batch, profile), incident, profile)
 
 
 def _activity(read: pl.DataFrame) -> pl.DataFrame:

@@ -2,8 +2,8 @@
 readiness, and the line kinds worth a finding — all as polars expressions over the `events` frame.
 
 For SGLang that is `[2026-06-18 21:34:47 TP0] Decode batch. #running-req: 12, …`: the prefix gives
-the line's own local time (`stamp`, kept raw; `forensics.timeline.clocks` turns it into UTC) and the scheduler
-tag (`DP0 TP3 EP3`, `PP1 TP0`, none on one GPU), the progress pattern the kind (Prefill / Decode),
+the line's own local time (`line_local`, a naive time: `forensics.timeline.clocks` turns it into UTC) and the
+scheduler tag (`DP0 TP3 EP3`, `PP1 TP0`, none on one GPU), the progress pattern the kind (Prefill / Decode),
 and each `[logs.fields]` entry one numeric column.
 
 A progress line's numbers are all written `label: number`, so they are read in one pass over each
@@ -29,6 +29,9 @@ from forensics.timeline import _lines
 from forensics.profiles import LogRules, Profile, load_profile, matches_nothing
 
 RANKS = ("dp", "tp", "pp", "ep")
+STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
+# the reading's texts of few distinct values (kinds, tags, methods), held as categories
+FEW_VALUED = ("tag", "progress", "event", "track", "http_method")
 # the seed of `distinct_lines`' hash, new in every process: lines cannot be written ahead to share hashes
 _HASH_SEED = secrets.randbits(64)
 _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
@@ -211,11 +214,19 @@ def distinct_messages(messages: pl.Series) -> tuple[pl.Series, pl.Series | None]
     return distinct, pl.Series(np.frombuffer(place, np.uint32))
 
 
+def local_stamp() -> pl.Expr:
+    """The log line's own stamp (`stamp`) as a naive time, `line_local` (its host's zone and offset
+    are applied later: `forensics.timeline.clocks`)."""
+    return pl.coalesce([pl.col("stamp").str.to_datetime(f, strict=False, time_unit="us")
+                        for f in STAMP_FORMATS]).alias("line_local")
+
+
 def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = None) -> pl.DataFrame:
-    """`events` with the profile's reading of each message: stamp, tag, ranks, progress kind, one
-    column per field of a progress line, HTTP method / path / status of access lines, health_ok,
-    ready, event kind / track, and the request id a router sent (`rid_sent`) or an engine
-    received (`rid_received`).
+    """`events` with the profile's reading of each message: its own stamp as a naive time
+    (`line_local`), tag, ranks, progress kind, one column per field of a progress line, HTTP
+    method / path / status of access lines, health_ok, ready, event kind / track (the texts of few
+    values as categories), and the request id a router sent (`rid_sent`) or an engine received
+    (`rid_received`).
 
     Each distinct message is read once (`distinct_messages`). A progress line is read for its
     fields only; the other lines are searched for the line kinds, and the patterns that rarely
@@ -236,7 +247,10 @@ def read_lines(events: pl.DataFrame | pl.LazyFrame, profile: Profile | None = No
     read = read.with_columns(pl.col("tag").replace_strict(tags.get_column("tag"), tags.get_column(f"line_{r}"),
                                                           default=None, return_dtype=pl.Int32).alias(f"line_{r}")
                              for r in RANKS)
-    read = read.drop("message")  # the frame has it already
+    # The stamp read as a time once per distinct line, and the few-valued texts held as categories:
+    # each is then gathered onto every line as 8 or 4 bytes, not as a 16-byte string view.
+    read = read.with_columns(local_stamp(), *(pl.col(c).cast(pl.Categorical) for c in FEW_VALUED))
+    read = read.drop("message", "stamp")  # the frame has the message already; the stamp is in line_local
     if place is not None:
         # A column no distinct line has a value in (a field this stack's lines never write, a rank
         # it has not) is null on every line: made so, not gathered — 13 of the 34 columns on the
