@@ -475,9 +475,9 @@ HEADLINE = ("collective_verdict", "collective_timeout", "stuck_process", "hung_t
             "k8s_crash_loop", "startup_stall", "startup_failure", "rendezvous_failure", "silent_death",
             "process_killed", "shell_killed", "container_exited", "process_failed", "worker_died", "child_failed",
             "ray_actor_died", "process_group_abort", "distributed_transport_failure", "distributed_launch_failure",
-            "k8s_device_admission", "k8s_node_not_ready", "k8s_error_exit", "k8s_failed_scheduling", "k8s_evicted",
-            "k8s_preempted", "k8s_image_pull", "k8s_sandbox_failed", "k8s_volume", "k8s_probe_failed",
-            "gpu_device_plugin_failed")
+            "k8s_device_admission", "k8s_node_not_ready", "k8s_error_exit", "k8s_failed_scheduling",
+            "k8s_node_pressure", "k8s_evicted", "k8s_preempted", "k8s_image_pull", "k8s_sandbox_failed", "k8s_volume",
+            "k8s_probe_failed", "gpu_device_plugin_failed")
 
 
 def headline(findings: list[Finding]) -> list[Finding]:

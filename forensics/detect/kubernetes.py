@@ -73,7 +73,7 @@ def k8s_said(facts: dict[str, Any]) -> str:
     if facts.get("exit_codes"):
         parts.append("exit code " + ", ".join(facts["exit_codes"]))
     if facts.get("restarts"):
-        parts.append(f"restarted {facts['restarts']} times")
+        parts.append(f"restarted {facts['restarts']} time{'' if facts['restarts'] == 1 else 's'}")
     if facts.get("memory_limits"):
         parts.append("memory limit " + ", ".join(facts["memory_limits"]))
     if facts.get("insufficient"):

@@ -98,6 +98,30 @@ def test_every_sample_is_read_or_quarantined_with_a_reason(tmp_path: Path, name:
      ("**UnexpectedAdmissionError — GPU lost",), {"objects": ["pod/rojin-2q6ld"]}),
     ("logs_nvidia-device-plugin-nvml-init-failed_plain.txt", "gpu_device_plugin_failed",
      ("Failed to initialize NVML: could not load NVML library",), {}),
+    # pasted as people paste them: rows grep took the header from, a row wrapped before its message,
+    # a container's state without its pod, a node's tail without its name
+    ("get-pods-grep_prometheus-evicted-x9_headerless-prompt.txt", "k8s_evicted", ("9 pods Evicted",), {"count": 9}),
+    ("get-events_readiness-unhealthy_wrapped-headerless.txt", "k8s_probe_failed",
+     ("pod/frontend-557f465b6f-xqz9q Warning Unhealthy", "Readiness probe failed"),
+     {"objects": ["pod/frontend-557f465b6f-xqz9q"], "reasons": ["Unhealthy"]}),
+    ("describe-pod-state_oomkilled-exit0_unindented-excerpt.txt", "k8s_oom_killed", ("Reason OOMKilled, Exit Code 0",),
+     {"exit_codes": ["0"]}),
+    ("describe-pod-state_error-exit137-not-oom_single-space-excerpt.txt", "k8s_error_exit",
+     ("Reason Error (not OOMKilled), Exit Code 137", "Restart Count 1"), {"exit_codes": ["137"], "restarts": 1}),
+    ("describe-pod_oomkilled-operator-lastterminated_excerpt.txt", "k8s_oom_killed",
+     ("memcached-operator-system/memcached-operator-controller-manager-6d57f5fd7-gfnxw: Last State OOMKilled",),
+     {"objects": ["pod/memcached-operator-system/memcached-operator-controller-manager-6d57f5fd7-gfnxw"],
+      "exit_codes": ["137"], "restarts": 1, "memory_limits": ["90Mi"]}),
+    ("get-pods_gpu-operator-init-error-init-restarts_oc-prompt.txt", "k8s_crash_loop",
+     ("nvidia-operator-validator-99l6b 0/1 Init:2/4, 41 restarts",),
+     {"objects": ["pod/nvidia-operator-validator-99l6b"], "restarts": 41}),
+    ("get-pods_gpu-operator-init-error-init-restarts_oc-prompt.txt", "k8s_error_exit",
+     ("nvidia-cuda-validator-wgs28 0/1 Init:Error, 3 restarts",),
+     {"objects": ["pod/nvidia-cuda-validator-wgs28"], "restarts": 3}),
+    ("describe-node-tail_memory-pressure-eviction-threshold_allocated-and-events.txt", "k8s_node_pressure",
+     ("Node 192.168.144.102", "(x4 over 2d5h)", "(x38 over 2d5h)"),
+     {"objects": ["node/192.168.144.102"], "reasons": ["NodeHasInsufficientMemory", "EvictionThresholdMet"],
+      "count": 4 + 38}),
 ])
 def test_the_platforms_failure_is_named_with_its_facts(tmp_path: Path, name: str, kind: str, truth: tuple[str, ...],
                                                       facts: dict[str, Any]) -> None:
@@ -127,6 +151,21 @@ def test_a_node_describe_gives_its_gpus_and_taints(tmp_path: Path) -> None:
     (row,) = parse(SAMPLES / name).rows.to_dicts()
     assert row["message"] == ("Normal Described node/ip-10-10-3-26.ec2.internal: taints nvidia.com/gpu=true:NoSchedule; "
                               "nvidia.com/gpu allocatable 4; nvidia.com/gpu allocated resources 2")
+
+
+def test_a_kill_by_signal_is_not_called_out_of_memory(tmp_path: Path) -> None:
+    name = "describe-pod-state_error-exit137-not-oom_single-space-excerpt.txt"
+    _ground_truth(name, "Reason Error (not OOMKilled), Exit Code 137", "not OOM")
+    assert "k8s_oom_killed" not in _faults(_analyze(tmp_path, name))
+
+
+def test_a_nodes_tail_without_its_name_still_gives_its_gpus() -> None:
+    name = "describe-node-allocated_amd-gpu-1of1_indented-tail.txt"
+    _ground_truth(name, "amd.com/gpu 1 requested / 1 limit", "name not in the paste")
+    (row,) = parse(SAMPLES / name).rows.to_dicts()
+    assert (row["K8S_KIND"], row["K8S_NAME"]) == ("Node", None)
+    assert row["message"] == ("Normal Described the node described (its name is not in the paste): "
+                              "amd.com/gpu allocated resources 1")
 
 
 def test_ages_become_times_only_against_the_captures_own_date_line(tmp_path: Path) -> None:

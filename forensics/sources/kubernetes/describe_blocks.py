@@ -19,9 +19,48 @@ _TIME = r"[A-Z][a-z]{2}, [0-9]{2} [A-Z][a-z]{2} [0-9]{4} [0-9:]{8} [+-][0-9]{4}"
 _CONDITION = re.compile(rf"^\s*(?P<type>[A-Za-z]+)\s+(?P<status>True|False|Unknown)\s+(?P<heartbeat>{_TIME})\s+"
                         rf"(?P<since>{_TIME})\s+(?P<reason>\S+)\s+(?P<message>.*?)\s*$")
 _CONTAINER = re.compile(r"^\s*(?P<name>[a-z0-9][a-z0-9.-]*):\s*$")
+#: Keys only a node's describe prints at its top level: they make the block a node's, and one pasted
+#: without its `Name:` line (an `Allocated resources:` tail) a node's block whose name is not known.
+NODE_KEYS = ("Roles", "Taints", "Unschedulable", "Allocated resources", "Non-terminated Pods", "System Info",
+             "Capacity", "Allocatable", "PodCIDR", "PodCIDRs", "ProviderID")
+#: A container's state as describe prints it, pasted without its pod (`State: Terminated` and the lines
+#: under it): the start of a block for a container whose pod and name are not known.
+_STATE = re.compile(r"^(?:Last )?State$")
+_STATES = ("Running", "Terminated", "Waiting")
+# `kubectl describe pod -n ns name` (or `pod/name`, `--namespace=ns`) as the paste's own command line
+_COMMAND = re.compile(r"(?:^|[\s$#>])(?:kubectl|oc|k)\s+describe\s+(?P<args>[^|;&>]*)")
+_KIND_WORDS = {"pod": "Pod", "pods": "Pod", "po": "Pod", "node": "Node", "nodes": "Node", "no": "Node"}
+
+
+def commanded(line: str) -> dict[str, str] | None:
+    """The object a `kubectl describe` command line in the paste names (its kind, name and
+    namespace), or None: a describe pasted without its `Name:` line is of that object."""
+    if (m := _COMMAND.search(line)) is None:
+        return None
+    words, namespace, plain = m["args"].split(), None, []
+    for i, word in enumerate(words):
+        if word in ("-n", "--namespace") and i + 1 < len(words):
+            namespace = words[i + 1]
+        elif word.startswith("--namespace="):
+            namespace = word.split("=", 1)[1]
+        elif not word.startswith("-") and (i == 0 or words[i - 1] not in ("-n", "--namespace")):
+            plain.append(word)
+    if plain and "/" in plain[0]:
+        plain = [*plain[0].split("/", 1), *plain[1:]]
+    if len(plain) != 2 or plain[0].lower() not in _KIND_WORDS:
+        return None
+    return {"kind": _KIND_WORDS[plain[0].lower()], "Name": plain[1], **({"Namespace": namespace} if namespace else {})}
 
 #: What a line is to the describe blocks: the start of a block, a line of the current one, or neither.
 Read = Literal["begun", "read", ""]
+
+
+def named(kind: str, namespace: str | None, name: str | None) -> str:
+    """How a row names its object: `kind/namespace/name`, or the object described when the paste
+    does not hold its name."""
+    if name:
+        return f"{kind.lower()}/{namespace + '/' if namespace else ''}{name}"
+    return f"the {kind.lower()} described (its name is not in the paste)"
 
 
 class DescribeBlocks:
@@ -35,6 +74,7 @@ class DescribeBlocks:
         self.section = ""
         self.base = 0  # the indentation of the describe block's `Name:` line (a paste may indent it all)
         self.rows_at_start = 0  # rows before the current describe block
+        self.command: dict[str, str] | None = None  # the object the paste's `kubectl describe` line names
 
     def described(self, kind: str) -> dict[str, str | None]:
         """The object the block describes, as an event row names it (`object`: `Kind/name`, `kind` when
@@ -58,6 +98,9 @@ class DescribeBlocks:
             self.fields[f"{self.section}:{gpu['resource']}"] = gpu["amount"]
             return "read"
         m = _FIELD.match(line)
+        if m is not None and not self.fields and (m["key"] in NODE_KEYS or (_STATE.match(m["key"]) and
+                                                                          m["value"] in _STATES)):
+            return self._unnamed(m["key"], m["value"], len(m["indent"].expandtabs(8)), number)
         if m is not None and m["key"] == "Name" and m["value"] and (not self.fields or len(m["indent"]) <= self.base):
             self.close()
             self.base = len(m["indent"].expandtabs(8))
@@ -77,6 +120,23 @@ class DescribeBlocks:
             return "read" if self.fields and line[:1] in (" ", "\t") else ""  # a value continued under its key
         return self._field(m["key"], m["value"], len(m["indent"].expandtabs(8)) - self.base)
 
+    def _unnamed(self, key: str, value: str, indent: int, number: int) -> Read:
+        """A describe block pasted without its `Name:` line: a node's (a key only nodes print) or a
+        container's state (`State: Terminated` and the lines under it), neither named."""
+        self.close()
+        self.rows_at_start = len(self.rows)
+        kind = "Node" if key in NODE_KEYS else "Pod"
+        said = self.command if self.command and self.command["kind"] == kind else {}
+        if key in NODE_KEYS:
+            self.base = indent
+            self.fields, self.section = {"Name": "", **said, "kind": kind, "line": number}, key if not value else ""
+            return "begun"
+        self.base = indent - 4  # as a container's own keys sit under its pod's `Name:`
+        self.fields, self.section = {"Name": "", **said, "kind": kind, "line": number}, "Containers"
+        self.container = {"name": "", "line": number}
+        self._container_field(key, value, 4)
+        return "begun"
+
     def _field(self, key: str, value: str, indent: int) -> Read:
         """A `Key: value` line, `indent` to the right of the block's `Name:`."""
         if indent <= 0:
@@ -85,7 +145,7 @@ class DescribeBlocks:
             if begun:
                 self.close()
                 self.fields = {"Name": value, "kind": "Pod"}
-            elif key in ("Roles", "Taints", "Unschedulable"):
+            elif key in NODE_KEYS:
                 self.fields["kind"] = "Node"
             elif key == "Volume" or key == "StorageClass":
                 self.fields["kind"] = "PersistentVolumeClaim"
@@ -112,9 +172,10 @@ class DescribeBlocks:
         gpus = "; ".join(f"{k.split(':', 1)[1]} {k.split(':', 1)[0].lower()} {v}" for k, v in d.items()
                          if k.startswith(("Allocatable:", "Allocated resources:")))
         said = "; ".join(x for x in (f"taints {d['Taints']}" if d.get("Taints") else "", gpus) if x)
-        self.rows.append({"source_line": d.get("line", 1), "K8S_KIND": "Node", "K8S_NAME": d.get("Name"),
+        self.rows.append({"source_line": d.get("line", 1), "K8S_KIND": "Node", "K8S_NAME": d.get("Name") or None,
                           "K8S_TYPE": "Normal", "K8S_REASON": "Described", "priority": 6,
-                          "message": f"Normal Described node/{d.get('Name')}: {said or 'no condition out of order'}"})
+                          "message": f"Normal Described {named('Node', None, d.get('Name'))}: "
+                                     f"{said or 'no condition out of order'}"})
         self.rows_at_start = len(self.rows)
 
     def _condition(self, f: dict[str, str], number: int) -> None:
@@ -126,8 +187,8 @@ class DescribeBlocks:
         self.rows.append({
             "source_line": number, "K8S_KIND": "Node", "K8S_NAME": name or None, "K8S_TYPE": "Warning",
             "K8S_REASON": reason, "K8S_STATE": f"{f['type']}={f['status']}", "finished": f["since"], "priority": 4,
-            "message": f"Warning {reason} node/{name}: {f['type']} {f['status']} since {f['since']} ({f['reason']}: "
-                       f"{f['message']})"})
+            "message": f"Warning {reason} {named('Node', None, name)}: {f['type']} {f['status']} since {f['since']} "
+                       f"({f['reason']}: {f['message']})"})
 
     def _container_field(self, key: str, value: str, indent: int) -> None:
         c = self.container
@@ -152,9 +213,9 @@ class DescribeBlocks:
 
     def _close_container(self) -> None:
         c, self.container = self.container, None
-        if not c or not c.get("State"):
+        if not c or not (c.get("State") or c.get("Last State")):
             return  # a container not started yet (its pod pending) has no state to tell
-        name, namespace = self.fields.get("Name", "?"), self.fields.get("Namespace")
+        name, namespace = self.fields.get("Name"), self.fields.get("Namespace")
         states = []
         for which in ("State", "Last State"):
             if not c.get(which):
@@ -170,15 +231,15 @@ class DescribeBlocks:
         exit_code = c.get("Last State Exit Code") or c.get("State Exit Code")
         finished = c.get("Last State Finished") or c.get("State Finished")
         bad = (str(c.get("State")) != "Running" or (exit_code not in (None, "0"))) and bool(last_reason or exit_code)
-        where = f"pod/{namespace + '/' if namespace else ''}{name}"
         extra = [f"restart count {c['restarts']}"] if c.get("restarts") else []
         extra += [f"memory limit {c['memory']}"] if c.get("memory") else []
         self.rows.append({
-            "source_line": c["line"], "K8S_KIND": "Pod", "K8S_NAMESPACE": namespace, "K8S_NAME": name,
-            "K8S_CONTAINER": c["name"], "K8S_TYPE": "Warning" if bad else "Normal", "K8S_REASON": last_reason,
+            "source_line": c["line"], "K8S_KIND": "Pod", "K8S_NAMESPACE": namespace, "K8S_NAME": name or None,
+            "K8S_CONTAINER": c["name"] or None, "K8S_TYPE": "Warning" if bad else "Normal", "K8S_REASON": last_reason,
             "K8S_STATE": c.get("State"), "K8S_EXIT_CODE": exit_code, "K8S_RESTARTS": c.get("restarts"),
             "K8S_MEMORY_LIMIT": c.get("memory"), "K8S_READY": c.get("ready"), "finished": finished,
             "priority": 3 if bad else 6,
-            "message": f"{'Warning' if bad else 'Normal'} {last_reason or c.get('State')} {where} container "
-                       f"{c['name']}: {'; '.join(states + extra)}"})
+            "message": f"{'Warning' if bad else 'Normal'} {last_reason or c.get('State')} {named('Pod', namespace, name)}"
+                       f"{' container ' + c['name'] if c['name'] else ', a container whose name is not in the paste'}: "
+                       f"{'; '.join(states + extra)}"})
 

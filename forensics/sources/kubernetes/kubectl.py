@@ -8,11 +8,15 @@ and `get pods`.
   `kubectl describe` (`Type Reason Age From Message`). Columns are cut where the header's titles
   start (kubectl's tab writer aligns every row to them); rows pasted without their header
   (grep-filtered) are read by their shape. A line that does not start a row continues the
-  message above it (a wrapped paste).
+  message above it (a wrapped paste), and a header-less row cut before its message takes the
+  next line as its message.
 - `kubectl describe pod`: each container's State / Last State (Reason, Exit Code, Started,
   Finished), Ready, Restart Count and memory limit, one row per container (the blocks are read by
   `describe_blocks`; this module reads the tables, and a block's `Events:` table with them).
-- `kubectl get pods`: NAME, READY, STATUS, RESTARTS (`4 (57s ago)`), AGE.
+  A describe's part pasted without its `Name:` line (a container's `State:`, a node's `Allocated
+  resources:`) is that object's, named by a `kubectl describe pod -n ns name` line in the paste.
+- `kubectl get pods`: NAME, READY, STATUS, RESTARTS (`4 (57s ago)`), AGE; rows grep kept without
+  their header too.
 
 Each row is one `events` record with its object and numbers in `K8S_*` columns and a message that
 says it in one line (`Warning FailedScheduling pod/default/x (x2 over 6m58s): 0/12 nodes …`).
@@ -39,7 +43,7 @@ from forensics.sources.common.rawio import read_all
 from forensics.sources.common.schema import EVENTS_SCHEMA, ParseResult, as_events, empty, quarantine_rows
 from forensics.sources.common.snapshot_time import parse_header, parse_time
 from forensics.sources import register
-from forensics.sources.kubernetes.describe_blocks import DescribeBlocks
+from forensics.sources.kubernetes.describe_blocks import DescribeBlocks, commanded, named
 
 NAME = "kubectl"
 FORMAT = "kubectl"
@@ -49,7 +53,7 @@ _OBJECT = r"[A-Za-z]+/(?:[\w.:-]|<[^<>\n]{1,40}>)+"  # `<id here>`: a name an au
 # an events row without its header: [namespace] age [(xN over age)] Normal|Warning Reason kind/name message
 _ROW = re.compile(rf"^\s*(?:(?P<namespace>[a-z0-9][a-z0-9-]*)\s+)?(?P<last>{_AGE})(?: \(x(?P<count>[0-9]+) over "
                   rf"(?P<over>{_AGE})\))?\s+(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z]+)\s+(?P<object>{_OBJECT})"
-                  r"\s+(?P<message>\S.*)$")
+                  r"(?:\s+(?P<message>\S.*)|\s*)$")
 _DESCRIBE_ROW = re.compile(rf"^\s*(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z]+)\s+(?P<last>{_AGE}|<unknown>)"
                            rf"(?: \(x(?P<count>[0-9]+) over (?P<over>{_AGE})\))?\s+(?P<source>\S(?:.*?\S)?)\s{{2,}}"
                            r"(?P<message>\S.*)$")
@@ -74,7 +78,11 @@ _RFC1123 = "%a, %d %b %Y %H:%M:%S %z"
 _SNIFF = re.compile(rb"(?m)^\s*(?:(?:NAMESPACE\s+)?LAST SEEN\s+TYPE\s+REASON\s+OBJECT|LASTSEEN\s+FIRSTSEEN\s+COUNT|"
                     rb"Type\s+Reason\s+Age\s+From\s+Message|FirstSeen\s+LastSeen\s+Count\s+From|(?:NAMESPACE\s+)?NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE|"
                     rb"Events:\s*$|(?:[a-z0-9][a-z0-9-]*[ \t]+)?(?:<unknown>|<invalid>|[0-9]+[smhdy](?:[0-9]+[smhdy])*)(?: \(x[0-9]+ over [0-9smhdy]+\))?[ \t]+"
-                    rb"(?:Normal|Warning)[ \t]+[A-Z][A-Za-z]+[ \t]+[A-Za-z]+/\S|(?:Normal|Warning)[ \t]+[A-Z][A-Za-z]+[ \t]+(?:<unknown>|[0-9]+[smhd])|Name:[ \t]+\S+[^\n]*\n(?:[^\n]*\n){0,3}?[ \t]*(?:Namespace|Roles|Labels):)")
+                    rb"(?:Normal|Warning)[ \t]+[A-Z][A-Za-z]+[ \t]+[A-Za-z]+/\S|(?:Normal|Warning)[ \t]+[A-Z][A-Za-z]+[ \t]+(?:<unknown>|[0-9]+[smhd])|Name:[ \t]+\S+[^\n]*\n(?:[^\n]*\n){0,3}?[ \t]*(?:Namespace|Roles|Labels):|"
+                    rb"(?:Last )?State:[ \t]+(?:Terminated|Running|Waiting)[ \t]*\r?\n(?:[^\n]*\n){0,2}?[ \t]*(?:Reason|Exit Code|Started):|"
+                    rb"Allocated resources:[ \t]*\r?\n|"
+                    rb"(?:[a-z0-9][a-z0-9-]*[ \t]+)?[a-z0-9][\w.-]*[ \t]+[0-9]+/[0-9]+[ \t]+[A-Z][\w:/-]*[ \t]+[0-9]+"
+                    rb"(?: \([0-9smhdy]+ ago\))?[ \t]+[0-9]+[smhdy][0-9smhdy]*[ \t]*(?:\r?$|[ \t]))")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "y": 365 * 86400}
 _KINDS = {"pod": "Pod", "node": "Node", "deployment": "Deployment", "replicaset": "ReplicaSet", "job": "Job",
           "persistentvolumeclaim": "PersistentVolumeClaim", "statefulset": "StatefulSet", "daemonset": "DaemonSet",
@@ -169,6 +177,7 @@ class _Reader:
         self.table = ""  # events, describe_events, pods, describe
         self.blocks = DescribeBlocks(self.rows)  # the describe blocks, whose rows join these
         self.legacy = False  # the current events table is describe's tab-separated one (before 1.14)
+        self.awaiting_message = False  # the row above was a header-less event row wrapped before its message
 
     def read(self) -> None:
         for number, raw in enumerate(self.lines, 1):
@@ -176,6 +185,11 @@ class _Reader:
             if not line.strip():
                 if self.table in ("events", "pods"):
                     self.table = ""
+                continue
+            awaiting, self.awaiting_message = self.awaiting_message, False
+            self.blocks.command = commanded(line) or self.blocks.command
+            if awaiting and not _ROW.match(line) and not _DESCRIBE_ROW.match(line) and not _POD_ROW.match(line):
+                self.rows[-1]["message"] = f"{self.rows[-1]['message']} {line.strip()}"  # its message, wrapped
                 continue
             if _EVENTS_HEADER.match(line) or _LEGACY_HEADER.match(line):
                 self._header(line, "events")
@@ -192,10 +206,13 @@ class _Reader:
                 pass
             elif (m := _ROW.match(line)) is not None:
                 self._event_row(_wide(m.groupdict()), number, line)  # a row without its header (grep-filtered)
+                self.awaiting_message = not m["message"]  # a paste wrapped it before its message
             elif (m := _DESCRIBE_ROW.match(line)) is not None:
                 fields = m.groupdict()  # a describe's Events row pasted without its heading
                 fields.update(self.blocks.described("object"))
                 self._event_row(fields, number, line)
+            elif self.table != "describe" and self._pod(line, number):
+                pass  # a `get pods` row without its header (grep-filtered)
             elif (read := self.blocks.read(line, number)):
                 if read == "begun":
                     self.table = "describe"  # a describe block ends the table above it
@@ -245,6 +262,8 @@ class _Reader:
                 return False
             fields = m.groupdict()
             fields.update(self.blocks.described("Pod"))
+            if fields["object"] == "Node/" and (on := re.fullmatch(r"kubelet, (\S+)", fields.get("source") or "")):
+                fields["object"] = f"Node/{on[1]}"  # a node's own kubelet reports its events: the node's name
             self._event_row(fields, number, line)
             return True
         cells = self._cut(line)
@@ -265,8 +284,7 @@ class _Reader:
         kind, namespace, name = _object(f.get("object") or "?/?", f.get("namespace"))
         count = f.get("count")
         said = f" (x{count} over {f.get('over')})" if count and f.get("over") else ""
-        where = (f"{kind.lower()}/{namespace + '/' if namespace else ''}{name}" if name
-                 else f"the {kind.lower()} described (its name is not in the paste)")
+        where = named(kind, namespace, name)
         self.rows.append({
             "source_line": number, "K8S_KIND": kind, "K8S_NAMESPACE": namespace, "K8S_NAME": name or None,
             "K8S_TYPE": f.get("type"), "K8S_REASON": f.get("reason"), "K8S_COUNT": count or "1",
@@ -280,12 +298,13 @@ class _Reader:
         status, restarts = m["status"], m["restarts"].split()[0]
         bad = status not in ("Running", "Completed", "Succeeded", "ContainerCreating", "Terminating")
         namespace = m["namespace"]
-        where = f"pod/{namespace + '/' if namespace else ''}{m['name']}"
+        where = named("Pod", namespace, m["name"])
         ago = f", the last {m['ago']} ago" if m["ago"] else ""
+        # The pod's age is when it was made, not when what it shows began: no first sighting is given.
         self.rows.append({
             "source_line": number, "K8S_KIND": "Pod", "K8S_NAMESPACE": namespace, "K8S_NAME": m["name"],
             "K8S_TYPE": "Warning" if bad else "Normal", "K8S_REASON": status, "K8S_STATE": status,
-            "K8S_RESTARTS": restarts, "K8S_READY": m["ready"], "K8S_LAST_SEEN": m["ago"], "K8S_FIRST_SEEN": m["age"],
+            "K8S_RESTARTS": restarts, "K8S_READY": m["ready"], "K8S_LAST_SEEN": m["ago"],
             "priority": 4 if bad else 6,
             "message": f"{'Warning' if bad else 'Normal'} {status} {where}: ready {m['ready']}, {restarts} restarts{ago}, "
                        f"age {m['age']}"})
