@@ -30,6 +30,29 @@ TRACEBACK_START = r"Traceback \(most recent call last\):"
 # A traceback's last word: `module.Name: message` (or a bare `…Error`) at the line's start.
 EXCEPTION_LINE = r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure)\b|^[A-Za-z_][\w.]*: "
 WARNING = 4  # syslog priority: warning and worse
+# How long an engine's own watchdog waited without progress before it spoke: SGLang's
+# "Watchdog timeout (self.watchdog_timeout=300)", vLLM's "No available shared memory broadcast block
+# found in 60 seconds"
+WAITED = re.compile(r"watchdog_timeout=(?P<a>[0-9]+(?:\.[0-9]+)?)|found in (?P<b>[0-9]+(?:\.[0-9]+)?) seconds")
+
+
+def stalled(rows: pl.DataFrame) -> tuple[str, dict[str, object]]:
+    """What an engine's watchdog lines say of its stall, in words and as facts: how long it counted
+    without progress, the time that puts the stall's start at (the first line's time less that), and
+    the scheduler tags that said it. Nothing where the lines do not say how long."""
+    first = rows.row(0, named=True)
+    waited = WAITED.search(first["message"] or "")
+    if waited is None or first["ts"] is None:
+        return "", {}
+    seconds = float(waited["a"] or waited["b"])
+    since = first["ts"] - timedelta(seconds=seconds)
+    tags = sorted({t for t in rows.get_column("tag").cast(pl.String).to_list() if t},
+                  key=lambda t: [int(p) if p.isdigit() else p for p in re.split(r"([0-9]+)", t)]) \
+        if "tag" in rows.columns else []
+    facts: dict[str, object] = {"waited_s": seconds, "stalled_since": since.isoformat(), **({"tags": tags} if tags else {})}
+    by = f" ({', '.join(tags)})" if tags else ""
+    return (f" The engine's own watchdog{by} counted {seconds:g} s without progress before it: stalled since about "
+            f"{clock(since)}."), facts
 
 
 def raised_line(message: str) -> tuple[str, bool]:
@@ -120,7 +143,7 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
     events = timeline.events
     # Only the columns the findings quote are filtered (the events frame is wide).
     line = events.select("ts", "component", "unit", "event", "track", "http_status", "source_file", "source_line",
-                         "source_offset", "message")
+                         "source_offset", "message", *(["tag"] if "tag" in events.columns else []))
     findings = []
     # the layers' line kinds (PyTorch distributed, kernel, systemd) have a detector of their own
     layered = [e.kind for e in timeline.profile.logs.events if e.layer is not None]
@@ -129,11 +152,12 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
             "event", "track", "component", maintain_order=True):
         event = next((e for e in timeline.profile.logs.events if e.kind == kind), None)
         first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))
+        said, facts = stalled(rows) if kind == "watchdog_timeout" else ("", {})
         findings.append(Finding(str(kind), str(track), component, first,
                                 kind_sentence(rows, event.text if event is not None else str(kind),
                                               component or one_unit(rows) or "the host",
-                                              event.pattern if event is not None else None),
-                                last, event_evidence(rows)))
+                                              event.pattern if event is not None else None) + said,
+                                last, event_evidence(rows), facts=facts))
     server_errors = line.filter(pl.col("http_status") >= 500).sort("ts")
     for (component,), rows in server_errors.group_by("component", maintain_order=True):
         first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))

@@ -468,8 +468,8 @@ def _alive_after(timeline: Timeline, host: str | None, component: str | None, at
 
 # The failure modes a report leads with, most telling first: what a first screen says when no engine
 # froze. Every layer kind that is evidence of a failure mode is here (tests/test_profiles.py).
-HEADLINE = ("collective_verdict", "collective_timeout", "stuck_process", "hung_task", "gpu_fallen_off_bus",
-            "pcie_uncorrected_error", "gpu_xid_error", "nvswitch_error", "fabric_manager_down",
+HEADLINE = ("collective_verdict", "collective_timeout", "stuck_process", "watchdog_timeout", "hung_task",
+            "gpu_fallen_off_bus", "pcie_uncorrected_error", "gpu_xid_error", "nvswitch_error", "fabric_manager_down",
             "cuda_system_not_ready", "npu_device_error", "cuda_error", "oom_kill", "k8s_oom_killed",
             "unit_oom_killed", "ray_oom_kill", "cuda_oom", "segfault", "fatal_signal", "disk_full", "crash_loop",
             "k8s_crash_loop", "startup_stall", "startup_failure", "rendezvous_failure", "silent_death",

@@ -207,7 +207,8 @@ def plausible_window(case: Case, incident: Incident) -> Window | None:
     records agree with each other: another day's evidence, not a forged clock), and the incident's
     notes say so; a few records far from the rest of their own source are still left out. No window
     reaches past today (the analysis runs after the evidence was written), unless the bulk of the
-    evidence lies there."""
+    evidence lies there. None (every record kept) when the evidence writes fewer than ten times of
+    its own: too few to judge the rest by, and a file's modification time never outvotes them."""
     if incident.window is not None:
         start, end = incident.window
         return Window(start - PLAUSIBLE_MARGIN, end + PLAUSIBLE_MARGIN)
@@ -219,6 +220,8 @@ def plausible_window(case: Case, incident: Incident) -> Window | None:
     stamped = pl.concat([events, case.stacks.filter(confident).select(columns).collect(),
                          case.samples.filter(confident).select(columns).collect()]).drop_nulls("ts")
     if stamped.height < 10:
+        if stamped.height:  # a few times the evidence writes: too few to judge by, and no copy's mtime outvotes them
+            return None
         stamped = pl.concat([events, case.stacks.select(columns).collect(),
                              case.samples.select(columns).collect()]).drop_nulls("ts")
     if stamped.height < 10:
