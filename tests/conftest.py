@@ -61,6 +61,15 @@ def _systemd_tools() -> None:
         pytest.exit(f"missing system tools {missing}: run the tests through ./run test, which installs them", 2)
 
 
+def sample_says(samples: Path, name: str, *facts: str) -> None:
+    """The ground truth a folder of real samples writes for `name` (its SOURCES.md row) says each of
+    `facts`: a test's expected values come from there, never from the suite's own output."""
+    rows = [line for line in (samples / "SOURCES.md").read_text().splitlines() if line.startswith(f"| {name} |")]
+    assert rows, f"{name}: no row in SOURCES.md"
+    for fact in facts:
+        assert fact in rows[0], f"{name}: its ground truth does not say {fact!r}"
+
+
 def write_file(folder: Path, name: str, text: str) -> Path:
     """Write `text` to `folder/name` and return the path."""
     path = folder / name

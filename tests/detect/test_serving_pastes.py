@@ -13,15 +13,13 @@ from pathlib import Path
 from forensics.analyze import Analysis, analyze
 from forensics.detect.failures import headline
 from forensics.render.postmortem import brief
+from tests.conftest import sample_says
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "serving"
 
 
 def _ground_truth(name: str, *facts: str) -> None:
-    rows = [line for line in (SAMPLES / "SOURCES.md").read_text().splitlines() if line.startswith(f"| {name} |")]
-    assert rows, f"{name}: no row in SOURCES.md"
-    for fact in facts:
-        assert fact in rows[0], f"{name}: its ground truth does not say {fact!r}"
+    sample_says(SAMPLES, name, *facts)
 
 
 def _analyze(tmp_path: Path, *names: str) -> Analysis:

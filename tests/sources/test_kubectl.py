@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forensics.analyze import Analysis, analyze, is_anomaly, summary_problems
+from tests.conftest import sample_says
 from forensics.sources import detect
 from forensics.sources.kubernetes.kubectl import age_seconds, parse
 
@@ -21,10 +22,7 @@ SAMPLES = Path(__file__).resolve().parents[1] / "data" / "kubernetes"
 
 
 def _ground_truth(name: str, *facts: str) -> None:
-    rows = [line for line in (SAMPLES / "SOURCES.md").read_text().splitlines() if line.startswith(f"| {name} |")]
-    assert rows, f"{name}: no row in SOURCES.md"
-    for fact in facts:
-        assert fact in rows[0], f"{name}: its ground truth does not say {fact!r}"
+    sample_says(SAMPLES, name, *facts)
 
 
 def _analyze(tmp_path: Path, name: str, before: str = "") -> Analysis:
