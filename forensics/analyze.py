@@ -315,8 +315,13 @@ def _objects_so_far_left_alone() -> Iterator[None]:
 
 
 def _profile_evidence(case: Case) -> tuple[list[str], list[str], pl.Series]:
-    """What a profile is chosen by: the process titles, the metric names and the first log lines."""
+    """What a profile is chosen by: the process titles (a dump's, and the one a log line's prefix
+    names: vLLM's `(EngineCore_DP1 pid=1455)`), the metric names and the first log lines."""
     titles = case.stacks.select(pl.col("title").drop_nulls().unique()).collect().get_column("title").to_list()
+    if "LOG_PROCESS" in (case.manifest.get("layout", {}).get("extra_columns", {}).get("events") or []):
+        titles += (case.events_of(["LOG_PROCESS"]).head(PROFILE_SAMPLE_LINES).select(pl.col("LOG_PROCESS").drop_nulls()
+                                                                                      .unique()).collect()
+                   .get_column("LOG_PROCESS").to_list())
     names = (case.samples.select(pl.col("name").cast(pl.String).drop_nulls().unique()).collect()
              .get_column("name").to_list())
     messages = case.events_of(["message"]).head(PROFILE_SAMPLE_LINES).collect().get_column("message").drop_nulls()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import polars as pl
+
 from forensics.analyze import Analysis, analyze
 from forensics.detect.failures import headline
 from forensics.render.postmortem import brief
@@ -75,3 +77,27 @@ def test_a_pipeline_stage_waiting_in_glooss_receive_waits_on_a_peer(tmp_path: Pa
     assert len(stage) == 1, [(f.at, f.text[:80]) for f in analysis.findings if f.kind == "stack_verdict"]
     assert stage[0].facts["verdict"] == "STRAGGLER_OR_MISSING"
     assert "waitRecv" in stage[0].text and "one round of dumps" in stage[0].text.lower() + brief(analysis).lower()
+
+
+def test_vllms_engine_core_prefix_chooses_its_profile_and_its_wait_says_since_when(tmp_path: Path) -> None:
+    name = "vllm_v1_dp2_shm_broadcast_no_block_60s.log"
+    _ground_truth(name, "(EngineCore_DP1 pid=1455)", "DP1 since ≤14:43:28", "**a hang with no error**")
+    analysis = _analyze(tmp_path, name)
+    assert analysis.profile_matched and analysis.timeline.profile.name == "vllm"
+    first = headline(analysis.findings)[0]
+    assert first.kind == "watchdog_timeout" and first.facts["waited_s"] == 60.0
+    assert first.facts["stalled_since"][11:19] == "14:43:28"
+
+
+def test_a_dump_in_a_docker_compose_log_is_read_without_its_prefix(tmp_path: Path) -> None:
+    name = "sglang_compose_watchdog_pyspy_tp6_eagle_verify.log"
+    _ground_truth(name, "`sglang-1  | ` before every line", "MainThread ACTIVE in penaltylib min_new_tokens `_apply`",
+                  "not a collective wait", "One snapshot of one rank: cannot call desync or freeze")
+    analysis = _analyze(tmp_path, name)
+    frames = analysis.timeline.stacks.filter(pl.col("title") == "sglang::scheduler_TP6")
+    assert frames.height and not frames.filter(pl.col("function").str.contains("sglang-1")).height
+    top = frames.filter(pl.col("thread_name") == "MainThread").sort("depth").row(0, named=True)
+    assert top["function"] == "_apply" and top["file"].endswith("min_new_tokens.py")
+    (tp6,) = [f for f in analysis.findings if f.kind == "stack_verdict" and f.facts.get("ranks") == [6]]
+    assert tp6.facts["verdict"] == "ORDINARY_WORK" and tp6.at is not None  # one snapshot of work: no hang said
+    assert tp6.at.strftime("%Y-%m-%d %H:%M:%S") == "2025-10-29 11:25:58"

@@ -45,6 +45,7 @@ from pathlib import Path
 
 import polars as pl
 
+from forensics.sources.common.compose import COMPOSE, COMPOSE_SHARE, LEVEL_WORDS
 from forensics.sources.common.rawio import MAX_LINE_ENV, cut_long_lines, read_whole_lines
 from forensics.sources.common.schema import EVENTS_SCHEMA, QUARANTINE_SCHEMA, as_events, empty, excerpt_text
 from forensics.sources import ParseResult, register
@@ -60,13 +61,8 @@ _DOCKER = r"^(?P<docker>[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}
 _KUBE = r"^\[(?:pod|deployment|statefulset|job)/[^\]]+\] "
 # `kubectl logs --prefix`: `[pod/NAME/CONTAINER] `, kept as the record's pod and container
 _KUBE_PARTS = r"^\[(?P<kube_kind>pod|deployment|statefulset|job)/(?P<kube_name>[^/\]]+)(?:/(?P<kube_container>[^\]]+))?\] "
-# `docker compose logs` / `up`: the container's name padded with spaces, then "| ". Taken off only
-# when nearly every line has it (COMPOSE_SHARE): a log of its own may write "INFO | …".
-_COMPOSE = r"^([A-Za-z0-9][\w.-]*) +\| ?"
-COMPOSE_SHARE = 0.9
 _GREP_NUMBER = r"^[0-9]+[:-]"
 _NUMBER_IS_TIME = r"^[0-9]{4}-[0-9]{2}-|^[0-9]{1,2}:[0-9]{2}(?::[0-9]{2})?\b"
-_LEVEL_WORDS = ["TRACE", "DEBUG", "INFO", "SUCCESS", "NOTICE", "WARN", "WARNING", "ERROR", "CRITICAL", "FATAL"]
 _PROCESS = r"^\(([^()]*)\) "
 _TORCH_RANK = r"^\[rank(?P<torch_rank>[0-9]+)\]:"
 _MARKDOWN = r"^# (\[[0-9]{4}-)"
@@ -120,12 +116,12 @@ def _lines(text: str) -> pl.DataFrame:
     frame = frame.with_columns(after_docker.alias("body"))
     frame = frame.with_columns(pl.col("body").str.extract_groups(_KUBE_PARTS).alias("kube")).unnest("kube")
     frame = frame.with_columns(pl.col("body").str.replace(_KUBE, ""))
-    named = pl.col("body").str.extract(_COMPOSE, 1)
-    compose = frame.select(pl.when(named.str.to_uppercase().is_in(_LEVEL_WORDS)).then(None).otherwise(named)
+    named = pl.col("body").str.extract(COMPOSE, 1)
+    compose = frame.select(pl.when(named.str.to_uppercase().is_in(LEVEL_WORDS)).then(None).otherwise(named)
                            .alias("compose")).to_series()  # "INFO | …" is a level, not a container
     written = frame.select((pl.col("body") != "").sum()).item()
     if written and compose.is_not_null().sum() >= COMPOSE_SHARE * written:
-        frame = frame.with_columns(pl.col("body").str.replace(_COMPOSE, ""))
+        frame = frame.with_columns(pl.col("body").str.replace(COMPOSE, ""))  # docker compose's prefix
     else:
         compose = compose.clear(frame.height)
     # `grep -n` (or `grep -n` with context) before each line: taken off when nearly every line has

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from forensics.sources.common.compose import uncomposed
 from forensics.sources.common.snapshot_time import HEADER_PREFIX, parse_time
 from forensics.sources.pyspy.dump_wrappers import WRAPPER_MARKS, wrapped
 
@@ -50,7 +51,8 @@ _INDENTED_HEAD = re.compile(r"(?m)^(?P<indent>[ \t]+)(?:Thread (?:0[xX][0-9A-Fa-
 _TRIGGERS = re.compile(
     r"\x1b\[|←|" + "|".join(re.escape(mark) for mark in WRAPPER_MARKS)
     + r"|(?m:^\s*(?:```|~~~))|(?m:^\s*(?:\.\.\.|…)\s*$)"
-    r"|(?m:^[ \t]+(?:Thread|Process) \d)|(?m:^    [^\s(][^()\n]*$)|(?m:^Thread [^\n]*\n(?!    |Thread |\n|$))")
+    r"|(?m:^[ \t]+(?:Thread|Process) \d)|(?m:^    [^\s(][^()\n]*$)|(?m:^Thread [^\n]*\n(?!    |Thread |\n|$))"
+    r"|\A[A-Za-z0-9][\w.-]* +\| ")  # docker compose's prefix on the first line
 
 
 # Frames alone, unindented, with no Thread or Process line anywhere: a stack copied out of a dump.
@@ -286,8 +288,11 @@ def normalize(text: str) -> Normalized:
     raw = text.split("\n")
     if text.endswith("\n"):
         raw.pop()
-    lines = _dedent([_clean(line) for line in raw])
     notes: list[str] = []
+    raw, container = uncomposed(raw)
+    if container is not None:
+        notes.append(f"docker compose's prefix before each line (`{container}  | `) taken off")
+    lines = _dedent([_clean(line) for line in raw])
     inserted = None
     if frames_only(text):  # one thread's frames copied alone: read as the main thread of one process
         inserted = next(n for n, line in enumerate(lines) if line.strip()) + 1  # its line, counted from 1
