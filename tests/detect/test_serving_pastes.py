@@ -101,3 +101,8 @@ def test_a_dump_in_a_docker_compose_log_is_read_without_its_prefix(tmp_path: Pat
     (tp6,) = [f for f in analysis.findings if f.kind == "stack_verdict" and f.facts.get("ranks") == [6]]
     assert tp6.facts["verdict"] == "ORDINARY_WORK" and tp6.at is not None  # one snapshot of work: no hang said
     assert tp6.at.strftime("%Y-%m-%d %H:%M:%S") == "2025-10-29 11:25:58"
+    # the watchdog's own line between the dumps is not read as a log record here, and that is said
+    _ground_truth(name, "TP3 watchdog at 11:25:58")
+    (entry,) = analysis.timeline.manifest["inputs"]
+    assert any("line 14: “[2025-10-29 11:25:58 TP3] Watchdog timeout" in note and "not read as a log record" in note
+               for note in entry["notes"]), entry["notes"]

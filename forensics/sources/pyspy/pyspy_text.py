@@ -31,8 +31,12 @@ import polars as pl
 from forensics.sources.pyspy import dumps
 from forensics.sources.common.snapshot_time import HEADER_PREFIX, Capture, from_path
 from forensics.sources.pyspy.dumps import DumpContext, capture_of, subject_of
+from forensics.sources.common.compose import uncomposed
+from forensics.sources.pyspy.dump_wrappers import WRAPPER_MARKS
 from forensics.sources.pyspy.paste import HEADERLESS_TITLE, NO_PID, frames_only, needs_normalizing, normalize
 from forensics.sources.common.rawio import read_whole_lines
+from forensics.sources.common.schema import excerpt_text
+from forensics.sources.logs import stamps
 from forensics.sources import ParseResult, register
 
 NAME = "pyspy_text"
@@ -241,6 +245,7 @@ def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
     is first put back into py-spy's layout (`forensics.sources.pyspy.paste`); rows keep the user's lines."""
     notes: list[str] = []
     origin: list[int] | None = None
+    original = text
     if needs_normalizing(text):
         pasted = normalize(text)
         text, origin, notes = pasted.text, pasted.origin, pasted.notes
@@ -294,8 +299,27 @@ def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
                   .with_columns(pl.col("_origin").cast(frames.schema["source_line"]).alias("source_line"))
                   .drop("_origin"))
     result = dumps.result(source_file, FORMAT, frames, contexts, bad)
-    result.notes = notes
+    result.notes = notes + _log_lines_left(original)
     return result
+
+
+def _log_lines_left(text: str) -> list[str]:
+    """Said, never silently dropped: the stamped log lines between the dumps (SGLang's watchdog
+    writes its dumps into its own log), which a file read for its dumps does not read as records;
+    the watchdog's own lines before each dump (`dump_wrappers`) are read, as the dump's time."""
+    raw, _ = uncomposed(text.split("\n"))
+    body = pl.Series("text", raw, dtype=pl.String)
+    stamped = pl.DataFrame([body]).with_row_index("line", 1).filter(
+        body.str.contains(f"^(?:{stamps.sniff_pattern()})")
+        & ~pl.any_horizontal([body.str.contains(mark, literal=True) for mark in WRAPPER_MARKS] or [pl.lit(False)]))
+    if stamped.is_empty():
+        return []
+    first, count = stamped.row(0, named=True), stamped.height
+    return [f"{count:,} log line{'s' if count > 1 else ''} between the dumps, stamped as a server's log is, "
+            f"{'are' if count > 1 else 'is'} not read as {'log records' if count > 1 else 'a log record'} (the file is "
+            "read for its py-spy dumps; "
+            f"the server's log as a file of its own is): the first, line {first['line']}: "
+            f"“{excerpt_text(first['text'])}”"]
 
 
 def _title(title: str | None) -> str | None:
