@@ -205,9 +205,20 @@ def _remove_parts(staging: Place, index: int) -> None:
 
 
 def _no_rows(entry: dict[str, Any]) -> dict[str, Any]:
-    """What `ingest_input` says of an input before any of its rows are read (or when it failed)."""
-    return {"entry": entry, "frame": None, "hosts": set(), "extras": set(), "rows": 0, "dumps": 0,
-            "first": None, "last": None}
+    """What `ingest_input` says of an input before any of its rows are read (or when it failed):
+    per frame its rows went to (`frames`: a py-spy file's dumps and the log lines between them go
+    to two), their hosts, extra columns and count."""
+    return {"entry": entry, "frames": {}, "dumps": 0, "first": None, "last": None}
+
+
+def _frame_facts(facts: dict[str, Any], name: str) -> dict[str, Any]:
+    """What an input's rows of frame `name` hold so far (hosts, extra columns, rows)."""
+    return facts["frames"].setdefault(name, {"hosts": set(), "extras": set(), "rows": 0})
+
+
+def frame_facts(read: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    """Each input's facts of frame `name`, of the inputs that read rows into it."""
+    return [f["frames"][name] for f in read if name in f["frames"]]
 
 
 def ingest_input(bundle: str, relative: str, source_name: str, staging: str, index: int,
@@ -224,21 +235,22 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
     seen_hosts: set[str | None] = set()
     records, parsed, quarantined, damage, notes = 0, 0, 0, None, []
     waiting: list[pl.DataFrame] = []  # parts read, written together once PART_ROWS or PART_BYTES are waiting
+    waiting_frame = [""]  # the frame of the rows waiting (one input's parts may go to two)
     refusals: list[pl.DataFrame] = []
     written = waiting_rows = waiting_bytes = 0
 
     def write() -> None:
         nonlocal written, waiting_rows, waiting_bytes
-        name = facts["frame"]
         if waiting:
+            name = waiting_frame[0]
             rows = pl.concat(waiting, how="diagonal_relaxed") if len(waiting) > 1 else waiting[0]
             tag = f"{index:06d}-{written:06d}"
             if held is not None and held.keep(index, name, tag, rows):
-                facts["hosts"].update(hosts_in(rows))
+                _frame_facts(facts, name)["hosts"].update(hosts_in(rows))
             else:
                 for held_name, held_tag, held_rows in held.spill(index) if held is not None else []:
                     write_part(folder, held_name, held_rows, held_tag)
-                facts["hosts"].update(write_part(folder, name, rows, tag))
+                _frame_facts(facts, name)["hosts"].update(write_part(folder, name, rows, tag))
         if refusals:
             write_part(folder, "quarantine", pl.concat(refusals), f"{index:06d}-{written:06d}")
         waiting.clear()
@@ -249,17 +261,19 @@ def ingest_input(bundle: str, relative: str, source_name: str, staging: str, ind
     try:
         for part in sources.read_in_parts(source, path):
             part.check_accounting(path)
-            name = facts["frame"] = part.frame
+            if waiting and part.frame != waiting_frame[0]:
+                write()  # the rows waiting are of another frame: theirs written first
+            name = waiting_frame[0] = part.frame
             rows = part.rows.with_columns(pl.lit(relative).cast(SCHEMAS[name]["source_file"]).alias("source_file"))
             refused = empty(QUARANTINE_SCHEMA)
             if rows.height:
                 rows, refused = _refuse_hosts(rows, name, seen_hosts, relative, source.name)
             validate(rows, SCHEMAS[name], name, extra=pl.String if name == "events" else None)
-            facts["extras"].update(set(rows.columns) - set(SCHEMAS[name]))
+            _frame_facts(facts, name)["extras"].update(set(rows.columns) - set(SCHEMAS[name]))
             records += part.records
             parsed += part.parsed - refused.height
             quarantined += part.quarantine.height + refused.height
-            facts["rows"] += rows.height
+            _frame_facts(facts, name)["rows"] += rows.height
             if name == "stacks":
                 facts["dumps"] += rows.select("dump").n_unique()
             if rows.height:
@@ -382,14 +396,14 @@ def build_case(bundle: Path, staging: Place, progress: Progress | None = None, r
              + ((held,) if held is not None else ())
              for index, (path, source) in enumerate(found)]
     read = run.map(ingest_input, calls, "inputs", progress)
-    extras = sorted(set().union(*(f["extras"] for f in read if f["frame"] == "events")))
-    partitions = {name: sorted({h for f in read if f["frame"] == name for h in f["hosts"]}, key=lambda h: (h is None, h))
+    extras = sorted(set().union(*(f["extras"] for f in frame_facts(read, "events"))))
+    partitions = {name: sorted({h for f in frame_facts(read, name) for h in f["hosts"]}, key=lambda h: (h is None, h))
                   for name in SCHEMAS}
     duplicates: dict[str, int] = {}
     if held is not None:
         held_parts = held.by_partition()
         held.inputs.clear()  # from here on each host's rows are held by its finishing call alone
-        if sum(f["rows"] for f in read if f["frame"] == "events") > held.keep_events:
+        if sum(f["rows"] for f in frame_facts(read, "events")) > held.keep_events:
             held.keep_events = 0  # too many to keep for the timeline: each host's go once written
         finished = run.map(_finish_host, [(staging, name, host, extras if name == "events" else [], held,
                                            held_parts.pop((name, host), []))
@@ -415,7 +429,7 @@ def build_case(bundle: Path, staging: Place, progress: Progress | None = None, r
     for facts in read:
         facts["entry"].setdefault("duplicates", duplicates.get(facts["entry"]["path"], 0))
         facts["entry"]["first_ts"], facts["entry"]["last_ts"] = _iso(facts["first"]), _iso(facts["last"])
-    rows = {name: sum(f["rows"] for f in read if f["frame"] == name) for name in SCHEMAS}
+    rows = {name: sum(f["rows"] for f in frame_facts(read, name)) for name in SCHEMAS}
     firsts = [f["first"] for f in read if f["first"] is not None]
     lasts = [f["last"] for f in read if f["last"] is not None]
     return {

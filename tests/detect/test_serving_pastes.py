@@ -76,6 +76,10 @@ def test_a_pipeline_stage_waiting_in_glooss_receive_waits_on_a_peer(tmp_path: Pa
     # the dump's own time is kept although the other excerpt has only its copy's modification time
     assert len(stage) == 1, [(f.at, f.text[:80]) for f in analysis.findings if f.kind == "stack_verdict"]
     assert stage[0].facts["verdict"] == "STRAGGLER_OR_MISSING"
+    # the watchdog's line between the dumps is read as a log line: the stage that fired is named
+    _ground_truth(a, "PP1 TP1's hard scheduler watchdog fires")
+    (fired,) = [f for f in analysis.findings if f.kind == "watchdog_timeout"]
+    assert fired.facts["tags"] == ["PP1 TP1"] and fired.facts["waited_s"] == 300.0
     assert "waitRecv" in stage[0].text and "one round of dumps" in stage[0].text.lower() + brief(analysis).lower()
 
 
@@ -101,8 +105,10 @@ def test_a_dump_in_a_docker_compose_log_is_read_without_its_prefix(tmp_path: Pat
     (tp6,) = [f for f in analysis.findings if f.kind == "stack_verdict" and f.facts.get("ranks") == [6]]
     assert tp6.facts["verdict"] == "ORDINARY_WORK" and tp6.at is not None  # one snapshot of work: no hang said
     assert tp6.at.strftime("%Y-%m-%d %H:%M:%S") == "2025-10-29 11:25:58"
-    # the watchdog's own line between the dumps is not read as a log record here, and that is said
+    # the watchdog's own line between the dumps is read as the log line it is, and leads
     _ground_truth(name, "TP3 watchdog at 11:25:58")
+    first = headline(analysis.findings)[0]
+    assert first.kind == "watchdog_timeout" and first.facts["tags"] == ["TP3"] and first.at is not None
+    assert first.at.strftime("%Y-%m-%d %H:%M:%S") == "2025-10-29 11:25:58"
     (entry,) = analysis.timeline.manifest["inputs"]
-    assert any("line 14: “[2025-10-29 11:25:58 TP3] Watchdog timeout" in note and "not read as a log record" in note
-               for note in entry["notes"]), entry["notes"]
+    assert (entry["records"], entry["parsed"], entry["quarantined"]) == (3, 3, 0)  # two dumps and the log line

@@ -269,7 +269,15 @@ def parse(path: Path) -> ParseResult:
     """Read one plain-text server log into `events` and `quarantine` rows."""
     data, damage = read_whole_lines(path)
     data, too_long = cut_long_lines(data)
-    text = bytes(data).decode("utf-8", "replace")
+    return parse_text(bytes(data).decode("utf-8", "replace"), path, too_long, damage)
+
+
+def parse_text(text: str, path: Path, too_long: list[tuple[int, int]] | None = None,
+               damage: str | None = None) -> ParseResult:
+    """`text`, the file at `path` (or the lines of it another reader leaves to this one, the others
+    blank so that each keeps its number), read into `events` and `quarantine` rows; `too_long`,
+    the lines `cut_long_lines` cut, and the file's `damage` said with them."""
+    too_long = too_long or []
     frame, year_note = read_lines(text, path)
     stamped = pl.col("written").is_not_null()
     starts = (stamped | pl.col("uvicorn").is_not_null()) & ~pl.col("docker_alone")

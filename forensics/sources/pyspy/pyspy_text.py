@@ -23,6 +23,7 @@ process/thread/frame each line belongs to is found by forward fill, not by a loo
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,8 +36,7 @@ from forensics.sources.common.compose import uncomposed
 from forensics.sources.pyspy.dump_wrappers import WRAPPER_MARKS
 from forensics.sources.pyspy.paste import HEADERLESS_TITLE, NO_PID, frames_only, needs_normalizing, normalize
 from forensics.sources.common.rawio import read_whole_lines
-from forensics.sources.common.schema import excerpt_text
-from forensics.sources.logs import stamps
+from forensics.sources.logs import server_log, stamps
 from forensics.sources import ParseResult, register
 
 NAME = "pyspy_text"
@@ -245,7 +245,6 @@ def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
     is first put back into py-spy's layout (`forensics.sources.pyspy.paste`); rows keep the user's lines."""
     notes: list[str] = []
     origin: list[int] | None = None
-    original = text
     if needs_normalizing(text):
         pasted = normalize(text)
         text, origin, notes = pasted.text, pasted.origin, pasted.notes
@@ -299,27 +298,25 @@ def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
                   .with_columns(pl.col("_origin").cast(frames.schema["source_line"]).alias("source_line"))
                   .drop("_origin"))
     result = dumps.result(source_file, FORMAT, frames, contexts, bad)
-    result.notes = notes + _log_lines_left(original)
+    result.notes = notes
     return result
 
 
-def _log_lines_left(text: str) -> list[str]:
-    """Said, never silently dropped: the stamped log lines between the dumps (SGLang's watchdog
-    writes its dumps into its own log), which a file read for its dumps does not read as records;
-    the watchdog's own lines before each dump (`dump_wrappers`) are read, as the dump's time."""
+def log_lines(text: str) -> tuple[str, int, int] | None:
+    """The stamped log lines between the dumps (SGLang's watchdog writes its dumps into its own
+    log), as a text of the file's lines with every other line blank (each keeps its number), how
+    many, and the first's number; None where there is none. The watchdog's own lines before each
+    dump (`dump_wrappers`) are not among them: they are read as the dump's time."""
     raw, _ = uncomposed(text.split("\n"))
-    body = pl.Series("text", raw, dtype=pl.String)
-    stamped = pl.DataFrame([body]).with_row_index("line", 1).filter(
-        body.str.contains(f"^(?:{stamps.sniff_pattern()})")
-        & ~pl.any_horizontal([body.str.contains(mark, literal=True) for mark in WRAPPER_MARKS] or [pl.lit(False)]))
-    if stamped.is_empty():
-        return []
-    first, count = stamped.row(0, named=True), stamped.height
-    return [f"{count:,} log line{'s' if count > 1 else ''} between the dumps, stamped as a server's log is, "
-            f"{'are' if count > 1 else 'is'} not read as {'log records' if count > 1 else 'a log record'} (the file is "
-            "read for its py-spy dumps; "
-            f"the server's log as a file of its own is): the first, line {first['line']}: "
-            f"“{excerpt_text(first['text'])}”"]
+    body = pl.col("text")
+    logged = body.str.contains(f"^(?:{stamps.sniff_pattern()})") & ~pl.any_horizontal(
+        [body.str.contains(mark, literal=True) for mark in WRAPPER_MARKS] or [pl.lit(False)])
+    lines = pl.DataFrame({"text": raw}, schema={"text": pl.String}).with_columns(logged.alias("logged"))
+    places = lines.get_column("logged").arg_true()
+    if places.is_empty():
+        return None
+    kept = lines.select(pl.when("logged").then(body).otherwise(pl.lit(""))).to_series()
+    return "\n".join(kept.to_list()), places.len(), int(places[0]) + 1
 
 
 def _title(title: str | None) -> str | None:
@@ -361,11 +358,32 @@ def _frames(lines: Lines, segments: pl.DataFrame, good: list[int]) -> pl.DataFra
 
 
 def parse(path: Path) -> ParseResult:
-    """Read one py-spy text file."""
+    """Read one py-spy text file's dumps."""
     data, damage = read_whole_lines(path)
     result = parse_text(bytes(data).decode("utf-8", "replace"), str(path), from_path(path))
     result.damage = damage
     return result
 
 
-register(NAME, sniff, parse, module=__name__)
+def stream(path: Path) -> Iterator[ParseResult]:
+    """A py-spy text file's dumps (`parse`), then the log lines between them, read as a server's
+    log is (`forensics.sources.logs.server_log`): each line by the reader of its kind."""
+    data, damage = read_whole_lines(path)
+    text = bytes(data).decode("utf-8", "replace")
+    dumps_read = parse_text(text, str(path), from_path(path))
+    dumps_read.damage = damage
+    logged = log_lines(text)
+    if logged is None:
+        yield dumps_read
+        return
+    lines, count, first = logged
+    dumps_read.notes.append(f"{count:,} log line{'s' if count > 1 else ''} between the dumps (the first at line "
+                            f"{first}) read as a server's log lines")
+    yield dumps_read
+    read = server_log.parse_text(lines, path)
+    # the blanked dump lines are no lines the log reader passed over: not said as such
+    read.notes = [note for note in read.notes if "passed over" not in note]
+    yield read
+
+
+register(NAME, sniff, parse, module=__name__, stream=stream)
