@@ -51,7 +51,7 @@ from forensics.profiles import Profile, choose_profile, layers, lines_found
 # Symptom kinds that speak of a cause and go into an incident's signature (counts of timeouts or
 # aborts follow the load, and would split one problem into many): these, and every layer kind that
 # is evidence of a failure mode (its `fault`).
-SIGNATURE_KINDS = ("silent_hang", "kv_transfer_failure", "watchdog_timeout", "engine_dead", "cuda_error",
+SIGNATURE_KINDS = ("silent_hang", "kv_transfer_failure", "watchdog_timeout", "engine_wait_timeout", "engine_dead", "cuda_error",
                    "gpu_xid_error", "gpu_busy_while_hung", "gpu_idle_while_hung", "collective_timeout",
                    "process_group_abort", "gpu_fallen_off_bus", "npu_device_error", "oom_kill",
                    "cuda_oom", "crash_loop", "startup_failure", "startup_stall", "silent_death", "stuck_process",

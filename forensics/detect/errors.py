@@ -36,22 +36,32 @@ WARNING = 4  # syslog priority: warning and worse
 WAITED = re.compile(r"watchdog_timeout=(?P<a>[0-9]+(?:\.[0-9]+)?)|found in (?P<b>[0-9]+(?:\.[0-9]+)?) seconds")
 
 
-def stalled(rows: pl.DataFrame) -> tuple[str, dict[str, object]]:
-    """What an engine's watchdog lines say of its stall, in words and as facts: how long it counted
-    without progress, the time that puts the stall's start at (the first line's time less that), and
-    the scheduler tags that said it. Nothing where the lines do not say how long."""
+#: The kinds whose lines say how long an engine waited: SGLang's watchdog counts its scheduler's own
+#: progress (a stall); vLLM's wait for its workers may be a hang or a compilation (a wait)
+STALLS = {"watchdog_timeout": "without progress", "engine_wait_timeout": "waiting on its workers"}
+
+
+def stalled(rows: pl.DataFrame, kind: str = "watchdog_timeout") -> tuple[str, dict[str, object]]:
+    """What an engine's watchdog lines say of its stall (or wait, `STALLS`), in words and as facts:
+    how long it counted, the time that puts its start at (the first line's time less that), and
+    the scheduler tags that said it. Nothing where the lines do not say how long, or say a time
+    before any calendar's."""
     first = rows.row(0, named=True)
     waited = WAITED.search(first["message"] or "")
     if waited is None or first["ts"] is None:
         return "", {}
     seconds = float(waited["a"] or waited["b"])
-    since = first["ts"] - timedelta(seconds=seconds)
+    try:
+        since = first["ts"] - timedelta(seconds=seconds)
+    except (OverflowError, ValueError):  # a forged or mistyped timeout: no start is implied
+        return "", {"waited_s": seconds}
     tags = sorted({t for t in rows.get_column("tag").cast(pl.String).to_list() if t},
                   key=lambda t: [int(p) if p.isdigit() else p for p in re.split(r"([0-9]+)", t)]) \
         if "tag" in rows.columns else []
     facts: dict[str, object] = {"waited_s": seconds, "stalled_since": since.isoformat(), **({"tags": tags} if tags else {})}
     by = f" ({', '.join(tags)})" if tags else ""
-    return (f" The engine's own watchdog{by} counted {seconds:g} s without progress before it: stalled since about "
+    what = "stalled" if kind == "watchdog_timeout" else "waiting"
+    return (f" The engine's own watchdog{by} counted {seconds:g} s {STALLS[kind]} before it: {what} since about "
             f"{clock(since)}."), facts
 
 
@@ -152,7 +162,7 @@ def detect(timeline: Timeline, window_start: datetime | None = None) -> list[Fin
             "event", "track", "component", maintain_order=True):
         event = next((e for e in timeline.profile.logs.events if e.kind == kind), None)
         first, last = earliest(rows.get_column("ts")), latest_time(rows.get_column("ts"))
-        said, facts = stalled(rows) if kind == "watchdog_timeout" else ("", {})
+        said, facts = stalled(rows, str(kind)) if kind in STALLS else ("", {})
         findings.append(Finding(str(kind), str(track), component, first,
                                 kind_sentence(rows, event.text if event is not None else str(kind),
                                               component or one_unit(rows) or "the host",

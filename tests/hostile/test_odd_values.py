@@ -100,6 +100,7 @@ def test_a_reader_failing_on_something_unforeseen_fails_alone(tmp_path: Path, mo
         raise OverflowError("date value out of range")
 
     monkeypatch.setattr(pyspy_text, "parse_text", broken, raising=False)
+    monkeypatch.setattr(pyspy_text, "read_dumps", broken)  # what the reader's stream calls
     monkeypatch.setattr(pyspy_text, "parse", broken)
     (tmp_path / "bundle" / "stacks").mkdir(parents=True)
     (tmp_path / "bundle" / "stacks" / "round-1.txt").write_bytes(

@@ -270,3 +270,56 @@ def test_header_less_event_rows_are_read_as_events_by_their_shape(tmp_path: Path
     assert unhealthy["K8S_SOURCE"] == "kubelet, chart-testing-control-plane" and unhealthy["K8S_COUNT"] == "1"
     assert unhealthy["message"].endswith('Readiness probe failed: Get "http://10.244.0.5:3001/": dial tcp '
                                          "10.244.0.5:3001: connect: connection refused")
+
+
+# Pastes put together as a review found them to break the reader (kubectl's own shapes, joined as a
+# terminal session joins them): what each row is follows from kubectl's output, not from the suite.
+_POD_DESCRIBE = """$ kubectl describe pod -n ml router-0
+Name:             router-0
+Namespace:        ml
+Status:           Running
+Containers:
+  router:
+    State:          Running
+      Started:      Mon, 01 Jan 2024 10:00:00 +0000
+    Ready:          True
+    Restart Count:  0
+Events:           <none>
+
+"""
+_LAST_STATE = """    Last State:     Terminated
+      Reason:       OOMKilled
+      Exit Code:    137
+      Finished:     Mon, 01 Jan 2024 10:05:00 +0000
+    Restart Count:  4
+"""
+
+
+@pytest.mark.parametrize(("text", "rows"), [
+    # a command line ends the describe above it and names the object of the excerpt after it
+    (_POD_DESCRIBE + "$ kubectl describe pod -n ml trainer-0 | grep -A6 'Last State'\n" + _LAST_STATE,
+     [("Pod", "ml", "router-0", "Running"), ("Pod", "ml", "trainer-0", "OOMKilled")]),
+    # a label selector names no one pod
+    ("$ kubectl describe pods -l app=trainer -n ml | grep -A4 'Last State'\n" + _LAST_STATE,
+     [("Pod", None, None, "OOMKilled")]),
+    # a node's tail after a pod's describe is the node's, named by its command
+    (_POD_DESCRIBE + "$ kubectl describe node gpu-node-7 | tail -6\nAllocated resources:\n  Resource  Requests  Limits\n"
+     "Events:\n  Type     Reason                Age                From     Message\n"
+     "  Warning  EvictionThresholdMet  7m (x38 over 2d)   kubelet  Attempting to reclaim memory\n",
+     [("Pod", "ml", "router-0", "Running"), ("Node", None, "gpu-node-7", "EvictionThresholdMet")]),
+    # a deployment's row has READY n/m too, but its status column is a number: no pod
+    ("$ kubectl get deploy\nNAME   READY   UP-TO-DATE   AVAILABLE   AGE\nvllm   1/1     1            1           5d\n", []),
+    # a row cut before its message takes the very next line only, never one after a blank line
+    ("default   5m   Warning   BackOff   pod/trainer-0\n\n" + _POD_DESCRIBE.split("\n", 1)[1],
+     [("Pod", "default", "trainer-0", "BackOff"), ("Pod", "ml", "router-0", "Running")]),
+])
+def test_pastes_joined_as_a_terminal_session_joins_them(tmp_path: Path, text: str, rows: list[tuple]) -> None:
+    path = tmp_path / "paste.txt"
+    path.write_text(text)
+    read = parse(path)
+    got = [(r["K8S_KIND"], r["K8S_NAMESPACE"], r["K8S_NAME"], r["K8S_REASON"] or r["K8S_STATE"])
+           for r in read.rows.to_dicts()] if read.rows.height else []
+    assert got == rows
+    assert read.records == read.rows.height + read.quarantine.height
+    assert all(not (m or "").endswith("Name:             router-0") for m in read.rows.get_column("message").to_list()) \
+        if read.rows.height else True

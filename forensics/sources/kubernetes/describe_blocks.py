@@ -22,13 +22,18 @@ _CONTAINER = re.compile(r"^\s*(?P<name>[a-z0-9][a-z0-9.-]*):\s*$")
 #: Keys only a node's describe prints at its top level: they make the block a node's, and one pasted
 #: without its `Name:` line (an `Allocated resources:` tail) a node's block whose name is not known.
 NODE_KEYS = ("Roles", "Taints", "Unschedulable", "Allocated resources", "Non-terminated Pods", "System Info",
-             "Capacity", "Allocatable", "PodCIDR", "PodCIDRs", "ProviderID")
+             "Allocatable", "PodCIDR", "PodCIDRs", "ProviderID")  # not Capacity: a volume's describe prints it
+#: Keys only a pod's describe prints at its top level: a node's key after them starts another paste.
+POD_KEYS = frozenset({"Containers", "Init Containers", "QoS Class", "Controlled By", "IP", "IPs", "Tolerations"})
 #: A container's state as describe prints it, pasted without its pod (`State: Terminated` and the lines
 #: under it): the start of a block for a container whose pod and name are not known.
 _STATE = re.compile(r"^(?:Last )?State$")
 _STATES = ("Running", "Terminated", "Waiting")
+# a kubectl command line in the paste (`$ kubectl get pods`, `% oc describe node x | tail -20`)
+_ANY_COMMAND = re.compile(r"^\s*(?:\S*[$#>%]\s*)?(?:kubectl|oc|k)\s+(?:get|describe|logs|events|top)\b")
 # `kubectl describe pod -n ns name` (or `pod/name`, `--namespace=ns`) as the paste's own command line
 _COMMAND = re.compile(r"(?:^|[\s$#>])(?:kubectl|oc|k)\s+describe\s+(?P<args>[^|;&>]*)")
+_VALUED = ("-l", "--selector", "--context", "--kubeconfig", "--cluster", "--user")  # flags whose value follows
 _KIND_WORDS = {"pod": "Pod", "pods": "Pod", "po": "Pod", "node": "Node", "nodes": "Node", "no": "Node"}
 
 
@@ -43,11 +48,13 @@ def commanded(line: str) -> dict[str, str] | None:
             namespace = words[i + 1]
         elif word.startswith("--namespace="):
             namespace = word.split("=", 1)[1]
-        elif not word.startswith("-") and (i == 0 or words[i - 1] not in ("-n", "--namespace")):
+        elif word in _VALUED or word.startswith(("-l=", "--selector=")):
+            plain.append("")  # a selector names no one object: no name is taken from this command
+        elif not word.startswith("-") and (i == 0 or words[i - 1] not in (*_VALUED, "-n", "--namespace")):
             plain.append(word)
     if plain and "/" in plain[0]:
         plain = [*plain[0].split("/", 1), *plain[1:]]
-    if len(plain) != 2 or plain[0].lower() not in _KIND_WORDS:
+    if len(plain) != 2 or plain[0].lower() not in _KIND_WORDS or not plain[1]:
         return None
     return {"kind": _KIND_WORDS[plain[0].lower()], "Name": plain[1], **({"Namespace": namespace} if namespace else {})}
 
@@ -74,13 +81,22 @@ class DescribeBlocks:
         self.section = ""
         self.base = 0  # the indentation of the describe block's `Name:` line (a paste may indent it all)
         self.rows_at_start = 0  # rows before the current describe block
-        self.command: dict[str, str] | None = None  # the object the paste's `kubectl describe` line names
+        self.said: dict[str, str] | None = None  # the object the paste's `kubectl describe` line names
 
     def described(self, kind: str) -> dict[str, str | None]:
         """The object the block describes, as an event row names it (`object`: `Kind/name`, `kind` when
         the block has not said its kind; `namespace`): an event of its Events table is about it."""
         return {"object": f"{self.fields.get('kind', kind)}/{self.fields.get('Name', '')}",
                 "namespace": self.fields.get("Namespace")}
+
+    def command(self, line: str) -> bool:
+        """Whether `line` is a kubectl command (`$ kubectl describe node x | tail`): it ends the block
+        above it, and a `describe` names the object of the block pasted after it."""
+        if _ANY_COMMAND.search(line) is None:
+            return False
+        self.close()
+        self.fields, self.section, self.said = {}, "", commanded(line)
+        return True
 
     def events_table(self) -> None:
         """The block's `Events:` table starts: the container above it is done."""
@@ -98,8 +114,10 @@ class DescribeBlocks:
             self.fields[f"{self.section}:{gpu['resource']}"] = gpu["amount"]
             return "read"
         m = _FIELD.match(line)
-        if m is not None and not self.fields and (m["key"] in NODE_KEYS or (_STATE.match(m["key"]) and
-                                                                          m["value"] in _STATES)):
+        after_pod = m is not None and m["key"] in NODE_KEYS and bool(self.fields.keys() & POD_KEYS) \
+            and len(m["indent"].expandtabs(8)) <= self.base  # a node's tail pasted after a pod's describe
+        if m is not None and (not self.fields or after_pod) and (m["key"] in NODE_KEYS or (
+                _STATE.match(m["key"]) and m["value"] in _STATES)):
             return self._unnamed(m["key"], m["value"], len(m["indent"].expandtabs(8)), number)
         if m is not None and m["key"] == "Name" and m["value"] and (not self.fields or len(m["indent"]) <= self.base):
             self.close()
@@ -126,7 +144,7 @@ class DescribeBlocks:
         self.close()
         self.rows_at_start = len(self.rows)
         kind = "Node" if key in NODE_KEYS else "Pod"
-        said = self.command if self.command and self.command["kind"] == kind else {}
+        said = self.said if self.said and self.said["kind"] == kind else {}
         if key in NODE_KEYS:
             self.base = indent
             self.fields, self.section = {"Name": "", **said, "kind": kind, "line": number}, key if not value else ""

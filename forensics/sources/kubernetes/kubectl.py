@@ -43,7 +43,7 @@ from forensics.sources.common.rawio import read_all
 from forensics.sources.common.schema import EVENTS_SCHEMA, ParseResult, as_events, empty, quarantine_rows
 from forensics.sources.common.snapshot_time import parse_header, parse_time
 from forensics.sources import register
-from forensics.sources.kubernetes.describe_blocks import DescribeBlocks, commanded, named
+from forensics.sources.kubernetes.describe_blocks import DescribeBlocks, named
 
 NAME = "kubectl"
 FORMAT = "kubectl"
@@ -67,9 +67,10 @@ _DESCRIBE_EVENTS = re.compile(r"^\s*Type\s+Reason\s+Age\s+From\s+Message\s*$")
 # `kubectl describe` before 1.14: tab-separated, `FirstSeen LastSeen Count From SubobjectPath Type Reason Message`
 _LEGACY_DESCRIBE_EVENTS = re.compile(r"^\s*FirstSeen\s+LastSeen\s+Count\s+From\s+(?:SubobjectPath\s+)?Type\s+Reason"
                                      r"\s+Message\s*$")
+_ANY_HEADER = re.compile(r"^\s*(?:(?:NAMESPACE\s+)?(?:LAST SEEN|NAME)\s|LASTSEEN\s|Type\s+Reason\s|FirstSeen\s|Events:)")
 _PODS_HEADER = re.compile(r"^\s*(?:NAMESPACE\s+)?NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE\b")
 _POD_ROW = re.compile(r"^\s*(?:(?P<namespace>[a-z0-9][a-z0-9-]*)\s+)?(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>[0-9]+/[0-9]+)"
-                      r"\s+(?P<status>\S+)\s+(?P<restarts>[0-9]+(?: \((?P<ago>" + _AGE + r") ago\))?)\s+(?P<age>"
+                      r"\s+(?P<status>[A-Za-z]\S*)\s+(?P<restarts>[0-9]+(?: \((?P<ago>" + _AGE + r") ago\))?)\s+(?P<age>"
                       + _AGE + r")\b")
 #: A `date` line before pasted output (`Sat Feb 21 21:00:31 UTC 2026`): the capture's own time.
 DATE_LINE = re.compile(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<month>[A-Z][a-z]{2}) +(?P<day>[0-9]{1,2}) "
@@ -182,13 +183,13 @@ class _Reader:
     def read(self) -> None:
         for number, raw in enumerate(self.lines, 1):
             line = raw.rstrip("\r\n")
+            awaiting, self.awaiting_message = self.awaiting_message, False  # the very next line, or none
             if not line.strip():
                 if self.table in ("events", "pods"):
                     self.table = ""
                 continue
-            awaiting, self.awaiting_message = self.awaiting_message, False
-            self.blocks.command = commanded(line) or self.blocks.command
-            if awaiting and not _ROW.match(line) and not _DESCRIBE_ROW.match(line) and not _POD_ROW.match(line):
+            if awaiting and not _ROW.match(line) and not _DESCRIBE_ROW.match(line) and not _POD_ROW.match(line) \
+                    and not _ANY_HEADER.match(line) and not line.startswith("Name:"):
                 self.rows[-1]["message"] = f"{self.rows[-1]['message']} {line.strip()}"  # its message, wrapped
                 continue
             if _EVENTS_HEADER.match(line) or _LEGACY_HEADER.match(line):
@@ -213,6 +214,9 @@ class _Reader:
                 self._event_row(fields, number, line)
             elif self.table != "describe" and self._pod(line, number):
                 pass  # a `get pods` row without its header (grep-filtered)
+            elif self.blocks.command(line):  # it ends the table or block above it; kept with its line
+                self.table = ""
+                self.bad.append((number, "a line outside kubectl's tables and describe blocks", line))
             elif (read := self.blocks.read(line, number)):
                 if read == "begun":
                     self.table = "describe"  # a describe block ends the table above it

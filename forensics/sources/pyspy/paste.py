@@ -43,6 +43,9 @@ _PROCESS = re.compile(r"^(?:Process \d+: |Signal \d+: )")
 _THREAD = re.compile(r"^Thread (?P<id>0[xX][0-9A-Fa-f]+|\d+)(?: \((?:idle|active\+gil|active|gil)\))?"
                      r"(?:: \"(?P<name>.*)\")?\s*$")
 _PLACED_FRAME = re.compile(r"^\S.* \([^()]*\)$")  # function (file[:line])
+# a log line between dumps (`[2025-10-29 11:25:58 TP3] Watchdog timeout (self.watchdog_timeout=300)`,
+# torch's `[rank1]:[E1029 11:25:58.…]`, glog's `E1029 11:25:58`): no function's name begins so
+_LOG_LINE = re.compile(r"^\s*(?:\[rank\d+\]:)?\[?(?:\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}|[IWEF]\d{4} \d{2}:\d{2}:\d{2})")
 _BARE_NATIVE = re.compile(r"^(?:[A-Za-z_~][\w:.<>~,*& -]*|0x[0-9A-Fa-f.]+)$")  # a symbol with no library
 _LOCALS = re.compile(r"^(?:        (?:Arguments|Locals)::?|            \S[^:]*: .*)$")
 _KEEP = re.compile(r"^(?:Python v|Parent Process \d|Error: |Caused by:|# capture |=+ *(?:pid)? *\d* *=+$)")
@@ -130,6 +133,8 @@ def _clean(line: str) -> str:
 
 def _frame(line: str, in_thread: bool) -> str | None:
     """`line` as a py-spy frame line, or None when it is not one here."""
+    if _LOG_LINE.match(line):
+        return None
     if line.startswith("    ") and not line.startswith("        ") and line.strip():
         body = line.strip()
     elif in_thread and line and not line[0].isspace() and _PLACED_FRAME.match(line):

@@ -32,11 +32,9 @@ import polars as pl
 from forensics.sources.pyspy import dumps
 from forensics.sources.common.snapshot_time import HEADER_PREFIX, Capture, from_path
 from forensics.sources.pyspy.dumps import DumpContext, capture_of, subject_of
-from forensics.sources.common.compose import uncomposed
-from forensics.sources.pyspy.dump_wrappers import WRAPPER_MARKS
 from forensics.sources.pyspy.paste import HEADERLESS_TITLE, NO_PID, frames_only, needs_normalizing, normalize
 from forensics.sources.common.rawio import read_whole_lines
-from forensics.sources.logs import server_log, stamps
+from forensics.sources.logs import server_log
 from forensics.sources import ParseResult, register
 
 NAME = "pyspy_text"
@@ -243,6 +241,12 @@ def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
     """Every dump in one py-spy text file: frames of readable dumps, a quarantine row per other.
     `fallback` dates the dumps that have no capture header of their own. Text as people paste it
     is first put back into py-spy's layout (`forensics.sources.pyspy.paste`); rows keep the user's lines."""
+    return read_dumps(text, source_file, fallback)[0]
+
+
+def read_dumps(text: str, source_file: str, fallback: Capture) -> tuple[ParseResult, pl.Series]:
+    """`parse_text`'s result, and the numbers of the text's lines the dumps hold (their headers,
+    process, thread and frame lines): the others are no dump's."""
     notes: list[str] = []
     origin: list[int] | None = None
     if needs_normalizing(text):
@@ -299,24 +303,19 @@ def parse_text(text: str, source_file: str, fallback: Capture) -> ParseResult:
                   .drop("_origin"))
     result = dumps.result(source_file, FORMAT, frames, contexts, bad)
     result.notes = notes
-    return result
+    held = lines.spine.filter(~pl.col("kind").is_in(["noise", "blank"])).get_column("line").cast(pl.Int64)
+    if origin is not None:  # numbered as the user's text numbers them
+        held = pl.Series(origin, dtype=pl.Int64).gather(held - 1)
+    return result, held
 
 
-def log_lines(text: str) -> tuple[str, int, int] | None:
-    """The stamped log lines between the dumps (SGLang's watchdog writes its dumps into its own
-    log), as a text of the file's lines with every other line blank (each keeps its number), how
-    many, and the first's number; None where there is none. The watchdog's own lines before each
-    dump (`dump_wrappers`) are not among them: they are read as the dump's time."""
-    raw, _ = uncomposed(text.split("\n"))
-    body = pl.col("text")
-    logged = body.str.contains(f"^(?:{stamps.sniff_pattern()})") & ~pl.any_horizontal(
-        [body.str.contains(mark, literal=True) for mark in WRAPPER_MARKS] or [pl.lit(False)])
-    lines = pl.DataFrame({"text": raw}, schema={"text": pl.String}).with_columns(logged.alias("logged"))
-    places = lines.get_column("logged").arg_true()
-    if places.is_empty():
-        return None
-    kept = lines.select(pl.when("logged").then(body).otherwise(pl.lit(""))).to_series()
-    return "\n".join(kept.to_list()), places.len(), int(places[0]) + 1
+def log_lines(text: str, held: pl.Series) -> str:
+    """`text` with the lines the dumps hold (`held`) blank: what is left for a log's reader, each
+    line at its own number."""
+    lines = pl.DataFrame({"text": text.split("\n")}, schema={"text": pl.String}).with_row_index("line", 1)
+    kept = lines.select(pl.when(pl.col("line").cast(pl.Int64).is_in(held.implode())).then(pl.lit(""))
+                        .otherwise(pl.col("text"))).to_series()
+    return "\n".join(kept.to_list())
 
 
 def _title(title: str | None) -> str | None:
@@ -370,19 +369,14 @@ def stream(path: Path) -> Iterator[ParseResult]:
     log is (`forensics.sources.logs.server_log`): each line by the reader of its kind."""
     data, damage = read_whole_lines(path)
     text = bytes(data).decode("utf-8", "replace")
-    dumps_read = parse_text(text, str(path), from_path(path))
+    dumps_read, held = read_dumps(text, str(path), from_path(path))
     dumps_read.damage = damage
-    logged = log_lines(text)
-    if logged is None:
-        yield dumps_read
-        return
-    lines, count, first = logged
-    dumps_read.notes.append(f"{count:,} log line{'s' if count > 1 else ''} between the dumps (the first at line "
-                            f"{first}) read as a server's log lines")
     yield dumps_read
-    read = server_log.parse_text(lines, path)
+    read = server_log.parse_text(log_lines(text, held), path)
+    if read.rows.height == read.rows.get_column("ts").null_count():
+        return  # no stamped log line between the dumps: what is there is noise (prompts, `ps`, banners)
     # the blanked dump lines are no lines the log reader passed over: not said as such
-    read.notes = [note for note in read.notes if "passed over" not in note]
+    read.notes = ["the lines between the dumps read as a server's log", *(n for n in read.notes if "passed over" not in n)]
     yield read
 
 
