@@ -190,3 +190,19 @@ def test_non_ascii_and_native_frames_are_cut_at_the_right_bytes(tmp_path: Path) 
     assert rows.select("function", "file", "line").rows() == [
         ("föö.bär", "dïr/bär.py", 33), ("std::function<void (int)>::operator()", "libfoo.so", None),
         ("<module>", "<string>", None)]
+
+
+@pytest.mark.parametrize("real", [
+    Path(__file__).resolve().parents[2] / "data" / "incidents" / "dsv4-pd-wedge-2026-06-18" / "stacks" / "round-1.txt",
+    Path(__file__).resolve().parents[1] / "data" / "serving" / "sglang_pp_watchdog_pyspy_gloo_recv_excerpt_a.log",
+])
+def test_a_dump_saved_with_windows_line_ends_reads_as_the_same_dump(tmp_path: Path, real: Path) -> None:
+    """py-spy's own output (the reference bundle's) and a watchdog's pasted dump (sgl-project/sglang#17941)
+    saved with CRLF line ends hold the same dumps at the same line numbers: the first was quarantined
+    whole ("not a py-spy line")."""
+    crlf = tmp_path / "dump.txt"
+    crlf.write_bytes(real.read_bytes().replace(b"\n", b"\r\n"))
+    lf, windows = parse(real), parse(crlf)
+    assert windows.quarantine.height == lf.quarantine.height
+    columns = ["pid", "title", "thread_name", "depth", "function", "file", "line", "source_line"]
+    assert windows.rows.select(columns).equals(lf.rows.select(columns)) and lf.rows.height

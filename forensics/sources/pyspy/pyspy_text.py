@@ -249,6 +249,8 @@ def read_dumps(text: str, source_file: str, fallback: Capture) -> tuple[ParseRes
     process, thread and frame lines): the others are no dump's."""
     notes: list[str] = []
     origin: list[int] | None = None
+    if "\r" in text:  # a paste saved with Windows' line ends: the same lines, at the same numbers
+        text = text.replace("\r\n", "\n")
     if needs_normalizing(text):
         pasted = normalize(text)
         text, origin, notes = pasted.text, pasted.origin, pasted.notes
